@@ -1,0 +1,284 @@
+// Package helper is the host-side half of gpush: it finds the processes that
+// hold NVIDIA devices, reads GPU memory, kills holders by identity, waits for
+// GPUs to be free and drives systemd units. It runs ON the GPU host inside the
+// static gpush-helper binary; the controller talks to it with the JSON wire
+// types in this file (one request on stdin, one response on stdout).
+package helper
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Version is the helper's version. It is stamped into every response and is
+// part of the content address under which the controller deploys the binary.
+var Version = "0.1.0"
+
+// Verbs the helper answers.
+const (
+	VerbSnapshot = "snapshot"
+	VerbKill     = "kill"
+	VerbWaitFree = "wait-free"
+	VerbUnit     = "unit"
+)
+
+// Duration is a time.Duration that travels as a Go duration string ("5s",
+// "150ms"); a bare JSON number is read as seconds.
+type Duration time.Duration
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// MarshalJSON writes the duration as a string such as "1.5s".
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON accepts "1.5s" or a number of seconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("duration %q: %w", s, err)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var f float64
+	if err := json.Unmarshal(b, &f); err != nil {
+		return fmt.Errorf("duration must be a string like \"5s\" or a number of seconds, got %s", b)
+	}
+	*d = Duration(f * float64(time.Second))
+	return nil
+}
+
+// Config says where things are on the host. Every request carries one; the
+// zero value means the real defaults (/dev, nvidia-smi on PATH, ...).
+type Config struct {
+	// DevDir is where the NVIDIA device nodes live (default /dev). The lab
+	// points it at a folder of fake device files.
+	DevDir string `json:"dev_dir,omitempty"`
+	// NvidiaSMI is the nvidia-smi to run (default: PATH, then /usr/bin,
+	// /usr/local/nvidia/bin).
+	NvidiaSMI string `json:"nvidia_smi,omitempty"`
+	// ProcDir is the proc filesystem (default /proc); tests only.
+	ProcDir string `json:"proc_dir,omitempty"`
+	// Protected adds process names (comm or argv[0] base, globs allowed) that
+	// are never signalled unless a request forces it.
+	Protected []string `json:"protected,omitempty"`
+	// SMITimeout bounds every nvidia-smi call (default 10s).
+	SMITimeout Duration `json:"smi_timeout,omitempty"`
+}
+
+// GPU is one device as nvidia-smi reports it. Memory is in MiB; -1 means the
+// driver did not say ([N/A], [Not Supported]).
+type GPU struct {
+	Index       int    `json:"index"`
+	UUID        string `json:"uuid"`
+	Name        string `json:"name"`
+	BusID       string `json:"bus_id"`
+	Minor       int    `json:"minor"` // /dev/nvidiaN's N; -1 when unknown
+	MemUsedMiB  int64  `json:"mem_used_mib"`
+	MemTotalMiB int64  `json:"mem_total_mib"`
+}
+
+// Identity names one process for its whole life: a PID is reused, a PID with
+// its start time (clock ticks since boot) on one boot is not.
+type Identity struct {
+	PID       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"`
+	BootID    string `json:"boot_id"`
+}
+
+// Holder is a process with an NVIDIA device open.
+type Holder struct {
+	Identity
+	PPID    int      `json:"ppid"`
+	PGID    int      `json:"pgid"`
+	SID     int      `json:"sid"`
+	UID     int      `json:"uid"`
+	User    string   `json:"user"`
+	Comm    string   `json:"comm"`
+	Cmdline []string `json:"cmdline"`
+	State   string   `json:"state"` // R, S, D, Z, T, ...
+	// AgeSeconds is how long the process has run.
+	AgeSeconds float64 `json:"age_s"`
+	// GPUs are the indices of the GPUs whose /dev/nvidiaN it holds.
+	GPUs []int `json:"gpus"`
+	// Devices are the device paths it holds, relative to DevDir
+	// ("nvidia0", "nvidiactl", "nvidia-caps/nvidia-cap1").
+	Devices []string `json:"devices"`
+	// SharedOnly: it holds only nvidiactl/nvidia-uvm/nvidia-caps, no GPU.
+	SharedOnly bool `json:"shared_only"`
+	// MemMiB is its GPU memory from --query-compute-apps (0 if not listed).
+	MemMiB    int64  `json:"mem_mib"`
+	Unit      string `json:"unit,omitempty"`      // systemd unit, from /proc/PID/cgroup
+	Container string `json:"container,omitempty"` // container id, when the cgroup names one
+	Cgroup    string `json:"cgroup,omitempty"`
+	NSpid     []int  `json:"nspid,omitempty"`
+	Protected bool   `json:"protected"`
+	// ProtectedWhy says which rule protects it (a name, "pid 1", "ancestor of the helper").
+	ProtectedWhy string `json:"protected_why,omitempty"`
+}
+
+// SnapshotRequest asks for the GPUs and their holders.
+type SnapshotRequest struct {
+	Config
+}
+
+// Snapshot is the state of one host's GPUs.
+type Snapshot struct {
+	Version  string    `json:"version"`
+	Hostname string    `json:"hostname"`
+	BootID   string    `json:"boot_id"`
+	Time     time.Time `json:"time"`
+	// SMI is false when nvidia-smi is missing or failed; Warnings says why.
+	SMI      bool     `json:"smi"`
+	GPUs     []GPU    `json:"gpus"`
+	Holders  []Holder `json:"holders"`
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// Kill outcomes.
+const (
+	OutcomeExited   = "exited"   // gone after TERM (or was gone already)
+	OutcomeKilled   = "killed"   // needed KILL, now gone
+	OutcomeSurvived = "survived" // still there after KILL (D state, ...)
+	OutcomeSkipped  = "skipped"  // never signalled; Reason says why
+	OutcomeWould    = "would-kill"
+)
+
+// KillRequest signals holders by identity: TERM (or Signal), wait Grace, then KILL.
+type KillRequest struct {
+	Config
+	Targets []Identity `json:"targets"`
+	// Signal is the first signal (default TERM).
+	Signal string `json:"signal,omitempty"`
+	// Grace is how long to wait after the first signal before KILL (default 5s).
+	Grace Duration `json:"grace,omitempty"`
+	// Group also signals each target's process group; Tree its descendants.
+	Group bool `json:"group,omitempty"`
+	Tree  bool `json:"tree,omitempty"`
+	// Force allows protected processes (never pid<=1, the helper or its ancestors).
+	Force bool `json:"force,omitempty"`
+	// DryRun reports what would be signalled and signals nothing.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// KillResult is what happened to one process.
+type KillResult struct {
+	Identity
+	Comm    string   `json:"comm"`
+	Outcome string   `json:"outcome"`
+	State   string   `json:"state,omitempty"`  // for survived: the state it is stuck in
+	Reason  string   `json:"reason,omitempty"` // for skipped and survived
+	Signals []string `json:"signals,omitempty"`
+	// Via says why it was a target: "target", "group of PID", "child of PID".
+	Via string `json:"via,omitempty"`
+}
+
+// KillResponse lists one result per process considered.
+type KillResponse struct {
+	Version string       `json:"version"`
+	Results []KillResult `json:"results"`
+	Elapsed Duration     `json:"elapsed"`
+}
+
+// Wait-free outcomes.
+const (
+	WaitFreed      = "freed"
+	WaitMemoryHeld = "memory-held" // no holder left, memory still used
+	WaitNewHolder  = "new-holder"  // a process that was not there at the start holds a GPU
+	WaitTimedOut   = "timed-out"   // holders still there at the deadline
+)
+
+// WaitFreeRequest polls until the chosen GPUs are free.
+type WaitFreeRequest struct {
+	Config
+	// GPUs to watch (indices); empty means all.
+	GPUs []int `json:"gpus,omitempty"`
+	// ThresholdMiB: used memory at or under this counts as free. Nil means
+	// the idle baseline (see BaselineMiB).
+	ThresholdMiB *int64 `json:"threshold_mib,omitempty"`
+	// Interval between polls (default 100ms); Timeout is the deadline (default 30s).
+	Interval Duration `json:"interval,omitempty"`
+	Timeout  Duration `json:"timeout,omitempty"`
+	// IgnoreShared: holders of only nvidiactl/uvm do not block (default false).
+	IgnoreShared bool `json:"ignore_shared,omitempty"`
+}
+
+// Sample is one poll.
+type Sample struct {
+	T       Duration      `json:"t"` // since the request started
+	UsedMiB map[int]int64 `json:"used_mib"`
+	Holders int           `json:"holders"`
+}
+
+// WaitFreeResponse says whether and when the GPUs became free.
+type WaitFreeResponse struct {
+	Version  string   `json:"version"`
+	OK       bool     `json:"ok"`
+	Outcome  string   `json:"outcome"`
+	Reason   string   `json:"reason,omitempty"`
+	Elapsed  Duration `json:"elapsed"`
+	Polls    int      `json:"polls"`
+	Timeline []Sample `json:"timeline"`
+	GPUs     []GPU    `json:"gpus"`
+	Holders  []Holder `json:"holders"` // those still there at the end
+	// ThresholdMiB per GPU index, as used.
+	ThresholdMiB map[int]int64 `json:"threshold_mib"`
+}
+
+// Unit actions.
+const (
+	UnitStop    = "stop"
+	UnitStart   = "start"
+	UnitRestart = "restart"
+	UnitStatus  = "status"
+)
+
+// UnitRequest drives one systemd unit.
+type UnitRequest struct {
+	Config
+	Action string `json:"action"`
+	Unit   string `json:"unit"`
+	// Timeout bounds the systemctl call (default 90s).
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
+// Proc is a process still alive in a unit's cgroup.
+type Proc struct {
+	Identity
+	Comm    string   `json:"comm"`
+	Cmdline []string `json:"cmdline"`
+	State   string   `json:"state"`
+}
+
+// UnitResponse reports the unit after the action.
+type UnitResponse struct {
+	Version string `json:"version"`
+	Unit    string `json:"unit"`
+	Action  string `json:"action"`
+	// Systemd is false on a host without systemd; Reason says so.
+	Systemd      bool     `json:"systemd"`
+	OK           bool     `json:"ok"`
+	Reason       string   `json:"reason,omitempty"`
+	ActiveState  string   `json:"active_state,omitempty"`
+	SubState     string   `json:"sub_state,omitempty"`
+	MainPID      int      `json:"main_pid,omitempty"`
+	ControlGroup string   `json:"control_group,omitempty"`
+	Elapsed      Duration `json:"elapsed"`
+	// Remaining: processes still in the unit's cgroup (after stop).
+	Remaining []Proc `json:"remaining,omitempty"`
+	// GPUHolders: GPU holders that belong to the unit (by cgroup).
+	GPUHolders []Holder `json:"gpu_holders,omitempty"`
+}
+
+// ErrorResponse is written instead of a response when a request cannot be
+// served at all (bad JSON, unknown verb); the exit status is then non-zero.
+type ErrorResponse struct {
+	Version string `json:"version"`
+	Error   string `json:"error"`
+}

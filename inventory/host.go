@@ -1,0 +1,30 @@
+// Package inventory reads Ansible-compatible inventories (YAML and INI),
+// expands host ranges and node sets, and selects hosts with patterns.
+package inventory
+
+// Host is one resolved host with its effective connection settings and vars.
+type Host struct {
+	// Name is the inventory name ("gpu01").
+	Name string `json:"name"`
+	// Address is what to dial: ansible_host, ssh_config HostName, or Name.
+	Address string `json:"address"`
+	// Port is 0 for the default (22, or ssh_config's Port).
+	Port int `json:"port,omitempty"`
+	// User is "" for the default (ssh_config's User, then the local user).
+	User string `json:"user,omitempty"`
+	// IdentityFiles are private keys to offer (ansible_ssh_private_key_file, IdentityFile).
+	IdentityFiles []string `json:"identity_files,omitempty"`
+	// ProxyJump is "" or a comma-separated list of [user@]host[:port] hops.
+	ProxyJump string `json:"proxy_jump,omitempty"`
+	// Connection is "ssh" or "local".
+	Connection string `json:"connection"`
+	// Become runs the helper through sudo -n.
+	Become bool `json:"become,omitempty"`
+	// Groups the host belongs to, "all" included, sorted.
+	Groups []string `json:"groups"`
+	// Vars are the effective host vars (group vars merged, host vars win).
+	Vars map[string]any `json:"vars"`
+}
+
+// IsLocal reports whether the host is reached without SSH.
+func (h Host) IsLocal() bool { return h.Connection == "local" }

@@ -1,0 +1,49 @@
+// Package remote reaches a host: the Conn interface, SSH connections
+// (x/crypto/ssh with known_hosts, agent, ssh_config, ProxyJump, keepalives),
+// the local connection, and deployment of the helper over SFTP.
+package remote
+
+import (
+	"context"
+	"io"
+	"os"
+	"time"
+)
+
+// RunOptions tunes one command.
+type RunOptions struct {
+	// Stdin is fed to the command; nil means empty.
+	Stdin io.Reader
+	// Sudo runs the command through `sudo -n` (become).
+	Sudo bool
+	// Timeout bounds the command (0: only ctx bounds it).
+	Timeout time.Duration
+}
+
+// Result is what a command did. A non-zero exit is a Result, not an error.
+type Result struct {
+	Stdout   []byte
+	Stderr   []byte
+	ExitCode int
+	Elapsed  time.Duration
+}
+
+// Conn is one open connection to one host, reused by every call of a run.
+// Implementations are safe for concurrent use.
+type Conn interface {
+	// Host is the inventory name of the host.
+	Host() string
+	// Run runs an argument vector. Nothing is ever built into a shell
+	// string from user input: over SSH every element is quoted for the
+	// remote POSIX shell; locally argv is exec'd directly.
+	Run(ctx context.Context, argv []string, opts RunOptions) (*Result, error)
+	// Helper runs `gpush-helper <verb>` on the host (deploying it on first
+	// use), writes req as JSON to its stdin and decodes its stdout into resp.
+	Helper(ctx context.Context, verb string, req, resp any) error
+	// Put writes data to path atomically (temp file in the same folder, then rename).
+	Put(ctx context.Context, path string, data io.Reader, mode os.FileMode) error
+	// Get reads a remote file.
+	Get(ctx context.Context, path string) ([]byte, error)
+	// Close ends the connection.
+	Close() error
+}
