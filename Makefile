@@ -1,0 +1,66 @@
+# gpush: build, test, demo. `make help` lists the targets.
+GO       ?= go
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+HELPERS  := remote/helperbin/bin
+HELPER_MAX_BYTES := 4194304
+FUZZTIME ?= 10s
+TESTFLAGS ?= -race -timeout 20m
+# Helper builds are static and stripped: they run on hosts we know nothing about.
+HELPER_BUILD = CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags '-s -w -X github.com/gpush/gpush/helper.Version=$(VERSION)'
+
+.PHONY: help deps build helpers gpush test lint fuzz demo bench clean
+
+help:
+	@echo "make deps    install what the tests and the lab need (Debian, as root)"
+	@echo "make build   gpush-helper for linux/amd64+arm64, then bin/gpush embedding them"
+	@echo "make test    go vet + go test -race ./..."
+	@echo "make demo    start a simulated GPU lab behind sshd and run free_gpus.lua on it"
+	@echo "make lint    gofmt + go vet;  make fuzz: every fuzz target for FUZZTIME"
+	@echo "make bench   gpush vs pdsh on 50 lab hosts"
+
+# deps installs the OS packages (openssh-server for the loopback sshd of the
+# tests and the lab, pdsh for the benchmark). Only when missing, so it is cheap.
+deps:
+	@if ! command -v sshd >/dev/null && [ ! -x /usr/sbin/sshd ] || ! command -v pdsh >/dev/null || ! command -v sudo >/dev/null; then \
+		if [ "$$(id -u)" != 0 ]; then echo "make deps: run as root (apt-get install openssh-server openssh-client sudo pdsh)"; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client sudo pdsh; \
+	fi
+	$(GO) mod download
+
+helpers:
+	@mkdir -p $(HELPERS)
+	$(HELPER_BUILD) -o $(HELPERS)/gpush-helper-linux-amd64 ./cmd/gpush-helper
+	GOARCH=arm64 $(HELPER_BUILD) -o $(HELPERS)/gpush-helper-linux-arm64 ./cmd/gpush-helper
+	@for f in $(HELPERS)/gpush-helper-linux-*; do \
+		s=$$(stat -c %s $$f); echo "$$f: $$s bytes"; \
+		if [ $$s -ge $(HELPER_MAX_BYTES) ]; then echo "$$f is over 4 MiB"; exit 1; fi; \
+	done
+
+gpush: helpers
+	$(GO) build -trimpath -ldflags '-X github.com/gpush/gpush/helper.Version=$(VERSION)' -o bin/gpush ./cmd/gpush
+
+build: helpers gpush
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+test: lint
+	$(GO) test $(TESTFLAGS) ./...
+
+# fuzz runs each Fuzz target of the module for FUZZTIME.
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
+
+demo: build
+	$(GO) run ./lab/cmd/gpush-lab demo --gpush bin/gpush
+
+bench: build
+	bash bench/run.sh
+
+clean:
+	rm -rf bin $(HELPERS)/gpush-helper-*
