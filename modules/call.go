@@ -1,0 +1,78 @@
+package modules
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+
+	glua "github.com/yuin/gopher-lua"
+
+	"github.com/gpush/gpush/remote"
+)
+
+// Ctx is the context of the Lua state: the run's context with the host's
+// timeout. Every blocking call a module makes must use it.
+func Ctx(L *glua.LState) context.Context {
+	if ctx := L.Context(); ctx != nil {
+		return ctx
+	}
+	return context.Background()
+}
+
+// IsConnError reports whether err means the host cannot be reached any more
+// (dial failed, connection reset or closed), as opposed to a failed command.
+// The remote package is free to mark its own errors: any error in the chain
+// with a method `Unreachable() bool` returning true counts.
+func IsConnError(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var u interface{ Unreachable() bool }
+	if errors.As(err, &u) {
+		return u.Unreachable()
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return true
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
+}
+
+// Raise ends the current module call with a Lua error "fn: err". A
+// connection error is also recorded on the host, so a script that dies of
+// it ends unreachable, not failed.
+func Raise(L *glua.LState, h Host, fn string, err error) {
+	if IsConnError(err) {
+		h.ConnFailed(err)
+	}
+	L.RaiseError("%s: %v", fn, err)
+}
+
+// Conn returns the host's connection or raises the dial error.
+func Conn(L *glua.LState, h Host, fn string) remote.Conn {
+	c, err := h.Conn(Ctx(L))
+	if err != nil {
+		Raise(L, h, fn, fmt.Errorf("connect to %s: %w", h.Name(), err))
+	}
+	return c
+}
+
+// CallHelper runs one helper verb on the host, raising a Lua error naming
+// the function, the verb and the host when it fails.
+func CallHelper(L *glua.LState, h Host, fn, verb string, req, resp any) {
+	c := Conn(L, h, fn)
+	h.Logger().Debug("helper call", "verb", verb, "func", fn)
+	if err := c.Helper(Ctx(L), verb, req, resp); err != nil {
+		Raise(L, h, fn, fmt.Errorf("helper %s on %s: %w", verb, h.Name(), err))
+	}
+}

@@ -1,0 +1,353 @@
+// Package gpu is the `gpu` Lua module: GPU memory, the processes holding
+// GPUs, killing them by identity and waiting for GPUs to be free, all
+// through the helper on the host. See README.md (printed by `gpush doc gpu`).
+package gpu
+
+import (
+	_ "embed"
+	"fmt"
+	"path"
+	"strings"
+
+	glua "github.com/yuin/gopher-lua"
+
+	"github.com/gpush/gpush/helper"
+	"github.com/gpush/gpush/modules"
+	"github.com/gpush/gpush/modules/luaconv"
+)
+
+//go:embed README.md
+var doc string
+
+// Module is the gpu module as registered.
+var Module = modules.Module{Name: "gpu", Loader: Loader, Doc: doc}
+
+func init() { modules.Register(Module) }
+
+// Loader pushes the gpu table for host h.
+func Loader(L *glua.LState, h modules.Host) int {
+	m := &mod{h: h}
+	L.Push(L.SetFuncs(L.NewTable(), map[string]glua.LGFunction{
+		"mem":       m.mem,
+		"snapshot":  m.snapshot,
+		"holders":   m.holders,
+		"kill":      m.kill,
+		"wait_free": m.waitFree,
+	}))
+	return 1
+}
+
+type mod struct{ h modules.Host }
+
+// fetch takes a fresh snapshot and records the memory readings.
+func (m *mod) fetch(L *glua.LState, fn string) helper.Snapshot {
+	var s helper.Snapshot
+	modules.CallHelper(L, m.h, fn, helper.VerbSnapshot, helper.SnapshotRequest{Config: m.h.HelperConfig()}, &s)
+	m.h.Stats().ObserveGPUs(s.GPUs, nil)
+	return s
+}
+
+func (m *mod) mem(L *glua.LState) int {
+	s := m.fetch(L, "gpu.mem")
+	L.Push(gpuList(L, s.GPUs))
+	return 1
+}
+
+func (m *mod) snapshot(L *glua.LState) int {
+	s := m.fetch(L, "gpu.snapshot")
+	t := L.NewTable()
+	t.RawSetString("hostname", glua.LString(s.Hostname))
+	t.RawSetString("boot_id", glua.LString(s.BootID))
+	t.RawSetString("smi", glua.LBool(s.SMI))
+	t.RawSetString("gpus", gpuList(L, s.GPUs))
+	t.RawSetString("holders", holderList(L, s.Holders))
+	t.RawSetString("warnings", luaconv.ToLua(L, nonNil(s.Warnings)))
+	L.Push(t)
+	return 1
+}
+
+func (m *mod) holders(L *glua.LState) int {
+	f := checkFilter(L, 1)
+	s := m.fetch(L, "gpu.holders")
+	var keep []helper.Holder
+	for _, h := range s.Holders {
+		if f.match(h) {
+			keep = append(keep, h)
+		}
+	}
+	L.Push(holderList(L, keep))
+	return 1
+}
+
+// filter selects holders; each list matches any of its entries.
+type filter struct {
+	gpus                      []int
+	users, units, commands    []string
+	keepShared, keepProtected bool
+}
+
+func checkFilter(L *glua.LState, n int) filter {
+	o := luaconv.CheckOpts(L, n, "gpu.holders")
+	f := filter{gpus: o.Ints("gpus"), users: o.Strings("users"), units: o.Strings("units"),
+		commands: o.Strings("commands"), keepShared: o.Bool("shared", true), keepProtected: o.Bool("protected", true)}
+	for _, list := range [][]string{f.users, f.units, f.commands} {
+		for _, p := range list {
+			if _, err := path.Match(p, ""); err != nil {
+				L.ArgError(n, fmt.Sprintf("gpu.holders: bad glob %q: %v", p, err))
+			}
+		}
+	}
+	o.Done()
+	return f
+}
+
+func (f filter) match(h helper.Holder) bool {
+	if !f.keepShared && h.SharedOnly {
+		return false
+	}
+	if !f.keepProtected && h.Protected {
+		return false
+	}
+	if len(f.gpus) > 0 && !anyInt(f.gpus, h.GPUs) {
+		return false
+	}
+	if len(f.users) > 0 && !globAny(f.users, h.User) {
+		return false
+	}
+	if len(f.units) > 0 && !globAny(f.units, h.Unit) {
+		return false
+	}
+	if len(f.commands) > 0 {
+		argv0 := ""
+		if len(h.Cmdline) > 0 {
+			argv0 = path.Base(h.Cmdline[0])
+		}
+		if !globAny(f.commands, h.Comm) && (argv0 == "" || !globAny(f.commands, argv0)) {
+			return false
+		}
+	}
+	return true
+}
+
+func globAny(patterns []string, s string) bool {
+	for _, p := range patterns {
+		if ok, _ := path.Match(p, s); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func anyInt(want, have []int) bool {
+	for _, w := range want {
+		for _, h := range have {
+			if w == h {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// signals the first signal may be; the helper sends KILL itself after grace.
+var signals = map[string]bool{"TERM": true, "KILL": true, "INT": true, "HUP": true, "QUIT": true,
+	"USR1": true, "USR2": true}
+
+func (m *mod) kill(L *glua.LState) int {
+	const fn = "gpu.kill"
+	targets, pids := checkTargets(L, 1)
+	o := luaconv.CheckOpts(L, 2, fn)
+	req := helper.KillRequest{Config: m.h.HelperConfig(), Group: o.Bool("group", false), Tree: o.Bool("tree", false),
+		Force: o.Bool("force", false), DryRun: m.h.Check()}
+	if o.Has("grace") {
+		req.Grace = helper.Duration(o.Duration("grace", 0))
+	}
+	if sig := strings.TrimPrefix(strings.ToUpper(o.String("signal", "")), "SIG"); sig != "" {
+		if !signals[sig] {
+			L.ArgError(2, fmt.Sprintf("%s: option signal: unknown signal %q (TERM, KILL, INT, HUP, QUIT, USR1, USR2)", fn, sig))
+		}
+		req.Signal = sig
+	}
+	o.Done()
+
+	var local []helper.KillResult // pids that resolve to no holder
+	if len(pids) > 0 {
+		s := m.fetch(L, fn)
+		byPID := map[int]helper.Holder{}
+		for _, h := range s.Holders {
+			byPID[h.PID] = h
+		}
+		for _, pid := range pids {
+			if h, ok := byPID[pid]; ok {
+				targets = append(targets, h.Identity)
+			} else {
+				local = append(local, helper.KillResult{Identity: helper.Identity{PID: pid}, Outcome: helper.OutcomeSkipped,
+					Reason: "not a GPU holder (not in a fresh snapshot)", Via: "target"})
+			}
+		}
+	}
+	var resp helper.KillResponse
+	if len(targets) > 0 {
+		req.Targets = targets
+		modules.CallHelper(L, m.h, fn, helper.VerbKill, req, &resp)
+	}
+	results := append(resp.Results, local...)
+	m.h.Stats().AddKills(results)
+	L.Push(killTable(L, results))
+	return 1
+}
+
+// checkTargets reads gpu.kill's first argument: a holder, a list of
+// holders, or a list of pids (returned apart, to be resolved).
+func checkTargets(L *glua.LState, n int) ([]helper.Identity, []int) {
+	t := L.CheckTable(n)
+	if t.RawGetString("pid") != glua.LNil {
+		return []helper.Identity{checkIdentity(L, n, t, "target")}, nil
+	}
+	var ids []helper.Identity
+	var pids []int
+	count := 0
+	t.ForEach(func(_, _ glua.LValue) { count++ })
+	for i := 1; i <= count; i++ {
+		switch v := t.RawGetInt(i).(type) {
+		case glua.LNumber:
+			pid := int(v)
+			if float64(pid) != float64(v) || pid <= 0 {
+				L.ArgError(n, fmt.Sprintf("gpu.kill: target %d: %v is not a pid", i, v))
+			}
+			pids = append(pids, pid)
+		case *glua.LTable:
+			ids = append(ids, checkIdentity(L, n, v, fmt.Sprintf("target %d", i)))
+		default:
+			L.ArgError(n, fmt.Sprintf("gpu.kill: target %d: want a holder (from gpu.holders()) or a pid, got %s", i, v.Type()))
+		}
+	}
+	return ids, pids
+}
+
+func checkIdentity(L *glua.LState, n int, t *glua.LTable, what string) helper.Identity {
+	pid, ok1 := t.RawGetString("pid").(glua.LNumber)
+	st, ok2 := t.RawGetString("start_time").(glua.LNumber)
+	if !ok1 || !ok2 || pid <= 0 {
+		L.ArgError(n, fmt.Sprintf("gpu.kill: %s: a holder needs pid and start_time (use the tables gpu.holders() returns)", what))
+	}
+	id := helper.Identity{PID: int(pid), StartTime: uint64(st)}
+	if b, ok := t.RawGetString("boot_id").(glua.LString); ok {
+		id.BootID = string(b)
+	}
+	return id
+}
+
+func killTable(L *glua.LState, results []helper.KillResult) *glua.LTable {
+	counts := map[string]int{}
+	list := L.CreateTable(len(results), 0)
+	for _, r := range results {
+		counts[r.Outcome]++
+		rt := L.NewTable()
+		rt.RawSetString("pid", glua.LNumber(r.PID))
+		rt.RawSetString("comm", glua.LString(r.Comm))
+		rt.RawSetString("outcome", glua.LString(r.Outcome))
+		luaconv.SetStr(rt, "state", r.State)
+		luaconv.SetStr(rt, "reason", r.Reason)
+		rt.RawSetString("signals", luaconv.ToLua(L, nonNil(r.Signals)))
+		luaconv.SetStr(rt, "via", r.Via)
+		list.Append(rt)
+	}
+	t := L.NewTable()
+	t.RawSetString("ok", glua.LBool(counts[helper.OutcomeSurvived] == 0))
+	t.RawSetString("results", list)
+	t.RawSetString("exited", glua.LNumber(counts[helper.OutcomeExited]))
+	t.RawSetString("killed", glua.LNumber(counts[helper.OutcomeKilled]))
+	t.RawSetString("survived", glua.LNumber(counts[helper.OutcomeSurvived]))
+	t.RawSetString("skipped", glua.LNumber(counts[helper.OutcomeSkipped]))
+	t.RawSetString("would", glua.LNumber(counts[helper.OutcomeWould]))
+	return t
+}
+
+func (m *mod) waitFree(L *glua.LState) int {
+	const fn = "gpu.wait_free"
+	o := luaconv.CheckOpts(L, 1, fn)
+	req := helper.WaitFreeRequest{Config: m.h.HelperConfig(), GPUs: o.Ints("gpus"), ThresholdMiB: o.IntPtr("threshold_mib"),
+		IgnoreShared: o.Bool("ignore_shared", false)}
+	if o.Has("timeout") {
+		req.Timeout = helper.Duration(o.Duration("timeout", 0))
+	}
+	if o.Has("interval") {
+		req.Interval = helper.Duration(o.Duration("interval", 0))
+	}
+	o.Done()
+	if req.ThresholdMiB != nil && *req.ThresholdMiB < 0 {
+		L.ArgError(1, fmt.Sprintf("%s: option threshold_mib: %d is negative", fn, *req.ThresholdMiB))
+	}
+	var resp helper.WaitFreeResponse
+	modules.CallHelper(L, m.h, fn, helper.VerbWaitFree, req, &resp)
+	m.h.Stats().ObserveGPUs(resp.GPUs, resp.ThresholdMiB)
+	t := L.NewTable()
+	t.RawSetString("ok", glua.LBool(resp.OK))
+	t.RawSetString("outcome", glua.LString(resp.Outcome))
+	luaconv.SetStr(t, "reason", resp.Reason)
+	t.RawSetString("elapsed", glua.LNumber(resp.Elapsed.D().Seconds()))
+	t.RawSetString("polls", glua.LNumber(resp.Polls))
+	t.RawSetString("gpus", gpuList(L, resp.GPUs))
+	t.RawSetString("holders", holderList(L, resp.Holders))
+	L.Push(t)
+	return 1
+}
+
+func gpuList(L *glua.LState, gpus []helper.GPU) *glua.LTable {
+	list := L.CreateTable(len(gpus), 0)
+	for _, g := range gpus {
+		t := L.CreateTable(0, 6)
+		t.RawSetString("index", glua.LNumber(g.Index))
+		t.RawSetString("uuid", glua.LString(g.UUID))
+		t.RawSetString("name", glua.LString(g.Name))
+		t.RawSetString("bus_id", glua.LString(g.BusID))
+		t.RawSetString("used_mib", glua.LNumber(g.MemUsedMiB))
+		t.RawSetString("total_mib", glua.LNumber(g.MemTotalMiB))
+		list.Append(t)
+	}
+	return list
+}
+
+// HolderTable converts a holder to the table docs/lua-api.md describes
+// (cmdline joined into one string).
+func HolderTable(L *glua.LState, h helper.Holder) *glua.LTable {
+	t := L.CreateTable(0, 20)
+	t.RawSetString("pid", glua.LNumber(h.PID))
+	t.RawSetString("start_time", glua.LNumber(h.StartTime))
+	t.RawSetString("boot_id", glua.LString(h.BootID))
+	t.RawSetString("ppid", glua.LNumber(h.PPID))
+	t.RawSetString("pgid", glua.LNumber(h.PGID))
+	t.RawSetString("sid", glua.LNumber(h.SID))
+	t.RawSetString("uid", glua.LNumber(h.UID))
+	t.RawSetString("user", glua.LString(h.User))
+	t.RawSetString("comm", glua.LString(h.Comm))
+	t.RawSetString("cmdline", glua.LString(strings.Join(h.Cmdline, " ")))
+	t.RawSetString("state", glua.LString(h.State))
+	t.RawSetString("gpus", luaconv.ToLua(L, nonNil(h.GPUs)))
+	t.RawSetString("devices", luaconv.ToLua(L, nonNil(h.Devices)))
+	t.RawSetString("shared_only", glua.LBool(h.SharedOnly))
+	t.RawSetString("mem_mib", glua.LNumber(h.MemMiB))
+	luaconv.SetStr(t, "unit", h.Unit)
+	luaconv.SetStr(t, "container", h.Container)
+	t.RawSetString("age_s", glua.LNumber(h.AgeSeconds))
+	t.RawSetString("protected", glua.LBool(h.Protected))
+	luaconv.SetStr(t, "protected_why", h.ProtectedWhy)
+	return t
+}
+
+func holderList(L *glua.LState, hs []helper.Holder) *glua.LTable {
+	list := L.CreateTable(len(hs), 0)
+	for _, h := range hs {
+		list.Append(HolderTable(L, h))
+	}
+	return list
+}
+
+// nonNil makes a nil slice an empty one, so Lua gets {} rather than nil.
+func nonNil[T any](xs []T) []T {
+	if xs == nil {
+		return []T{}
+	}
+	return xs
+}

@@ -1,0 +1,126 @@
+// Package modules holds what every Lua module shares: the Host a module
+// serves, the events and stats it reports, and the registry of modules.
+//
+// Modules follow k6's design: each module package registers itself from its
+// init function, and the runtime (package lua) imports the module packages it
+// ships. A module reaches its host only through the Host interface, so it can
+// be tested against modulestest's fakes.
+package modules
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	glua "github.com/yuin/gopher-lua"
+
+	"github.com/gpush/gpush/helper"
+	"github.com/gpush/gpush/remote"
+)
+
+// Host is everything a module may know about and do to the host it serves.
+// One Host serves one Lua state, i.e. one goroutine; implementations must
+// still make Emit and Stats safe for concurrent use, since the CLI reads them.
+type Host interface {
+	// Name is the inventory name, Address what is dialled.
+	Name() string
+	Address() string
+	Groups() []string
+	// Vars are the host vars merged with the extra vars (extra vars win).
+	Vars() map[string]any
+	// Conn returns the host's connection, dialling it on first use. Every
+	// later call returns the same connection (or the same dial error).
+	Conn(ctx context.Context) (remote.Conn, error)
+	// HelperConfig is sent with every helper request (from the gpush_* vars).
+	HelperConfig() helper.Config
+	// Check is true under --check: destructive calls must change nothing.
+	Check() bool
+	// Logger is the debug logger, with the host as an attribute.
+	Logger() *slog.Logger
+	// Emit reports an event (a log line) to the run's output.
+	Emit(Event)
+	// Stats collects what the recap shows for this host.
+	Stats() *Stats
+	// ConnFailed records that a call failed because the connection is gone,
+	// so that the runner reports the host unreachable rather than failed.
+	ConnFailed(err error)
+}
+
+// Event kinds.
+const (
+	EventLog   = "log"
+	EventStart = "start"
+	EventDone  = "done"
+)
+
+// Log levels, as the log module names them.
+const (
+	LevelDebug = "debug"
+	LevelInfo  = "info"
+	LevelWarn  = "warn"
+	LevelError = "error"
+)
+
+// Event is one thing that happened on one host, streamed to the CLI.
+type Event struct {
+	Host    string    `json:"host"`
+	Time    time.Time `json:"time"`
+	Kind    string    `json:"kind"`
+	Level   string    `json:"level,omitempty"`
+	Message string    `json:"message"`
+}
+
+// Module is one Lua module.
+type Module struct {
+	// Name is the global and the require name ("gpu").
+	Name string
+	// Loader pushes the module's table for host h onto L's stack and returns 1.
+	Loader func(L *glua.LState, h Host) int
+	// Doc is the module's reference (its README.md), printed by `gpush doc`.
+	Doc string
+}
+
+var (
+	registryMu sync.Mutex
+	// Registry maps a module name to its module. Module packages fill it
+	// through Register from their init functions; read it through Lookup
+	// and All once the program has started.
+	Registry = map[string]Module{}
+)
+
+// Register adds a module to Registry. It panics on a duplicate or empty
+// name: both are programming errors found at start-up.
+func Register(m Module) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if m.Name == "" || m.Loader == nil {
+		panic("modules.Register: module needs a name and a loader")
+	}
+	if _, dup := Registry[m.Name]; dup {
+		panic(fmt.Sprintf("modules.Register: module %q registered twice", m.Name))
+	}
+	Registry[m.Name] = m
+}
+
+// Lookup returns the module registered under name.
+func Lookup(name string) (Module, bool) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	m, ok := Registry[name]
+	return m, ok
+}
+
+// All returns the registered modules sorted by name.
+func All() []Module {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	out := make([]Module, 0, len(Registry))
+	for _, m := range Registry {
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}

@@ -1,0 +1,256 @@
+package modulestest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpush/gpush/helper"
+	"github.com/gpush/gpush/remote"
+)
+
+// ErrConnLost is what a Conn returns once Lose was called. It marks itself
+// unreachable the way the remote package is expected to.
+var ErrConnLost = &connLostError{}
+
+type connLostError struct{}
+
+func (*connLostError) Error() string     { return "connection lost" }
+func (*connLostError) Unreachable() bool { return true }
+
+// Call is one recorded call on a Conn.
+type Call struct {
+	// Method is "helper", "run", "put" or "get".
+	Method string
+	// Verb is the helper verb; Request the decoded helper request
+	// (helper.KillRequest, ...).
+	Verb    string
+	Request any
+	Argv    []string
+	Opts    remote.RunOptions
+	Stdin   string
+	Path    string
+	Data    string
+	Mode    os.FileMode
+}
+
+// Conn is a fake remote.Conn. Helper requests go through JSON both ways, as
+// on the wire, and are served by the GPU host model.
+type Conn struct {
+	Model *GPUHost
+	// RunFunc answers Run; nil answers exit 0 with no output.
+	RunFunc func(argv []string, opts remote.RunOptions, stdin string) (*remote.Result, error)
+	// Latency is added to every call (honouring ctx), to test timeouts.
+	Latency time.Duration
+
+	name   string
+	mu     sync.Mutex
+	calls  []Call
+	files  map[string][]byte
+	lost   bool
+	closed bool
+}
+
+// NewConn returns a fake connection to the model under the host name name.
+func NewConn(name string, model *GPUHost) *Conn {
+	return &Conn{Model: model, name: name, files: map[string][]byte{}}
+}
+
+var _ remote.Conn = (*Conn)(nil)
+
+// Host returns the host name.
+func (c *Conn) Host() string { return c.name }
+
+// Lose makes every later call fail with ErrConnLost.
+func (c *Conn) Lose() {
+	c.mu.Lock()
+	c.lost = true
+	c.mu.Unlock()
+}
+
+// Closed reports whether Close was called.
+func (c *Conn) Closed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// Calls returns the calls so far, optionally only those of one method or verb.
+func (c *Conn) Calls(methodOrVerb string) []Call {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []Call
+	for _, call := range c.calls {
+		if methodOrVerb == "" || call.Method == methodOrVerb || call.Verb == methodOrVerb {
+			out = append(out, call)
+		}
+	}
+	return out
+}
+
+// File returns what Put wrote at path.
+func (c *Conn) File(path string) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.files[path]
+	return b, ok
+}
+
+// SetFile makes path readable by Get.
+func (c *Conn) SetFile(path string, data []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.files[path] = data
+}
+
+func (c *Conn) begin(ctx context.Context, call Call) error {
+	c.mu.Lock()
+	c.calls = append(c.calls, call)
+	lost, closed := c.lost, c.closed
+	c.mu.Unlock()
+	if closed {
+		return fmt.Errorf("fake conn %s: use after Close", c.name)
+	}
+	if lost {
+		return fmt.Errorf("fake conn %s: %w", c.name, ErrConnLost)
+	}
+	if c.Latency > 0 {
+		t := time.NewTimer(c.Latency)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return ctx.Err()
+}
+
+// Helper serves one helper verb from the model.
+func (c *Conn) Helper(ctx context.Context, verb string, req, resp any) error {
+	raw, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode %s request: %w", verb, err)
+	}
+	var out any
+	var decoded any
+	switch verb {
+	case helper.VerbSnapshot:
+		var r helper.SnapshotRequest
+		err = decodeStrict(raw, &r)
+		decoded = r
+	case helper.VerbKill:
+		var r helper.KillRequest
+		err = decodeStrict(raw, &r)
+		decoded = r
+	case helper.VerbWaitFree:
+		var r helper.WaitFreeRequest
+		err = decodeStrict(raw, &r)
+		decoded = r
+	case helper.VerbUnit:
+		var r helper.UnitRequest
+		err = decodeStrict(raw, &r)
+		decoded = r
+	default:
+		err = fmt.Errorf("unknown verb %q", verb)
+	}
+	if err != nil {
+		return fmt.Errorf("gpush-helper %s: bad request: %w", verb, err)
+	}
+	if err := c.begin(ctx, Call{Method: "helper", Verb: verb, Request: decoded}); err != nil {
+		return err
+	}
+	switch r := decoded.(type) {
+	case helper.SnapshotRequest:
+		out = c.Model.snapshot()
+	case helper.KillRequest:
+		out = c.Model.kill(r)
+	case helper.WaitFreeRequest:
+		w, err := c.Model.waitFree(ctx, r)
+		if err != nil {
+			return err
+		}
+		out = w
+	case helper.UnitRequest:
+		if r.Unit == "" || strings.HasPrefix(r.Unit, "-") {
+			return fmt.Errorf("gpush-helper unit: invalid unit name %q", r.Unit)
+		}
+		out = c.Model.unit(r)
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return fmt.Errorf("encode %s response: %w", verb, err)
+	}
+	if err := json.Unmarshal(b, resp); err != nil {
+		return fmt.Errorf("decode %s response: %w", verb, err)
+	}
+	return nil
+}
+
+func decodeStrict(b []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	return d.Decode(v)
+}
+
+// Run records the command and answers through RunFunc.
+func (c *Conn) Run(ctx context.Context, argv []string, opts remote.RunOptions) (*remote.Result, error) {
+	var stdin string
+	if opts.Stdin != nil {
+		b, err := io.ReadAll(opts.Stdin)
+		if err != nil {
+			return nil, fmt.Errorf("read stdin: %w", err)
+		}
+		stdin = string(b)
+	}
+	if len(argv) == 0 {
+		return nil, errors.New("run: empty argv")
+	}
+	if err := c.begin(ctx, Call{Method: "run", Argv: append([]string(nil), argv...), Opts: opts, Stdin: stdin}); err != nil {
+		return nil, err
+	}
+	if c.RunFunc == nil {
+		return &remote.Result{}, nil
+	}
+	return c.RunFunc(argv, opts, stdin)
+}
+
+// Put stores data in memory.
+func (c *Conn) Put(ctx context.Context, path string, data io.Reader, mode os.FileMode) error {
+	b, err := io.ReadAll(data)
+	if err != nil {
+		return fmt.Errorf("put %s: %w", path, err)
+	}
+	if err := c.begin(ctx, Call{Method: "put", Path: path, Data: string(b), Mode: mode}); err != nil {
+		return err
+	}
+	c.SetFile(path, b)
+	return nil
+}
+
+// Get reads what Put or SetFile stored.
+func (c *Conn) Get(ctx context.Context, path string) ([]byte, error) {
+	if err := c.begin(ctx, Call{Method: "get", Path: path}); err != nil {
+		return nil, err
+	}
+	b, ok := c.File(path)
+	if !ok {
+		return nil, fmt.Errorf("get %s: %w", path, os.ErrNotExist)
+	}
+	return b, nil
+}
+
+// Close marks the connection closed.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	return nil
+}
