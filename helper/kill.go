@@ -1,0 +1,371 @@
+package helper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Kill timing.
+const (
+	DefaultGrace = 5 * time.Second
+	// killPoll is how often exits are checked while waiting.
+	killPoll = 20 * time.Millisecond
+	// killWait is how long a process may take to vanish after KILL before
+	// it is reported as survived (D state, ...), rather than waited on forever.
+	killWait = 3 * time.Second
+)
+
+var errESRCH = syscall.ESRCH
+
+var signals = map[string]unix.Signal{
+	"TERM": unix.SIGTERM, "KILL": unix.SIGKILL, "INT": unix.SIGINT, "HUP": unix.SIGHUP,
+	"QUIT": unix.SIGQUIT, "USR1": unix.SIGUSR1, "USR2": unix.SIGUSR2,
+}
+
+// parseSignal accepts "TERM", "SIGTERM", "term" or a number.
+func parseSignal(s string) (string, unix.Signal, error) {
+	if s == "" {
+		return "TERM", unix.SIGTERM, nil
+	}
+	name := strings.TrimPrefix(strings.ToUpper(strings.TrimSpace(s)), "SIG")
+	if sig, ok := signals[name]; ok {
+		return name, sig, nil
+	}
+	if n, err := strconv.Atoi(name); err == nil {
+		for k, v := range signals {
+			if int(v) == n {
+				return k, v, nil
+			}
+		}
+	}
+	return "", 0, fmt.Errorf("signal %q: want one of TERM, KILL, INT, HUP, QUIT, USR1, USR2", s)
+}
+
+// pidfdState: 0 unknown, 1 usable, 2 unavailable (old kernel / seccomp).
+var (
+	pidfdOnce sync.Once
+	pidfdOK   bool
+)
+
+func havePidfd() bool {
+	pidfdOnce.Do(func() {
+		fd, err := unix.PidfdOpen(os.Getpid(), 0)
+		if err == nil {
+			unix.Close(fd)
+			pidfdOK = true
+		}
+	})
+	return pidfdOK
+}
+
+// victim is one process the request considers.
+type victim struct {
+	res   KillResult
+	pidfd int
+	done  bool
+}
+
+// liveness re-reads the process: gone (exited, or its pid now names
+// another process) or alive with its state.
+func (s *scanner) liveness(id Identity) (alive bool, reused bool, state string) {
+	st, err := s.proc.stat(id.PID)
+	if err != nil {
+		return false, false, ""
+	}
+	if st.StartTime != id.StartTime {
+		return false, true, ""
+	}
+	if st.State == "Z" || st.State == "X" {
+		return false, false, st.State
+	}
+	return true, false, st.State
+}
+
+// signal sends sig to v only if v's identity still holds. With a pidfd the
+// check is race-free: the fd pins the process it was opened on, and the
+// start time read after opening proves that process is v. Without one the
+// start time is re-read immediately before kill(2).
+func (s *scanner) signal(v *victim, sig unix.Signal, name string) (sent bool, why string) {
+	if havePidfd() && v.pidfd < 0 {
+		fd, err := unix.PidfdOpen(v.res.PID, 0)
+		if err != nil {
+			if errors.Is(err, unix.ESRCH) {
+				return false, "gone"
+			}
+			return false, fmt.Sprintf("pidfd_open(%d): %v", v.res.PID, err)
+		}
+		v.pidfd = fd
+	}
+	alive, reused, _ := s.liveness(v.res.Identity)
+	if reused {
+		return false, "pid reused"
+	}
+	if !alive {
+		return false, "gone"
+	}
+	var err error
+	if v.pidfd >= 0 {
+		err = unix.PidfdSendSignal(v.pidfd, sig, nil, 0)
+	} else {
+		err = unix.Kill(v.res.PID, sig)
+	}
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return false, "gone"
+		}
+		return false, fmt.Sprintf("signal %s to pid %d: %v", name, v.res.PID, err)
+	}
+	v.res.Signals = append(v.res.Signals, name)
+	return true, ""
+}
+
+// isKernelThread: PF_KTHREAD, or kthreadd and its children (no cmdline).
+func (s *scanner) isKernelThread(st procStat) bool {
+	if st.Flags&pfKthread != 0 || st.PID == 2 {
+		return true
+	}
+	return st.PPID == 2 && len(s.proc.cmdline(st.PID)) == 0
+}
+
+// Kill signals processes by identity: Signal (TERM) first, KILL after
+// Grace, each re-checked right before every signal. Group and Tree add the
+// target's process group and descendants, each with its own identity taken
+// now. pid <= 1, the helper, its ancestors and kernel threads are never
+// signalled; protected names only with Force.
+func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
+	start := time.Now()
+	sigName, sig, err := parseSignal(req.Signal)
+	if err != nil {
+		return nil, err
+	}
+	grace := req.Grace.D()
+	if grace <= 0 {
+		grace = DefaultGrace
+	}
+	s, err := newScanner(req.Config)
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range req.Targets {
+		if t.PID <= 0 {
+			return nil, fmt.Errorf("target %d: pid %d is not a process id", i, t.PID)
+		}
+		if t.StartTime == 0 {
+			return nil, fmt.Errorf("target %d (pid %d): start_time missing: targets are identities from a snapshot", i, t.PID)
+		}
+	}
+	var victims []*victim
+	index := map[int]*victim{}
+	add := func(id Identity, via string) *victim {
+		if v, ok := index[id.PID]; ok {
+			return v
+		}
+		v := &victim{res: KillResult{Identity: id, Via: via}, pidfd: -1}
+		victims = append(victims, v)
+		index[id.PID] = v
+		return v
+	}
+	defer func() {
+		for _, v := range victims {
+			if v.pidfd >= 0 {
+				unix.Close(v.pidfd)
+			}
+		}
+	}()
+
+	var all []procStat // every process, read once when Group/Tree need it
+	if req.Group || req.Tree {
+		pids, err := s.proc.pids()
+		if err != nil {
+			return nil, err
+		}
+		for _, pid := range pids {
+			if st, err := s.proc.stat(pid); err == nil {
+				all = append(all, st)
+			}
+		}
+	}
+	selfStat, _ := s.proc.stat(s.self)
+
+	stats := map[int]procStat{}
+	for _, t := range req.Targets {
+		id := t
+		if id.BootID == "" {
+			id.BootID = s.bootID
+		}
+		v := add(id, "target")
+		if id.BootID != s.bootID {
+			v.res.Outcome, v.res.Reason, v.done = OutcomeSkipped, "pid reused (boot id changed: the host rebooted)", true
+			continue
+		}
+		st, err := s.proc.stat(id.PID)
+		if err != nil {
+			v.res.Outcome, v.res.Reason, v.done = OutcomeExited, "already gone", true
+			continue
+		}
+		if st.StartTime != id.StartTime {
+			v.res.Comm = st.Comm
+			v.res.Outcome, v.res.Reason, v.done = OutcomeSkipped, "pid reused", true
+			continue
+		}
+		stats[id.PID] = st
+		if req.Group {
+			for _, o := range all {
+				if o.PGID == st.PGID && o.PID != id.PID {
+					m := add(Identity{PID: o.PID, StartTime: o.StartTime, BootID: s.bootID}, "group of "+strconv.Itoa(id.PID))
+					stats[o.PID] = o
+					if st.PGID == selfStat.PGID && !m.done {
+						m.res.Comm = o.Comm
+						m.res.Outcome, m.res.Reason, m.done = OutcomeSkipped, "in the helper's own process group", true
+					}
+				}
+			}
+		}
+		if req.Tree {
+			children := map[int][]procStat{}
+			for _, o := range all {
+				children[o.PPID] = append(children[o.PPID], o)
+			}
+			queue := []int{id.PID}
+			for len(queue) > 0 {
+				p := queue[0]
+				queue = queue[1:]
+				for _, c := range children[p] {
+					if _, seen := index[c.PID]; seen {
+						continue
+					}
+					add(Identity{PID: c.PID, StartTime: c.StartTime, BootID: s.bootID}, "child of "+strconv.Itoa(p))
+					stats[c.PID] = c
+					queue = append(queue, c.PID)
+				}
+			}
+		}
+	}
+
+	// Safety rules, then zombies, then dry run.
+	var active []*victim
+	for _, v := range victims {
+		if v.done {
+			continue
+		}
+		st := stats[v.res.PID]
+		v.res.Comm = st.Comm
+		argv := s.proc.cmdline(v.res.PID)
+		why := s.protectedWhy(v.res.PID, st.Comm, argv)
+		switch {
+		case why != "" && (s.guarded[v.res.PID] || v.res.PID <= 1 || v.res.PID == s.self):
+			v.res.Outcome, v.res.Reason = OutcomeSkipped, why
+		case s.isKernelThread(st):
+			v.res.Outcome, v.res.Reason = OutcomeSkipped, "kernel thread"
+		case why != "" && !req.Force:
+			v.res.Outcome, v.res.Reason = OutcomeSkipped, why+" (force not set)"
+		case st.State == "Z" || st.State == "X":
+			v.res.Outcome, v.res.Reason, v.res.State = OutcomeExited, "zombie (already exited)", st.State
+		case req.DryRun:
+			v.res.Outcome = OutcomeWould
+			v.res.Signals = []string{sigName}
+		default:
+			active = append(active, v)
+			continue
+		}
+		v.done = true
+	}
+
+	// First signal.
+	var waiting []*victim
+	for _, v := range active {
+		sent, why := s.signal(v, sig, sigName)
+		switch {
+		case sent:
+			waiting = append(waiting, v)
+		case why == "gone":
+			v.res.Outcome, v.done = OutcomeExited, true
+		case why == "pid reused":
+			v.res.Outcome, v.res.Reason, v.done = OutcomeSkipped, why, true
+		default:
+			v.res.Outcome, v.res.Reason, v.done = OutcomeSurvived, why, true
+			v.res.State = s.stateOf(v.res.Identity)
+		}
+	}
+	if sig == unix.SIGKILL {
+		waiting = s.waitGone(ctx, waiting, killWait, OutcomeKilled)
+	} else {
+		waiting = s.waitGone(ctx, waiting, grace, OutcomeExited)
+		// KILL whatever ignored the first signal.
+		var killed []*victim
+		for _, v := range waiting {
+			sent, why := s.signal(v, unix.SIGKILL, "KILL")
+			switch {
+			case sent:
+				killed = append(killed, v)
+			case why == "gone" || why == "pid reused":
+				// It exited between the last poll and now.
+				v.res.Outcome, v.done = OutcomeExited, true
+			default:
+				v.res.Outcome, v.res.Reason, v.done = OutcomeSurvived, why, true
+				v.res.State = s.stateOf(v.res.Identity)
+			}
+		}
+		waiting = s.waitGone(ctx, killed, killWait, OutcomeKilled)
+	}
+	for _, v := range waiting {
+		v.res.Outcome = OutcomeSurvived
+		v.res.State = s.stateOf(v.res.Identity)
+		v.res.Reason = "still alive after " + strings.Join(v.res.Signals, ", ")
+		if v.res.State == "D" {
+			v.res.Reason += " (state D: uninterruptible sleep, usually stuck in the driver)"
+		}
+		if ctx.Err() != nil {
+			v.res.Reason += "; wait cut short: " + ctx.Err().Error()
+		}
+	}
+	resp := &KillResponse{Version: Version, Results: make([]KillResult, 0, len(victims))}
+	for _, v := range victims {
+		resp.Results = append(resp.Results, v.res)
+	}
+	resp.Elapsed = Duration(time.Since(start))
+	return resp, nil
+}
+
+func (s *scanner) stateOf(id Identity) string {
+	if _, _, state := s.liveness(id); state != "" {
+		return state
+	}
+	return ""
+}
+
+// waitGone polls every killPoll until each victim is gone or d passes;
+// the gone ones get outcome, the rest are returned.
+func (s *scanner) waitGone(ctx context.Context, vs []*victim, d time.Duration, outcome string) []*victim {
+	deadline := time.Now().Add(d)
+	t := time.NewTicker(killPoll)
+	defer t.Stop()
+	for {
+		left := vs[:0:0]
+		for _, v := range vs {
+			if alive, _, _ := s.liveness(v.res.Identity); alive {
+				left = append(left, v)
+				continue
+			}
+			v.res.Outcome, v.done = outcome, true
+		}
+		vs = left
+		if len(vs) == 0 || !time.Now().Before(deadline) {
+			return vs
+		}
+		select {
+		case <-ctx.Done():
+			return vs
+		case <-t.C:
+		}
+	}
+}

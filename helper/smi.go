@@ -1,0 +1,261 @@
+package helper
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// DefaultSMITimeout bounds an nvidia-smi call when Config.SMITimeout is 0.
+const DefaultSMITimeout = 10 * time.Second
+
+// The query forms the helper runs; the parsers below expect these columns.
+const (
+	queryGPUFields  = "index,uuid,name,pci.bus_id,memory.used,memory.total"
+	queryAppsFields = "pid,process_name,gpu_uuid,gpu_bus_id,used_memory"
+	csvFormat       = "--format=csv,noheader,nounits"
+)
+
+// smiFallbacks are tried after PATH, in order.
+var smiFallbacks = []string{"/usr/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi"}
+
+// errNoSMI means no nvidia-smi could be found.
+var errNoSMI = errors.New("nvidia-smi not found")
+
+// findSMI resolves the nvidia-smi to run.
+func findSMI(cfg Config) (string, error) {
+	if cfg.NvidiaSMI != "" {
+		fi, err := os.Stat(cfg.NvidiaSMI)
+		if err != nil {
+			return "", fmt.Errorf("%w: nvidia_smi %q: %v", errNoSMI, cfg.NvidiaSMI, err)
+		}
+		if fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return "", fmt.Errorf("%w: nvidia_smi %q is not an executable file", errNoSMI, cfg.NvidiaSMI)
+		}
+		return cfg.NvidiaSMI, nil
+	}
+	if p, err := exec.LookPath("nvidia-smi"); err == nil {
+		return p, nil
+	}
+	for _, p := range smiFallbacks {
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%w on PATH, %s", errNoSMI, strings.Join(smiFallbacks, ", "))
+}
+
+// smiNoDevices is nvidia-smi's exit status and text for a host without GPUs.
+const (
+	smiNoDevicesExit = 6
+	smiNoDevicesText = "No devices were found"
+)
+
+// runBounded runs argv with a deadline in its own process group and kills
+// the whole group when the deadline passes, so that a hung tool (or a
+// wrapper script's children) cannot hang the helper.
+func runBounded(ctx context.Context, timeout time.Duration, argv []string) (stdout, stderr []byte, err error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		// Negative pid: the whole group the command leads.
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	// If a grandchild keeps the pipes open after the kill, stop waiting.
+	cmd.WaitDelay = time.Second
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	err = cmd.Run()
+	if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return out.Bytes(), errb.Bytes(), fmt.Errorf("%s: timed out after %s (process group killed)", argv[0], timeout)
+	}
+	if err != nil {
+		return out.Bytes(), errb.Bytes(), fmt.Errorf("%s %s: %w", argv[0], strings.Join(argv[1:], " "), err)
+	}
+	return out.Bytes(), errb.Bytes(), nil
+}
+
+// smiRunner runs one resolved nvidia-smi with the configured deadline.
+type smiRunner struct {
+	path    string
+	timeout time.Duration
+}
+
+func newSMIRunner(cfg Config) (*smiRunner, error) {
+	p, err := findSMI(cfg)
+	if err != nil {
+		return nil, err
+	}
+	t := cfg.SMITimeout.D()
+	if t <= 0 {
+		t = DefaultSMITimeout
+	}
+	return &smiRunner{path: p, timeout: t}, nil
+}
+
+// query runs one --query-* form; noDevices is true when the host has none.
+func (r *smiRunner) query(ctx context.Context, arg string) (out []byte, noDevices bool, err error) {
+	out, errb, err := runBounded(ctx, r.timeout, []string{r.path, arg, csvFormat})
+	if err != nil {
+		var ee *exec.ExitError
+		both := string(out) + string(errb)
+		if errors.As(err, &ee) && ee.ExitCode() == smiNoDevicesExit && strings.Contains(both, smiNoDevicesText) {
+			return nil, true, nil
+		}
+		msg := strings.TrimSpace(both)
+		if len(msg) > 300 {
+			msg = msg[:300] + "..."
+		}
+		if msg != "" {
+			return nil, false, fmt.Errorf("%w: %s", err, msg)
+		}
+		return nil, false, err
+	}
+	return out, false, nil
+}
+
+func (r *smiRunner) queryGPUs(ctx context.Context) ([]GPU, error) {
+	out, none, err := r.query(ctx, "--query-gpu="+queryGPUFields)
+	if err != nil || none {
+		return nil, err
+	}
+	gpus, err := parseQueryGPU(out)
+	if err != nil {
+		return nil, fmt.Errorf("%s --query-gpu: %w", r.path, err)
+	}
+	return gpus, nil
+}
+
+func (r *smiRunner) queryApps(ctx context.Context) ([]computeApp, error) {
+	out, none, err := r.query(ctx, "--query-compute-apps="+queryAppsFields)
+	if err != nil || none {
+		return nil, err
+	}
+	apps, err := parseComputeApps(out)
+	if err != nil {
+		return nil, fmt.Errorf("%s --query-compute-apps: %w", r.path, err)
+	}
+	return apps, nil
+}
+
+// computeApp is one line of --query-compute-apps.
+type computeApp struct {
+	PID     int
+	Name    string
+	GPUUUID string
+	BusID   string
+	MemMiB  int64 // -1 when [N/A]
+}
+
+// csvFields splits one nvidia-smi CSV line. nvidia-smi does not quote, so
+// a free-text column (a name) is recovered as everything between the fixed
+// columns before and after it.
+func csvFields(line string, want, freeCol int) ([]string, error) {
+	raw := strings.Split(line, ",")
+	if len(raw) < want {
+		return nil, fmt.Errorf("%d columns, want %d", len(raw), want)
+	}
+	extra := len(raw) - want
+	out := make([]string, 0, want)
+	for i := 0; i < len(raw); i++ {
+		if i == freeCol {
+			out = append(out, strings.TrimSpace(strings.Join(raw[i:i+extra+1], ",")))
+			i += extra
+			continue
+		}
+		out = append(out, strings.TrimSpace(raw[i]))
+	}
+	return out, nil
+}
+
+// parseMiB reads a memory value: "1234", "1234 MiB", or a bracketed
+// placeholder such as [N/A] / [Not Supported], which reads as -1.
+func parseMiB(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if strings.HasPrefix(s, "[") || s == "N/A" || s == "" {
+		return -1, nil
+	}
+	s = strings.TrimSpace(strings.TrimSuffix(s, "MiB"))
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("memory value %q is not a MiB count", s)
+	}
+	return v, nil
+}
+
+// isSMIMessage reports lines nvidia-smi prints instead of rows.
+func isSMIMessage(line string) bool {
+	return strings.HasPrefix(line, "No running") || strings.HasPrefix(line, smiNoDevicesText)
+}
+
+// parseQueryGPU parses `--query-gpu=index,uuid,name,pci.bus_id,memory.used,memory.total`.
+func parseQueryGPU(b []byte) ([]GPU, error) {
+	var gpus []GPU
+	for n, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || isSMIMessage(line) {
+			continue
+		}
+		f, err := csvFields(line, 6, 2)
+		if err != nil {
+			return nil, fmt.Errorf("line %d %q: %w", n+1, line, err)
+		}
+		idx, err := strconv.Atoi(f[0])
+		if err != nil || idx < 0 {
+			return nil, fmt.Errorf("line %d %q: index %q is not a number", n+1, line, f[0])
+		}
+		g := GPU{Index: idx, UUID: f[1], Name: f[2], BusID: f[3], Minor: -1}
+		if g.MemUsedMiB, err = parseMiB(f[4]); err != nil {
+			return nil, fmt.Errorf("line %d %q: memory.used: %w", n+1, line, err)
+		}
+		if g.MemTotalMiB, err = parseMiB(f[5]); err != nil {
+			return nil, fmt.Errorf("line %d %q: memory.total: %w", n+1, line, err)
+		}
+		gpus = append(gpus, g)
+	}
+	return gpus, nil
+}
+
+// parseComputeApps parses `--query-compute-apps=pid,process_name,gpu_uuid,gpu_bus_id,used_memory`.
+func parseComputeApps(b []byte) ([]computeApp, error) {
+	var apps []computeApp
+	for n, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || isSMIMessage(line) {
+			continue
+		}
+		f, err := csvFields(line, 5, 1)
+		if err != nil {
+			return nil, fmt.Errorf("line %d %q: %w", n+1, line, err)
+		}
+		pid, err := strconv.Atoi(f[0])
+		if err != nil || pid < 0 {
+			return nil, fmt.Errorf("line %d %q: pid %q is not a number", n+1, line, f[0])
+		}
+		a := computeApp{PID: pid, Name: f[1], GPUUUID: f[2], BusID: f[3]}
+		if a.MemMiB, err = parseMiB(f[4]); err != nil {
+			return nil, fmt.Errorf("line %d %q: used_memory: %w", n+1, line, err)
+		}
+		apps = append(apps, a)
+	}
+	return apps, nil
+}
+
+// baseName is argv[0]'s last element.
+func baseName(argv []string) string {
+	if len(argv) == 0 {
+		return ""
+	}
+	return filepath.Base(argv[0])
+}

@@ -1,0 +1,259 @@
+package helper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultUnitTimeout bounds a systemctl call when UnitRequest.Timeout is 0.
+const DefaultUnitTimeout = 90 * time.Second
+
+// Where systemd is looked for; tests on hosts with systemd may not change them.
+var (
+	systemdRunDir = "/run/systemd/system"
+	cgroupRoot    = "/sys/fs/cgroup"
+	systemctlDirs = []string{"/usr/bin/systemctl", "/bin/systemctl"}
+)
+
+// unitTypes are systemd's unit suffixes.
+var unitTypes = []string{"service", "socket", "device", "mount", "automount", "swap", "target", "path", "timer", "slice", "scope"}
+
+// NormalizeUnit validates a unit name by systemd's rules and appends
+// ".service" when it has no unit-type suffix (as systemctl does).
+func NormalizeUnit(name string) (string, error) {
+	if name == "" {
+		return "", errors.New("unit name is empty")
+	}
+	if strings.HasPrefix(name, "-") {
+		return "", fmt.Errorf("unit name %q: must not start with '-'", name)
+	}
+	for i, r := range name {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(":_.\\@-", r)
+		if !ok {
+			return "", fmt.Errorf("unit name %q: character %q at %d not allowed (only A-Z a-z 0-9 : _ . \\ @ -)", name, r, i)
+		}
+	}
+	hasType := false
+	if dot := strings.LastIndexByte(name, '.'); dot >= 0 {
+		for _, t := range unitTypes {
+			if name[dot+1:] == t {
+				hasType = true
+			}
+		}
+	}
+	if !hasType {
+		name += ".service"
+	}
+	if len(name) > 255 {
+		return "", fmt.Errorf("unit name %.40q...: %d bytes, limit 255", name, len(name))
+	}
+	prefix := name[:strings.LastIndexByte(name, '.')]
+	if prefix == "" {
+		return "", fmt.Errorf("unit name %q: empty name before the suffix", name)
+	}
+	if at := strings.IndexByte(prefix, '@'); at >= 0 {
+		if at == 0 {
+			return "", fmt.Errorf("unit name %q: empty template name before '@'", name)
+		}
+		if at == len(prefix)-1 {
+			return "", fmt.Errorf("unit name %q: template without an instance (name@instance.service)", name)
+		}
+		if strings.Count(prefix, "@") > 1 {
+			return "", fmt.Errorf("unit name %q: more than one '@'", name)
+		}
+	}
+	return name, nil
+}
+
+// findSystemd returns systemctl's path, or why systemd cannot be driven.
+func findSystemd() (string, string) {
+	if fi, err := os.Stat(systemdRunDir); err != nil || !fi.IsDir() {
+		return "", "systemd is not running on this host (no " + systemdRunDir + ")"
+	}
+	if p, err := exec.LookPath("systemctl"); err == nil {
+		return p, ""
+	}
+	for _, p := range systemctlDirs {
+		if _, err := os.Stat(p); err == nil {
+			return p, ""
+		}
+	}
+	return "", "systemctl not found on PATH or in /usr/bin, /bin"
+}
+
+// Unit stops, starts, restarts or reports one systemd unit, with systemctl
+// run as an argument vector under a deadline. After a stop it lists what
+// is still alive in the unit's cgroup and the GPU holders that belong to it.
+func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
+	start := time.Now()
+	switch req.Action {
+	case UnitStop, UnitStart, UnitRestart, UnitStatus:
+	default:
+		return nil, fmt.Errorf("unit action %q: want stop, start, restart or status", req.Action)
+	}
+	name, err := NormalizeUnit(req.Unit)
+	if err != nil {
+		return nil, err
+	}
+	resp := &UnitResponse{Version: Version, Unit: name, Action: req.Action}
+	defer func() { resp.Elapsed = Duration(time.Since(start)) }()
+	systemctl, why := findSystemd()
+	if systemctl == "" {
+		resp.Reason = why
+		return resp, nil
+	}
+	resp.Systemd = true
+	timeout := req.Timeout.D()
+	if timeout <= 0 {
+		timeout = DefaultUnitTimeout
+	}
+	var actionErr error
+	if req.Action != UnitStatus {
+		_, errb, err := runBounded(ctx, timeout, []string{systemctl, req.Action, "--", name})
+		if err != nil {
+			actionErr = fmt.Errorf("%w: %s", err, strings.TrimSpace(string(errb)))
+		}
+	}
+	out, errb, err := runBounded(ctx, timeout, []string{systemctl, "show", "-p", "LoadState", "-p", "ActiveState", "-p", "SubState", "-p", "MainPID", "-p", "ControlGroup", "--", name})
+	if err != nil {
+		return nil, fmt.Errorf("systemctl show %s: %w: %s", name, err, strings.TrimSpace(string(errb)))
+	}
+	props := parseShow(out)
+	resp.ActiveState, resp.SubState, resp.ControlGroup = props["ActiveState"], props["SubState"], props["ControlGroup"]
+	resp.MainPID, _ = strconv.Atoi(props["MainPID"])
+	if req.Action == UnitStop || req.Action == UnitStatus {
+		if err := fillUnitLeftovers(ctx, req.Config, resp); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case actionErr != nil:
+		resp.Reason = actionErr.Error()
+	case props["LoadState"] == "not-found":
+		resp.Reason = "unit " + name + " not found"
+		resp.OK = req.Action == UnitStop // stopping a unit that does not exist leaves it stopped
+	case req.Action == UnitStop:
+		resp.OK = (resp.ActiveState == "inactive" || resp.ActiveState == "failed") && len(resp.Remaining) == 0 && len(resp.GPUHolders) == 0
+		if !resp.OK {
+			resp.Reason = fmt.Sprintf("after stop: state %s, %d processes left in the cgroup, %d GPU holders of the unit", resp.ActiveState, len(resp.Remaining), len(resp.GPUHolders))
+		}
+	case req.Action == UnitStart || req.Action == UnitRestart:
+		resp.OK = resp.ActiveState == "active" || resp.ActiveState == "activating" || resp.ActiveState == "reloading"
+		if !resp.OK {
+			resp.Reason = "after " + req.Action + ": state " + resp.ActiveState + "/" + resp.SubState
+		}
+	default:
+		resp.OK = true
+	}
+	return resp, nil
+}
+
+// parseShow reads `systemctl show` Key=Value lines.
+func parseShow(b []byte) map[string]string {
+	m := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			m[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	return m
+}
+
+// fillUnitLeftovers lists processes in the unit's cgroup and the GPU holders
+// that belong to the unit.
+func fillUnitLeftovers(ctx context.Context, cfg Config, resp *UnitResponse) error {
+	s, err := newScanner(cfg)
+	if err != nil {
+		return err
+	}
+	if resp.ControlGroup != "" {
+		var pids []int
+		// cgroup v2, hybrid (unified/), then v1's named systemd hierarchy.
+		for _, sub := range []string{"", "unified", "systemd"} {
+			if pids = cgroupProcs(filepath.Join(cgroupRoot, sub, resp.ControlGroup)); pids != nil {
+				break
+			}
+		}
+		if pids == nil {
+			pids = s.pidsInCgroup(resp.ControlGroup)
+		}
+		for _, pid := range pids {
+			st, err := s.proc.stat(pid)
+			if err != nil || st.State == "Z" {
+				continue
+			}
+			resp.Remaining = append(resp.Remaining, Proc{
+				Identity: Identity{PID: pid, StartTime: st.StartTime, BootID: s.bootID},
+				Comm:     st.Comm, Cmdline: s.proc.cmdline(pid), State: st.State,
+			})
+		}
+	}
+	snap, err := TakeSnapshot(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("unit %s: %w", resp.Unit, err)
+	}
+	for _, h := range snap.Holders {
+		if h.Unit == resp.Unit || (resp.ControlGroup != "" && inCgroup(h.Cgroup, resp.ControlGroup)) {
+			resp.GPUHolders = append(resp.GPUHolders, h)
+		}
+	}
+	return nil
+}
+
+// inCgroup reports whether path is cg or below it.
+func inCgroup(path, cg string) bool {
+	cg = strings.TrimSuffix(cg, "/")
+	return cg != "" && (path == cg || strings.HasPrefix(path, cg+"/"))
+}
+
+// cgroupProcs reads cgroup.procs of dir and its sub-cgroups (cgroup v2);
+// nil when dir does not exist.
+func cgroupProcs(dir string) []int {
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err != nil {
+		return nil
+	}
+	pids := []int{}
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, n)
+			}
+		}
+		return nil
+	})
+	return pids
+}
+
+// pidsInCgroup finds processes whose /proc/PID/cgroup lies in cg (cgroup v1
+// hosts, or when the cgroup tree is not mounted where expected).
+func (s *scanner) pidsInCgroup(cg string) []int {
+	pids, err := s.proc.pids()
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, pid := range pids {
+		b, err := os.ReadFile(s.proc.path(pid, "cgroup"))
+		if err != nil {
+			continue
+		}
+		if inCgroup(parseCgroup(b).Path, cg) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
