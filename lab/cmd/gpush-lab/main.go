@@ -1,0 +1,305 @@
+// Command gpush-lab runs simulated GPU hosts behind a real sshd on loopback.
+//
+//	gpush-lab up -n 4 --dir /tmp/gpush-lab [--scenario leftovers]   # prints the inventory, stays up
+//	gpush-lab down --dir /tmp/gpush-lab
+//	gpush-lab demo [-n 4]                                            # up, gpush run free_gpus.lua, down
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gpush/gpush/lab"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(1)
+	}
+	var err error
+	switch os.Args[1] {
+	case "up":
+		err = up(os.Args[2:])
+	case "serve":
+		err = serve(os.Args[2:])
+	case "down":
+		err = down(os.Args[2:])
+	case "demo":
+		err = demo(os.Args[2:])
+	case "-h", "--help", "help":
+		usage()
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "gpush-lab: unknown command %q\n", os.Args[1])
+		usage()
+		os.Exit(1)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpush-lab %s: %v\n", os.Args[1], err)
+		var x *exec.ExitError
+		if errors.As(err, &x) {
+			os.Exit(x.ExitCode())
+		}
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `usage:
+  gpush-lab up   -n N --dir DIR [--scenario idle|leftovers|respawn] [--unreachable K]
+  gpush-lab down --dir DIR
+  gpush-lab demo [-n N] [--dir DIR] [--keep]
+`)
+}
+
+type labFlags struct {
+	n, unreachable int
+	dir, scenario  string
+}
+
+func parseLab(name string, args []string, defDir string) (*flag.FlagSet, *labFlags, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	f := &labFlags{}
+	fs.IntVar(&f.n, "n", 4, "number of lab hosts")
+	fs.StringVar(&f.dir, "dir", defDir, "lab folder (sshd, keys, fake devices, inventory)")
+	fs.StringVar(&f.scenario, "scenario", lab.ScenarioLeftovers, "idle, leftovers or respawn")
+	fs.IntVar(&f.unreachable, "unreachable", 0, "extra inventory hosts on a closed port")
+	return fs, f, nil
+}
+
+// state is what `up` leaves in DIR/lab.json for `down` and for scripts.
+type state struct {
+	PID        int        `json:"pid"`
+	StartTime  uint64     `json:"start_time"`
+	Inventory  string     `json:"inventory"`
+	KnownHosts string     `json:"known_hosts"`
+	SSHConfig  string     `json:"ssh_config"`
+	Procs      []lab.Proc `json:"procs"`
+}
+
+// up starts `gpush-lab serve` in its own session, detached, and returns once
+// it wrote DIR/lab.json, printing the inventory path.
+func up(args []string) error {
+	fs, f, _ := parseLab("up", args, "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if f.dir == "" {
+		return errors.New("--dir is required")
+	}
+	dir, err := filepath.Abs(f.dir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	statePath := filepath.Join(dir, "lab.json")
+	if st, err := readState(statePath); err == nil && lab.Alive(lab.Proc{PID: st.PID, StartTime: st.StartTime}) {
+		return fmt.Errorf("a lab already runs in %s (pid %d); gpush-lab down --dir %s", dir, st.PID, dir)
+	}
+	os.Remove(statePath)
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	logf, err := os.Create(filepath.Join(dir, "lab.log"))
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(self, append([]string{"serve", "--dir", dir}, args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start lab server: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(5 * time.Minute)
+	for {
+		select {
+		case err := <-exited:
+			b, _ := os.ReadFile(logf.Name())
+			return fmt.Errorf("lab server exited (%v):\n%s", err, b)
+		case <-deadline:
+			return fmt.Errorf("lab server not ready after 5m; see %s", logf.Name())
+		case <-tick.C:
+		}
+		if st, err := readState(statePath); err == nil {
+			fmt.Println(st.Inventory)
+			fmt.Fprintf(os.Stderr, "lab up: %d hosts; try:\n  gpush run free_gpus.lua -i %s --known-hosts %s\n  gpush-lab down --dir %s\n",
+				f.n, st.Inventory, st.KnownHosts, dir)
+			return nil
+		}
+	}
+}
+
+func readState(path string) (*state, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &st, nil
+}
+
+// serve runs the lab in the foreground until SIGTERM/SIGINT.
+func serve(args []string) error {
+	fs, f, _ := parseLab("serve", args, "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	l, err := lab.Start(ctx, lab.Options{Hosts: f.n, Dir: f.dir, Scenario: f.scenario, Unreachable: f.unreachable, Log: os.Stderr})
+	if err != nil {
+		if l != nil {
+			l.Stop()
+		}
+		return err
+	}
+	defer l.Stop()
+	st := state{PID: os.Getpid(), Inventory: l.Inventory, KnownHosts: l.KnownHosts, SSHConfig: l.SSHConfig, Procs: l.Procs()}
+	st.StartTime, _ = lab.StartTime(st.PID)
+	b, _ := json.MarshalIndent(st, "", "  ")
+	tmp := filepath.Join(l.Dir, "lab.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(l.Dir, "lab.json")); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	fmt.Fprintln(os.Stderr, "lab: stopping")
+	os.Remove(filepath.Join(l.Dir, "lab.json"))
+	return l.Stop()
+}
+
+// down signals the lab server recorded in DIR/lab.json and waits for it.
+func down(args []string) error {
+	fs, f, _ := parseLab("down", args, "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if f.dir == "" {
+		return errors.New("--dir is required")
+	}
+	path := filepath.Join(f.dir, "lab.json")
+	st, err := readState(path)
+	if err != nil {
+		return fmt.Errorf("no lab running in %s: %w", f.dir, err)
+	}
+	p := lab.Proc{PID: st.PID, StartTime: st.StartTime}
+	if !lab.Alive(p) {
+		os.Remove(path)
+		return nil
+	}
+	if err := syscall.Kill(st.PID, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("signal lab server pid %d: %w", st.PID, err)
+	}
+	for deadline := time.Now().Add(time.Minute); lab.Alive(p); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("lab server pid %d still running after 1m", st.PID)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "lab in %s stopped\n", f.dir)
+	return nil
+}
+
+// demo starts a lab, runs gpush free_gpus.lua against it, shows that the
+// protected daemon and the unrelated process survived, and stops the lab.
+func demo(args []string) error {
+	fs, f, _ := parseLab("demo", args, "")
+	keep := fs.Bool("keep", false, "leave the lab folder in place")
+	gpushBin := fs.String("gpush", "", "gpush binary to run (default: build one with the helpers embedded)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if f.dir == "" {
+		d, err := os.MkdirTemp("", "gpush-lab-")
+		if err != nil {
+			return err
+		}
+		f.dir = d
+		if !*keep {
+			defer os.RemoveAll(d)
+		}
+	}
+	gpush := *gpushBin
+	if gpush == "" {
+		fmt.Printf("== building gpush with its helpers\n")
+		gpush = filepath.Join(f.dir, "bin", "gpush")
+		if err := lab.BuildGpush(ctx, gpush); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("== starting %d lab hosts (scenario %s) behind one sshd on loopback\n", f.n, f.scenario)
+	l, err := lab.Start(ctx, lab.Options{Hosts: f.n, Dir: f.dir, Scenario: f.scenario, Unreachable: f.unreachable})
+	if err != nil {
+		if l != nil {
+			l.Stop()
+		}
+		return err
+	}
+	defer l.Stop()
+	for _, p := range l.Procs() {
+		if p.Host == l.Hosts[0].Name {
+			fmt.Printf("   %s pid %-7d %-14s gpu %s\n", p.Host, p.PID, p.Role, gpuStr(p.GPU))
+		}
+	}
+	fmt.Printf("   (same on the other hosts)\n\n")
+	argv := []string{"run", "free_gpus.lua", "-i", l.Inventory, "--known-hosts", l.KnownHosts, "-e", "grace=1s"}
+	fmt.Printf("== gpush %s\n", strings.Join(argv, " "))
+	cmd := exec.CommandContext(ctx, gpush, argv...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	runErr := cmd.Run()
+	fmt.Printf("\n== after the run\n")
+	for _, p := range l.Procs() {
+		if p.Role == lab.RoleOrphanParent {
+			continue
+		}
+		st := "gone"
+		if lab.Alive(p) {
+			st = "alive"
+		}
+		if p.Host == l.Hosts[0].Name {
+			fmt.Printf("   %s pid %-7d %-14s %s\n", p.Host, p.PID, p.Role, st)
+		}
+	}
+	code := 0
+	var x *exec.ExitError
+	if errors.As(runErr, &x) {
+		code = x.ExitCode()
+	} else if runErr != nil {
+		return runErr
+	}
+	fmt.Printf("   gpush exit status %d\n", code)
+	return runErr
+}
+
+func gpuStr(i int) string {
+	if i < 0 {
+		return "-"
+	}
+	return strconv.Itoa(i)
+}

@@ -1,0 +1,707 @@
+// Package lab runs simulated GPU hosts on this machine for the demo, the
+// end-to-end tests and the benchmark: one real OpenSSH sshd on loopback
+// serves every lab host; each host is an inventory entry with its own fake
+// device folder (gpush_dev_dir), its own fake nvidia-smi (gpush_nvidia_smi)
+// and its own holder processes mimicking what a stopped GPU service leaves
+// behind. Nothing outside this package knows it is a lab: gpush reaches lab
+// hosts through the same inventory vars a real cluster can set.
+package lab
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gpush/gpush/lab/sshd"
+	"gopkg.in/yaml.v3"
+)
+
+// Scenarios: what each lab host's GPUs look like at the start.
+const (
+	// ScenarioIdle: every GPU free, only the protected daemon and an
+	// unrelated process around.
+	ScenarioIdle = "idle"
+	// ScenarioLeftovers: a stopped service's leftovers: a plain worker on
+	// GPU 0, an orphaned worker (its parent was killed) on GPU 1, a worker
+	// that ignores SIGTERM on GPU 2; GPU 3 free; plus nvidia-persistenced
+	// holding nvidiactl and an unrelated process, both to be left alone.
+	ScenarioLeftovers = "leftovers"
+	// ScenarioRespawn: the leftovers, and GPU 3 held by a worker that a
+	// supervisor restarts whenever it dies (a new holder keeps coming back).
+	ScenarioRespawn = "respawn"
+)
+
+// Process roles.
+const (
+	RoleWorker       = "worker"        // holds a GPU, exits on TERM
+	RoleOrphanParent = "orphan-parent" // killed by the lab at start
+	RoleOrphan       = "orphan"        // its child, re-parented, holds a GPU
+	RoleTermIgnorer  = "term-ignorer"  // holds a GPU, ignores TERM
+	RoleRespawner    = "respawner"     // holds a GPU, restarted when it dies
+	RolePersistenced = "persistenced"  // protected daemon holding nvidiactl
+	RoleUnrelated    = "unrelated"     // holds a non-NVIDIA file; never a target
+)
+
+// Binaries are the lab's executables. Empty fields are built by Start with
+// `go build` into Dir/bin (needs the gpush module source).
+type Binaries struct {
+	Holder  string // lab/cmd/gpu-holder
+	FakeSMI string // lab/cmd/fake-nvidia-smi
+}
+
+// Options tunes Start.
+type Options struct {
+	// Hosts is the number of lab hosts (default 1), named lab01, lab02, ...
+	Hosts int
+	// Dir holds everything (sshd, keys, devices, inventory); required.
+	Dir string
+	// Scenario applies to every host (default ScenarioLeftovers).
+	Scenario string
+	// HostScenario, when set, picks the scenario of host i (0-based).
+	HostScenario func(i int) string
+	// GPUs per host (default 4; the leftovers scenario needs 4).
+	GPUs int
+	// Unreachable adds that many inventory hosts (down01, ...) pointing at a
+	// closed loopback port.
+	Unreachable int
+	// Bin are prebuilt binaries (see Binaries).
+	Bin Binaries
+	// ReleaseDelay is how long the fake nvidia-smi keeps a dead holder's
+	// memory (default "70ms", what an H200 showed).
+	ReleaseDelay string
+	// SSHD tunes the sshd (log level, extra config lines).
+	SSHD sshd.Options
+	// Log receives progress lines (default: discard).
+	Log io.Writer
+}
+
+// Proc is one lab process; PID and StartTime are its identity.
+type Proc struct {
+	Host      string `json:"host"`
+	Role      string `json:"role"`
+	GPU       int    `json:"gpu"` // -1: holds no GPU
+	PID       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"`
+}
+
+// Host is one lab host.
+type Host struct {
+	Name     string `json:"name"`
+	Scenario string `json:"scenario"`
+	DevDir   string `json:"dev_dir"`
+	SMI      string `json:"nvidia_smi"`
+}
+
+// Lab is a running set of lab hosts.
+type Lab struct {
+	Dir        string
+	Inventory  string // inventory file (YAML)
+	KnownHosts string // known_hosts file with the sshd's host key
+	SSHConfig  string // ssh_config naming every lab host (for ssh/pdsh)
+	ClientKey  string
+	User       string
+	Hosts      []Host
+	SSHD       *sshd.Server
+
+	bin    Binaries
+	opts   Options
+	mu     sync.Mutex
+	procs  []*proc
+	stopCh chan struct{}
+	wg     sync.WaitGroup
+	stop   sync.Once
+}
+
+type proc struct {
+	Proc
+	// exited is closed once the lab reaped the process; nil for processes
+	// the lab did not start directly (orphans).
+	exited chan struct{}
+}
+
+// reap waits for a started process in the background.
+func reap(cmd *exec.Cmd) chan struct{} {
+	ch := make(chan struct{})
+	go func() { cmd.Wait(); close(ch) }()
+	return ch
+}
+
+// Start builds what is missing, starts the sshd, lays out the hosts, starts
+// their holder processes and writes the inventory. Call Stop when done, also
+// after an error return (Start cleans up after itself then).
+func Start(ctx context.Context, o Options) (l *Lab, err error) {
+	if o.Dir == "" {
+		return nil, errors.New("lab: Options.Dir is required")
+	}
+	if o.Hosts <= 0 {
+		o.Hosts = 1
+	}
+	if o.GPUs <= 0 {
+		o.GPUs = 4
+	}
+	if o.Scenario == "" {
+		o.Scenario = ScenarioLeftovers
+	}
+	if o.ReleaseDelay == "" {
+		o.ReleaseDelay = "70ms"
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("lab dir %s: %w", o.Dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create lab dir: %w", err)
+	}
+	// sshd reads authorized_keys as the login user: the folders on the way
+	// must be traversable.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("chmod lab dir %s: %w", dir, err)
+	}
+	u, err := user.Current()
+	if err != nil {
+		return nil, fmt.Errorf("lab: current user: %w", err)
+	}
+	l = &Lab{Dir: dir, User: u.Username, opts: o, stopCh: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			l.Stop()
+		}
+	}()
+	if l.bin, err = Build(ctx, filepath.Join(dir, "bin"), o.Bin); err != nil {
+		return l, err
+	}
+	so := o.SSHD
+	so.Dir = filepath.Join(dir, "sshd")
+	if so.LogLevel == "" {
+		so.LogLevel = "VERBOSE"
+	}
+	// Every lab host logs in through this one sshd at once.
+	so.ExtraConfig = append([]string{"MaxStartups 1000", "MaxSessions 1000"}, so.ExtraConfig...)
+	fmt.Fprintf(o.Log, "lab: starting sshd in %s\n", so.Dir)
+	if l.SSHD, err = sshd.Start(ctx, so); err != nil {
+		return l, fmt.Errorf("lab: %w", err)
+	}
+	l.ClientKey = l.SSHD.ClientKeyPath
+	for i := 0; i < o.Hosts; i++ {
+		sc := o.Scenario
+		if o.HostScenario != nil {
+			sc = o.HostScenario(i)
+		}
+		h, err := l.layoutHost(fmt.Sprintf("lab%02d", i+1), sc)
+		if err != nil {
+			return l, err
+		}
+		l.Hosts = append(l.Hosts, h)
+	}
+	for _, h := range l.Hosts {
+		if err := l.startProcs(ctx, h); err != nil {
+			return l, err
+		}
+	}
+	if err := l.writeFiles(o.Unreachable); err != nil {
+		return l, err
+	}
+	fmt.Fprintf(o.Log, "lab: %d hosts up, inventory %s\n", len(l.Hosts), l.Inventory)
+	return l, nil
+}
+
+// Build returns the lab binaries, building with `go build` into binDir
+// those that have.Holder/FakeSMI do not name.
+func Build(ctx context.Context, binDir string, have Binaries) (Binaries, error) {
+	b := have
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		return b, fmt.Errorf("create %s: %w", binDir, err)
+	}
+	for _, t := range []struct {
+		field *string
+		pkg   string
+		name  string
+	}{
+		{&b.Holder, "github.com/gpush/gpush/lab/cmd/gpu-holder", "gpu-holder"},
+		{&b.FakeSMI, "github.com/gpush/gpush/lab/cmd/fake-nvidia-smi", "fake-nvidia-smi"},
+	} {
+		if *t.field != "" {
+			continue
+		}
+		out := filepath.Join(binDir, t.name)
+		if err := GoBuild(ctx, out, t.pkg); err != nil {
+			return b, err
+		}
+		*t.field = out
+	}
+	return b, nil
+}
+
+// GoBuild runs `go build -o out pkg` (CGO off: the lab binaries are static).
+func GoBuild(ctx context.Context, out, pkg string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+func (l *Lab) layoutHost(name, scenario string) (Host, error) {
+	switch scenario {
+	case ScenarioIdle, ScenarioLeftovers, ScenarioRespawn:
+	default:
+		return Host{}, fmt.Errorf("lab host %s: unknown scenario %q (want %s, %s or %s)", name, scenario, ScenarioIdle, ScenarioLeftovers, ScenarioRespawn)
+	}
+	if scenario != ScenarioIdle && l.opts.GPUs < 4 {
+		return Host{}, fmt.Errorf("lab host %s: scenario %s needs 4 GPUs, have %d", name, scenario, l.opts.GPUs)
+	}
+	base := filepath.Join(l.Dir, "hosts", name)
+	h := Host{Name: name, Scenario: scenario, DevDir: filepath.Join(base, "dev"), SMI: filepath.Join(base, "smi", "nvidia-smi")}
+	if err := os.MkdirAll(h.DevDir, 0o755); err != nil {
+		return h, fmt.Errorf("lab host %s: %w", name, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(h.SMI), 0o755); err != nil {
+		return h, fmt.Errorf("lab host %s: %w", name, err)
+	}
+	devs := []string{"nvidiactl", "nvidia-uvm"}
+	for i := 0; i < l.opts.GPUs; i++ {
+		devs = append(devs, fmt.Sprintf("nvidia%d", i))
+	}
+	for _, d := range devs {
+		if err := os.WriteFile(filepath.Join(h.DevDir, d), nil, 0o666); err != nil {
+			return h, fmt.Errorf("lab host %s: fake device: %w", name, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(base, "unrelated.log"), nil, 0o644); err != nil {
+		return h, fmt.Errorf("lab host %s: %w", name, err)
+	}
+	// The fake nvidia-smi reads its config beside the executable, so each
+	// host gets its own copy (a hard link: /proc/self/exe keeps the link's path).
+	if err := linkOrCopy(l.bin.FakeSMI, h.SMI); err != nil {
+		return h, fmt.Errorf("lab host %s: %w", name, err)
+	}
+	type gpu struct {
+		Index       int    `json:"index"`
+		UUID        string `json:"uuid"`
+		Name        string `json:"name"`
+		BusID       string `json:"bus_id"`
+		TotalMiB    int64  `json:"total_mib"`
+		BaselineMiB int64  `json:"baseline_mib"`
+	}
+	cfg := struct {
+		DevDir       string `json:"dev_dir"`
+		GPUs         []gpu  `json:"gpus"`
+		ReleaseDelay string `json:"release_delay"`
+	}{DevDir: h.DevDir, ReleaseDelay: l.opts.ReleaseDelay}
+	hostNum := len(l.Hosts) + 1
+	for i := 0; i < l.opts.GPUs; i++ {
+		cfg.GPUs = append(cfg.GPUs, gpu{
+			Index: i, Name: "NVIDIA H200",
+			UUID:     fmt.Sprintf("GPU-1ab%05d-0000-4000-8000-%012d", hostNum, i),
+			BusID:    fmt.Sprintf("00000000:%02X:00.0", 0x18+i*0x10),
+			TotalMiB: 143771, BaselineMiB: 0,
+		})
+	}
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return h, fmt.Errorf("lab host %s: %w", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(filepath.Dir(h.SMI), "fake-nvidia-smi.json"), b, 0o644); err != nil {
+		return h, fmt.Errorf("lab host %s: %w", name, err)
+	}
+	return h, nil
+}
+
+func linkOrCopy(src, dst string) error {
+	os.Remove(dst)
+	if err := os.Link(src, dst); err == nil {
+		return nil
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", src, err)
+	}
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		return fmt.Errorf("copy to %s: %w", dst, err)
+	}
+	return nil
+}
+
+// holderAs returns the holder binary under a process name (comm is taken
+// from the executed file's name): python3 for workers, nvidia-persistenced
+// for the protected daemon.
+func (l *Lab) holderAs(name string) (string, error) {
+	p := filepath.Join(l.Dir, "bin", "as", name)
+	if _, err := os.Stat(p); err == nil {
+		return p, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return "", err
+	}
+	if err := linkOrCopy(l.bin.Holder, p); err != nil {
+		return "", err
+	}
+	return p, nil
+}
+
+func (l *Lab) startProcs(ctx context.Context, h Host) error {
+	dev := func(n string) string { return filepath.Join(h.DevDir, n) }
+	gpuDev := func(i int) string { return dev(fmt.Sprintf("nvidia%d", i)) }
+	type spec struct {
+		role, as string
+		gpu      int
+		args     []string
+	}
+	specs := []spec{
+		{RolePersistenced, "nvidia-persistenced", -1, []string{"--dev", dev("nvidiactl")}},
+		{RoleUnrelated, "log-shipper", -1, []string{"--dev", filepath.Join(filepath.Dir(h.DevDir), "unrelated.log")}},
+	}
+	if h.Scenario != ScenarioIdle {
+		specs = append(specs,
+			spec{RoleWorker, "python3", 0, []string{"--dev", gpuDev(0), "--dev", dev("nvidiactl"), "--dev", dev("nvidia-uvm"), "--mem-mib", "10240"}},
+			spec{RoleOrphanParent, "python3", 1, []string{"--dev", gpuDev(1), "--dev", dev("nvidiactl"), "--mem-mib", "3072", "--child-mem-mib", "6144"}},
+			spec{RoleTermIgnorer, "python3", 2, []string{"--dev", gpuDev(2), "--dev", dev("nvidiactl"), "--mem-mib", "4096", "--ignore-term"}},
+		)
+	}
+	if h.Scenario == ScenarioRespawn {
+		specs = append(specs, spec{RoleRespawner, "python3", 3, []string{"--dev", gpuDev(3), "--dev", dev("nvidiactl"), "--mem-mib", "2048"}})
+	}
+	for _, s := range specs {
+		bin, err := l.holderAs(s.as)
+		if err != nil {
+			return fmt.Errorf("lab host %s: %w", h.Name, err)
+		}
+		pids, cmd, err := startHolder(ctx, bin, s.args)
+		if err != nil {
+			return fmt.Errorf("lab host %s: start %s: %w", h.Name, s.role, err)
+		}
+		p := &proc{Proc: Proc{Host: h.Name, Role: s.role, GPU: s.gpu, PID: pids[0]}, exited: reap(cmd)}
+		p.StartTime, _ = StartTime(p.PID)
+		l.add(p)
+		switch s.role {
+		case RoleOrphanParent:
+			if len(pids) < 2 {
+				return fmt.Errorf("lab host %s: gpu-holder --child-mem-mib printed no child pid", h.Name)
+			}
+			c := &proc{Proc: Proc{Host: h.Name, Role: RoleOrphan, GPU: s.gpu, PID: pids[1]}}
+			c.StartTime, _ = StartTime(c.PID)
+			l.add(c)
+			// Kill the parent so that its worker lives on re-parented: the
+			// orphaned-worker case seen on real hosts.
+			cmd.Process.Signal(syscall.SIGKILL)
+			<-p.exited
+		case RoleRespawner:
+			l.wg.Add(1)
+			go l.respawn(p, bin, s.args)
+		}
+	}
+	return nil
+}
+
+// startHolder starts a gpu-holder in its own process group and returns the
+// pids of its "ready <pid>" lines (itself, then its child if any).
+func startHolder(ctx context.Context, bin string, args []string) ([]int, *exec.Cmd, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", bin, err)
+	}
+	want := 1
+	for i, a := range args {
+		if a == "--child-mem-mib" && i+1 < len(args) {
+			want = 2
+		}
+	}
+	type res struct {
+		pids []int
+		err  error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		var pids []int
+		sc := bufio.NewScanner(out)
+		for len(pids) < want && sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) == 2 && f[0] == "ready" {
+				pid, err := strconv.Atoi(f[1])
+				if err != nil {
+					ch <- res{err: fmt.Errorf("bad ready line %q", sc.Text())}
+					return
+				}
+				pids = append(pids, pid)
+			}
+		}
+		if len(pids) < want {
+			ch <- res{err: fmt.Errorf("%s exited before ready (%v)", bin, sc.Err())}
+			return
+		}
+		ch <- res{pids: pids}
+		io.Copy(io.Discard, out) // keep draining so the holder never blocks on stdout
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			return nil, nil, r.err
+		}
+		return r.pids, cmd, nil
+	case <-ctx.Done():
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, nil, fmt.Errorf("waiting for %s to be ready: %w", bin, ctx.Err())
+	}
+}
+
+// respawn restarts a holder whenever it dies, like a supervisor with
+// Restart=always, until the lab stops.
+func (l *Lab) respawn(p *proc, bin string, args []string) {
+	defer l.wg.Done()
+	cur := p
+	for {
+		select {
+		case <-l.stopCh:
+			return
+		case <-cur.exited:
+		}
+		select {
+		case <-l.stopCh:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+		pids, cmd, err := startHolder(context.Background(), bin, args)
+		if err != nil {
+			fmt.Fprintf(l.opts.Log, "lab host %s: respawn: %v\n", p.Host, err)
+			return
+		}
+		n := &proc{Proc: Proc{Host: p.Host, Role: RoleRespawner, GPU: p.GPU, PID: pids[0]}, exited: reap(cmd)}
+		n.StartTime, _ = StartTime(n.PID)
+		l.add(n)
+		cur = n
+	}
+}
+
+func (l *Lab) add(p *proc) {
+	l.mu.Lock()
+	l.procs = append(l.procs, p)
+	l.mu.Unlock()
+}
+
+// Procs lists every process the lab started (respawned ones included),
+// dead or alive.
+func (l *Lab) Procs() []Proc {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]Proc, 0, len(l.procs))
+	for _, p := range l.procs {
+		out = append(out, p.Proc)
+	}
+	return out
+}
+
+// Find returns the processes of a host with a role.
+func (l *Lab) Find(host, role string) []Proc {
+	var out []Proc
+	for _, p := range l.Procs() {
+		if p.Host == host && p.Role == role {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Alive reports whether the process still runs with the same identity (a
+// reused pid does not count); zombies count as dead.
+func Alive(p Proc) bool {
+	st, err := StartTime(p.PID)
+	if err != nil || st != p.StartTime {
+		return false
+	}
+	state, err := procState(p.PID)
+	return err == nil && state != "Z" && state != "X"
+}
+
+// StartTime reads field 22 of /proc/PID/stat (clock ticks since boot).
+func StartTime(pid int) (uint64, error) {
+	f, err := statFields(pid)
+	if err != nil {
+		return 0, err
+	}
+	// f starts at field 3 (state); starttime is field 22.
+	if len(f) < 20 {
+		return 0, fmt.Errorf("/proc/%d/stat: short", pid)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+func procState(pid int) (string, error) {
+	f, err := statFields(pid)
+	if err != nil {
+		return "", err
+	}
+	return f[0], nil
+}
+
+// statFields returns the fields of /proc/PID/stat after the comm, which may
+// hold spaces and parentheses.
+func statFields(pid int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return nil, fmt.Errorf("/proc/%d/stat: no comm", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) == 0 {
+		return nil, fmt.Errorf("/proc/%d/stat: empty", pid)
+	}
+	return f, nil
+}
+
+// writeFiles writes the inventory, known_hosts and an ssh_config.
+func (l *Lab) writeFiles(unreachable int) error {
+	port := l.SSHD.Port
+	hosts := map[string]any{}
+	for _, h := range l.Hosts {
+		hosts[h.Name] = map[string]any{
+			"gpush_dev_dir":    h.DevDir,
+			"gpush_nvidia_smi": h.SMI,
+			"lab_scenario":     h.Scenario,
+		}
+	}
+	children := map[string]any{"lab": map[string]any{"hosts": hosts}}
+	if unreachable > 0 {
+		closed, err := closedPort()
+		if err != nil {
+			return err
+		}
+		down := map[string]any{}
+		for i := 1; i <= unreachable; i++ {
+			down[fmt.Sprintf("down%02d", i)] = map[string]any{"ansible_port": closed}
+		}
+		children["down"] = map[string]any{"hosts": down}
+	}
+	inv := map[string]any{"all": map[string]any{
+		"vars": map[string]any{
+			"ansible_host":                 "127.0.0.1",
+			"ansible_port":                 port,
+			"ansible_user":                 l.User,
+			"ansible_ssh_private_key_file": l.ClientKey,
+			"gpush_remote_dir":             filepath.Join(l.Dir, "remote"),
+		},
+		"children": children,
+	}}
+	b, err := yaml.Marshal(inv)
+	if err != nil {
+		return fmt.Errorf("lab inventory: %w", err)
+	}
+	l.Inventory = filepath.Join(l.Dir, "inventory.yaml")
+	if err := os.WriteFile(l.Inventory, append([]byte("# gpush lab inventory (generated)\n"), b...), 0o644); err != nil {
+		return fmt.Errorf("lab inventory: %w", err)
+	}
+	l.KnownHosts = filepath.Join(l.Dir, "known_hosts")
+	if err := os.WriteFile(l.KnownHosts, []byte(l.SSHD.KnownHostsLine()+"\n"), 0o644); err != nil {
+		return fmt.Errorf("lab known_hosts: %w", err)
+	}
+	var sc strings.Builder
+	for _, h := range l.Hosts {
+		fmt.Fprintf(&sc, "Host %s\n  HostName 127.0.0.1\n  Port %d\n  User %s\n  IdentityFile %s\n  IdentitiesOnly yes\n  UserKnownHostsFile %s\n  StrictHostKeyChecking yes\n  BatchMode yes\n",
+			h.Name, port, l.User, l.ClientKey, l.KnownHosts)
+	}
+	l.SSHConfig = filepath.Join(l.Dir, "ssh_config")
+	if err := os.WriteFile(l.SSHConfig, []byte(sc.String()), 0o644); err != nil {
+		return fmt.Errorf("lab ssh_config: %w", err)
+	}
+	return nil
+}
+
+// closedPort returns a loopback port nothing listens on (bound, then closed).
+func closedPort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("lab: find a closed port: %w", err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	return port, nil
+}
+
+// Stop kills every process the lab started (by identity, so a reused pid is
+// never hit), stops the sshd and keeps Dir for inspection.
+func (l *Lab) Stop() error {
+	var errs []error
+	l.stop.Do(func() {
+		close(l.stopCh)
+		l.wg.Wait()
+		l.mu.Lock()
+		procs := append([]*proc(nil), l.procs...)
+		l.mu.Unlock()
+		for _, p := range procs {
+			if Alive(p.Proc) {
+				syscall.Kill(p.PID, syscall.SIGKILL)
+			}
+			if p.exited != nil {
+				<-p.exited
+			}
+		}
+		if l.SSHD != nil {
+			if err := l.SSHD.Stop(); err != nil {
+				errs = append(errs, fmt.Errorf("lab: stop sshd: %w", err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// ModuleRoot returns the folder of the gpush module source (go.mod's dir).
+func ModuleRoot(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/gpush/gpush").Output()
+	if err != nil {
+		return "", fmt.Errorf("find the gpush module source (run from inside it): %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// BuildGpush builds gpush the way `make gpush` does: the static helpers for
+// linux/amd64 and arm64 into remote/helperbin/bin (embedded by gpush), then
+// gpush itself to out.
+func BuildGpush(ctx context.Context, out string) error {
+	root, err := ModuleRoot(ctx)
+	if err != nil {
+		return err
+	}
+	for _, arch := range []string{"amd64", "arm64"} {
+		dst := filepath.Join(root, "remote", "helperbin", "bin", "gpush-helper-linux-"+arch)
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", dst, "./cmd/gpush-helper")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build gpush-helper linux/%s: %w\n%s", arch, err, b)
+		}
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/gpush")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build gpush: %w\n%s", err, b)
+	}
+	return nil
+}
