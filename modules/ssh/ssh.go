@@ -1,0 +1,131 @@
+// Package ssh is the `ssh` Lua module: run commands on the host and move
+// files over the host's connection. See README.md.
+package ssh
+
+import (
+	_ "embed"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+
+	glua "github.com/yuin/gopher-lua"
+
+	"github.com/gpush/gpush/modules"
+	"github.com/gpush/gpush/modules/luaconv"
+	"github.com/gpush/gpush/remote"
+)
+
+//go:embed README.md
+var doc string
+
+// Module is the ssh module as registered.
+var Module = modules.Module{Name: "ssh", Loader: Loader, Doc: doc}
+
+func init() { modules.Register(Module) }
+
+// Loader pushes the ssh table for host h.
+func Loader(L *glua.LState, h modules.Host) int {
+	m := &mod{h: h}
+	L.Push(L.SetFuncs(L.NewTable(), map[string]glua.LGFunction{
+		"run": m.run,
+		"put": m.put,
+		"get": m.get,
+	}))
+	return 1
+}
+
+type mod struct{ h modules.Host }
+
+// checkArgv reads a command: an argv table, or a string the script author
+// wrote, run as {"sh", "-c", cmd}.
+func checkArgv(L *glua.LState, n int) []string {
+	switch v := L.Get(n).(type) {
+	case glua.LString:
+		if strings.TrimSpace(string(v)) == "" {
+			L.ArgError(n, "ssh.run: empty command")
+		}
+		return []string{"sh", "-c", string(v)}
+	case *glua.LTable:
+		argv, err := luaconv.StringList(v)
+		if err != nil {
+			L.ArgError(n, "ssh.run: argv: "+err.Error())
+		}
+		if len(argv) == 0 || argv[0] == "" {
+			L.ArgError(n, "ssh.run: empty argv")
+		}
+		return argv
+	default:
+		L.ArgError(n, fmt.Sprintf("ssh.run: want an argv table or a command string, got %s", v.Type()))
+	}
+	return nil
+}
+
+func (m *mod) run(L *glua.LState) int {
+	const fn = "ssh.run"
+	argv := checkArgv(L, 1)
+	o := luaconv.CheckOpts(L, 2, fn)
+	opts := remote.RunOptions{Timeout: o.Duration("timeout", 0), Sudo: o.Bool("sudo", false)}
+	if o.Has("stdin") {
+		opts.Stdin = strings.NewReader(o.String("stdin", ""))
+	}
+	o.Done()
+	t := L.NewTable()
+	if m.h.Check() {
+		t.RawSetString("ok", glua.LTrue)
+		t.RawSetString("would", glua.LTrue)
+		L.Push(t)
+		return 1
+	}
+	c := modules.Conn(L, m.h, fn)
+	res, err := c.Run(modules.Ctx(L), argv, opts)
+	if err != nil {
+		modules.Raise(L, m.h, fn, fmt.Errorf("%s on %s: %w", argv[0], m.h.Name(), err))
+	}
+	t.RawSetString("ok", glua.LBool(res.ExitCode == 0))
+	t.RawSetString("code", glua.LNumber(res.ExitCode))
+	t.RawSetString("stdout", glua.LString(res.Stdout))
+	t.RawSetString("stderr", glua.LString(res.Stderr))
+	L.Push(t)
+	return 1
+}
+
+func checkPath(L *glua.LState, n int, fn string) string {
+	p := L.CheckString(n)
+	if p == "" || strings.ContainsRune(p, 0) {
+		L.ArgError(n, fmt.Sprintf("%s: invalid remote path %q", fn, p))
+	}
+	return p
+}
+
+func (m *mod) put(L *glua.LState) int {
+	const fn = "ssh.put"
+	p := checkPath(L, 1, fn)
+	content := L.CheckString(2)
+	o := luaconv.CheckOpts(L, 3, fn)
+	mode := o.Int("mode", 0o644)
+	o.Done()
+	if mode < 0 || mode > math.MaxUint16 || mode&^0o7777 != 0 {
+		L.ArgError(3, fmt.Sprintf("%s: option mode: %d is not a file mode (use 420 for 0644)", fn, mode))
+	}
+	if m.h.Check() {
+		return 0
+	}
+	c := modules.Conn(L, m.h, fn)
+	if err := c.Put(modules.Ctx(L), p, strings.NewReader(content), os.FileMode(mode)); err != nil {
+		modules.Raise(L, m.h, fn, fmt.Errorf("%s on %s: %w", p, m.h.Name(), err))
+	}
+	return 0
+}
+
+func (m *mod) get(L *glua.LState) int {
+	const fn = "ssh.get"
+	p := checkPath(L, 1, fn)
+	c := modules.Conn(L, m.h, fn)
+	b, err := c.Get(modules.Ctx(L), p)
+	if err != nil {
+		modules.Raise(L, m.h, fn, fmt.Errorf("%s on %s: %w", p, m.h.Name(), err))
+	}
+	L.Push(glua.LString(b))
+	return 1
+}

@@ -1,0 +1,107 @@
+// Package systemd is the `systemd` Lua module: stop, start, restart and
+// query systemd units through the helper's unit verb (systemctl run with an
+// argument vector, never a shell). See README.md.
+package systemd
+
+import (
+	_ "embed"
+	"fmt"
+	"regexp"
+	"strings"
+
+	glua "github.com/yuin/gopher-lua"
+
+	"github.com/gpush/gpush/helper"
+	"github.com/gpush/gpush/modules"
+	"github.com/gpush/gpush/modules/gpu"
+	"github.com/gpush/gpush/modules/luaconv"
+)
+
+//go:embed README.md
+var doc string
+
+// Module is the systemd module as registered.
+var Module = modules.Module{Name: "systemd", Loader: Loader, Doc: doc}
+
+func init() { modules.Register(Module) }
+
+// Loader pushes the systemd table for host h.
+func Loader(L *glua.LState, h modules.Host) int {
+	fns := map[string]glua.LGFunction{}
+	for _, a := range []string{helper.UnitStop, helper.UnitStart, helper.UnitRestart, helper.UnitStatus} {
+		fns[a] = action(h, a)
+	}
+	L.Push(L.SetFuncs(L.NewTable(), fns))
+	return 1
+}
+
+// unitName is what systemd accepts in a unit name (escapes included); a
+// leading '-' is refused so that a name can never read as an option.
+var unitName = regexp.MustCompile(`^[A-Za-z0-9:_.@\\-]{1,255}$`)
+
+// CheckUnit reads argument n as a unit name.
+func CheckUnit(L *glua.LState, n int, fn string) string {
+	u := L.CheckString(n)
+	if !unitName.MatchString(u) || strings.HasPrefix(u, "-") {
+		L.ArgError(n, fmt.Sprintf("%s: invalid unit name %q (letters, digits and :_.@-\\ only, not starting with -)", fn, u))
+	}
+	return u
+}
+
+func action(h modules.Host, act string) glua.LGFunction {
+	fn := "systemd." + act
+	return func(L *glua.LState) int {
+		unit := CheckUnit(L, 1, fn)
+		o := luaconv.CheckOpts(L, 2, fn)
+		req := helper.UnitRequest{Config: h.HelperConfig(), Action: act, Unit: unit}
+		if o.Has("timeout") {
+			req.Timeout = helper.Duration(o.Duration("timeout", 0))
+		}
+		o.Done()
+		would := h.Check() && act != helper.UnitStatus
+		if would {
+			// Under check only look: report the unit as it is now.
+			req.Action = helper.UnitStatus
+		}
+		var resp helper.UnitResponse
+		modules.CallHelper(L, h, fn, helper.VerbUnit, req, &resp)
+		t := unitTable(L, resp)
+		if would {
+			t.RawSetString("ok", glua.LTrue)
+			t.RawSetString("would", glua.LTrue)
+			t.RawSetString("action", glua.LString(act))
+		}
+		L.Push(t)
+		return 1
+	}
+}
+
+func unitTable(L *glua.LState, r helper.UnitResponse) *glua.LTable {
+	t := L.NewTable()
+	t.RawSetString("ok", glua.LBool(r.OK))
+	t.RawSetString("unit", glua.LString(r.Unit))
+	t.RawSetString("action", glua.LString(r.Action))
+	t.RawSetString("systemd", glua.LBool(r.Systemd))
+	luaconv.SetStr(t, "active_state", r.ActiveState)
+	luaconv.SetStr(t, "sub_state", r.SubState)
+	t.RawSetString("main_pid", glua.LNumber(r.MainPID))
+	luaconv.SetStr(t, "reason", r.Reason)
+	rem := L.CreateTable(len(r.Remaining), 0)
+	for _, p := range r.Remaining {
+		pt := L.NewTable()
+		pt.RawSetString("pid", glua.LNumber(p.PID))
+		pt.RawSetString("start_time", glua.LNumber(p.StartTime))
+		pt.RawSetString("boot_id", glua.LString(p.BootID))
+		pt.RawSetString("comm", glua.LString(p.Comm))
+		pt.RawSetString("cmdline", glua.LString(strings.Join(p.Cmdline, " ")))
+		pt.RawSetString("state", glua.LString(p.State))
+		rem.Append(pt)
+	}
+	t.RawSetString("remaining", rem)
+	hs := L.CreateTable(len(r.GPUHolders), 0)
+	for _, h := range r.GPUHolders {
+		hs.Append(gpu.HolderTable(L, h))
+	}
+	t.RawSetString("gpu_holders", hs)
+	return t
+}
