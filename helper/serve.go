@@ -192,7 +192,7 @@ func Main(ctx context.Context, args []string, stdin *os.File, stdout, stderr io.
 	}
 	fs := flag.NewFlagSet("gpush-helper "+verb, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, help) }
+	fs.Usage = func() {} // help goes to stdout on --help, see below
 	var cfg Config
 	table := false
 	if verb == VerbSnapshot {
@@ -206,6 +206,7 @@ func Main(ctx context.Context, args []string, stdin *os.File, stdout, stderr io.
 			fmt.Fprint(stdout, help)
 			return 0
 		}
+		fmt.Fprintf(stderr, "gpush-helper %s: %v (see --help)\n", verb, err)
 		return 2
 	}
 	if fs.NArg() > 0 {

@@ -1,0 +1,358 @@
+// Command fake-nvidia-smi answers the nvidia-smi forms gpush uses, in the
+// exact format of the real tool (see shared/fixtures/nvidia-h200):
+//
+//	nvidia-smi -L
+//	nvidia-smi --query-gpu=index,uuid,name,pci.bus_id,memory.used,memory.total --format=csv,noheader,nounits
+//	nvidia-smi --query-compute-apps=pid,process_name,gpu_uuid,gpu_bus_id,used_memory --format=csv,noheader,nounits
+//
+// Its GPUs come from a JSON config (labgpu.Config): the file named by
+// $FAKE_NVIDIA_SMI_CONFIG, else fake-nvidia-smi.json beside the path it was
+// run as (a per-host link or copy named nvidia-smi), else beside the
+// resolved executable. A GPU's used memory is its baseline plus the
+// --mem-mib of every live process holding DEVDIR/nvidiaN, plus, for
+// release_delay after it was last seen alive, that of a holder that died.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpush/gpush/lab/labgpu"
+	"golang.org/x/sys/unix"
+)
+
+// exitUsage and friends are nvidia-smi's exit statuses.
+const (
+	exitUsage     = 2
+	exitNoDevices = 6
+	exitNoDriver  = 9
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func configPath() string {
+	if p := os.Getenv(labgpu.ConfigEnv); p != "" {
+		return p
+	}
+	var cands []string
+	if a0 := os.Args[0]; strings.Contains(a0, "/") {
+		cands = append(cands, filepath.Join(filepath.Dir(a0), labgpu.ConfigName))
+	} else if p, err := exec.LookPath(a0); err == nil {
+		cands = append(cands, filepath.Join(filepath.Dir(p), labgpu.ConfigName))
+	}
+	if exe, err := os.Executable(); err == nil {
+		if real, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = real
+		}
+		cands = append(cands, filepath.Join(filepath.Dir(exe), labgpu.ConfigName))
+	}
+	for _, c := range cands {
+		if _, err := os.Stat(c); err == nil {
+			return c
+		}
+	}
+	if len(cands) > 0 {
+		return cands[0]
+	}
+	return labgpu.ConfigName
+}
+
+type request struct {
+	form     string // "list", "query-gpu", "compute-apps"
+	fields   []string
+	header   bool
+	units    bool
+	csvGiven bool
+}
+
+func parseArgs(args []string) (request, error) {
+	r := request{header: true, units: true}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		name, val, hasVal := strings.Cut(a, "=")
+		needVal := func() (string, error) {
+			if hasVal {
+				return val, nil
+			}
+			if i+1 >= len(args) {
+				return "", fmt.Errorf("option %s needs a value", name)
+			}
+			i++
+			return args[i], nil
+		}
+		switch name {
+		case "-L", "--list-gpus":
+			r.form = "list"
+		case "--query-gpu", "--query-compute-apps":
+			v, err := needVal()
+			if err != nil {
+				return r, err
+			}
+			r.form = map[string]string{"--query-gpu": "query-gpu", "--query-compute-apps": "compute-apps"}[name]
+			r.fields = strings.Split(v, ",")
+		case "--format":
+			v, err := needVal()
+			if err != nil {
+				return r, err
+			}
+			for _, f := range strings.Split(v, ",") {
+				switch strings.TrimSpace(f) {
+				case "csv":
+					r.csvGiven = true
+				case "noheader":
+					r.header = false
+				case "nounits":
+					r.units = false
+				default:
+					return r, fmt.Errorf("invalid format option %q", f)
+				}
+			}
+		default:
+			return r, fmt.Errorf("unknown option %q", a)
+		}
+	}
+	if r.form == "" {
+		return r, errors.New("only -L, --query-gpu and --query-compute-apps are simulated")
+	}
+	if r.form != "list" && !r.csvGiven {
+		return r, errors.New("--format=csv is required with a --query option")
+	}
+	return r, nil
+}
+
+func run(args []string) int {
+	req, err := parseArgs(args)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%v\n\nPlease run 'nvidia-smi -h' for help.\n", err)
+		return exitUsage
+	}
+	cfgPath := configPath()
+	cfg, err := labgpu.LoadConfig(cfgPath)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fake-nvidia-smi: %v\n", err)
+		return exitNoDriver
+	}
+	switch cfg.FaultFor(req.form) {
+	case labgpu.FaultHang:
+		for {
+			time.Sleep(time.Hour)
+		}
+	case labgpu.FaultFail:
+		fmt.Println("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.")
+		fmt.Println()
+		return exitNoDriver
+	}
+	if len(cfg.GPUs) == 0 {
+		fmt.Println("No devices were found")
+		return exitNoDevices
+	}
+	st, err := observe(cfgPath, cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fake-nvidia-smi: %v\n", err)
+		return exitNoDriver
+	}
+	memText := func(v int64) string {
+		switch cfg.FaultFor(req.form) {
+		case labgpu.FaultNA:
+			return "[N/A]"
+		case labgpu.FaultNotSupported:
+			return "[Not Supported]"
+		}
+		if req.units {
+			return strconv.FormatInt(v, 10) + " MiB"
+		}
+		return strconv.FormatInt(v, 10)
+	}
+	switch req.form {
+	case "list":
+		for _, g := range cfg.GPUs {
+			fmt.Printf("GPU %d: %s (UUID: %s)\n", g.Index, g.Name, g.UUID)
+		}
+	case "query-gpu":
+		var rows [][]string
+		for _, g := range cfg.GPUs {
+			used := st.used[g.Index]
+			row := []string{}
+			for _, f := range req.fields {
+				switch f {
+				case "index":
+					row = append(row, strconv.Itoa(g.Index))
+				case "uuid":
+					row = append(row, g.UUID)
+				case "name":
+					row = append(row, g.Name)
+				case "pci.bus_id", "gpu_bus_id":
+					row = append(row, g.BusID)
+				case "memory.used":
+					row = append(row, memText(used))
+				case "memory.total":
+					row = append(row, memText(g.TotalMiB))
+				case "memory.free":
+					row = append(row, memText(max(g.TotalMiB-used, 0)))
+				default:
+					return badField(f)
+				}
+			}
+			rows = append(rows, row)
+		}
+		printCSV(req, rows)
+	case "compute-apps":
+		var rows [][]string
+		for _, a := range st.apps {
+			g := cfg.GPUs[a.gpu]
+			row := []string{}
+			for _, f := range req.fields {
+				switch f {
+				case "pid":
+					row = append(row, strconv.Itoa(a.proc.PID))
+				case "process_name", "name":
+					row = append(row, a.proc.Name)
+				case "gpu_uuid":
+					row = append(row, g.UUID)
+				case "gpu_name":
+					row = append(row, g.Name)
+				case "gpu_bus_id":
+					row = append(row, g.BusID)
+				case "used_memory", "used_gpu_memory":
+					row = append(row, memText(a.proc.MemMiB))
+				default:
+					return badField(f)
+				}
+			}
+			rows = append(rows, row)
+		}
+		printCSV(req, rows)
+	}
+	return 0
+}
+
+func badField(f string) int {
+	fmt.Printf("Field \"%s\" is not a valid field to query.\n\n", f)
+	return exitUsage
+}
+
+// header names as the real tool prints them with units.
+var headerNames = map[string]string{
+	"memory.used": "memory.used [MiB]", "memory.total": "memory.total [MiB]", "memory.free": "memory.free [MiB]",
+	"used_memory": "used_gpu_memory [MiB]", "used_gpu_memory": "used_gpu_memory [MiB]",
+}
+
+func printCSV(req request, rows [][]string) {
+	if req.header {
+		h := make([]string, len(req.fields))
+		for i, f := range req.fields {
+			h[i] = f
+			if n, ok := headerNames[f]; ok && req.units {
+				h[i] = n
+			}
+		}
+		fmt.Println(strings.Join(h, ", "))
+	}
+	for _, r := range rows {
+		fmt.Println(strings.Join(r, ", "))
+	}
+}
+
+type app struct {
+	gpu  int // position in cfg.GPUs
+	proc labgpu.Proc
+}
+
+type observed struct {
+	used map[int]int64 // by GPU index
+	apps []app
+}
+
+// seen is the state file: when each holder was last seen alive and what it held.
+type seen struct {
+	LastSeen time.Time `json:"last_seen"`
+	GPUs     []int     `json:"gpus"` // indices
+	MemMiB   int64     `json:"mem_mib"`
+}
+
+// observe scans the live holders and updates the state file, under a lock
+// so that concurrent calls do not lose each other's sightings.
+func observe(cfgPath string, cfg *labgpu.Config) (*observed, error) {
+	delay, _ := cfg.Delay()
+	procs, err := labgpu.Scan("/proc", cfg.DevDir)
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(procs, func(a, b int) bool { return procs[a].PID < procs[b].PID })
+	o := &observed{used: map[int]int64{}}
+	for _, g := range cfg.GPUs {
+		o.used[g.Index] = g.BaselineMiB
+	}
+	live := map[string]seen{}
+	for _, p := range procs {
+		var held []int
+		for gi, g := range cfg.GPUs {
+			if p.Devices[g.Dev()] {
+				held = append(held, g.Index)
+				o.used[g.Index] += p.MemMiB
+				o.apps = append(o.apps, app{gpu: gi, proc: p})
+			}
+		}
+		if len(held) > 0 && p.MemMiB > 0 {
+			live[p.Key()] = seen{GPUs: held, MemMiB: p.MemMiB}
+		}
+	}
+	if delay == 0 {
+		return o, nil
+	}
+	statePath := strings.TrimSuffix(cfgPath, ".json") + ".state.json"
+	lock, err := os.OpenFile(statePath+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("state lock: %w", err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return nil, fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+	state := map[string]seen{}
+	if b, err := os.ReadFile(statePath); err == nil {
+		_ = json.Unmarshal(b, &state) // a torn state only loses delays
+	}
+	now := time.Now()
+	for k, s := range state {
+		if _, ok := live[k]; ok {
+			continue
+		}
+		if now.Sub(s.LastSeen) >= delay {
+			delete(state, k)
+			continue
+		}
+		// Died recently: the driver has not released its memory yet.
+		for _, gi := range s.GPUs {
+			if _, ok := o.used[gi]; ok {
+				o.used[gi] += s.MemMiB
+			}
+		}
+	}
+	for k, s := range live {
+		s.LastSeen = now
+		state[k] = s
+	}
+	b, err := json.Marshal(state)
+	if err != nil {
+		return nil, err
+	}
+	tmp := statePath + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return nil, fmt.Errorf("write state: %w", err)
+	}
+	if err := os.Rename(tmp, statePath); err != nil {
+		return nil, fmt.Errorf("write state: %w", err)
+	}
+	return o, nil
+}

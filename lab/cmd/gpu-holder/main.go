@@ -1,0 +1,108 @@
+// Command gpu-holder simulates a GPU worker: it opens device files (fake
+// /dev/nvidia* in the lab), says `ready <pid>` on stdout, and sleeps until
+// killed. The memory it "uses" is its --mem-mib flag, which the fake
+// nvidia-smi reads from /proc/PID/cmdline.
+//
+//	gpu-holder --dev DIR/nvidia0 --dev DIR/nvidiactl --mem-mib 10240
+//	gpu-holder ... --ignore-term          # survives SIGTERM
+//	gpu-holder ... --child-mem-mib 6144   # plus a child worker that outlives it
+//
+// comm cannot be set by a flag; run a copy or link of the binary under the
+// wanted name (python3, nvidia-persistenced).
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type devList []string
+
+func (d *devList) String() string     { return strings.Join(*d, ",") }
+func (d *devList) Set(v string) error { *d = append(*d, v); return nil }
+
+func main() {
+	var devs devList
+	flag.Var(&devs, "dev", "device file to hold open (repeatable)")
+	mem := flag.Int64("mem-mib", 0, "GPU memory (MiB) this process uses on each GPU device it holds")
+	ignoreTerm := flag.Bool("ignore-term", false, "ignore SIGTERM")
+	childMem := flag.Int64("child-mem-mib", 0, "also start a child holder of the same devices using this much memory; it outlives this process")
+	flag.Parse()
+	if len(devs) == 0 {
+		fmt.Fprintln(os.Stderr, "gpu-holder: at least one --dev is required")
+		os.Exit(2)
+	}
+	if *mem < 0 || *childMem < 0 {
+		fmt.Fprintln(os.Stderr, "gpu-holder: memory must be >= 0")
+		os.Exit(2)
+	}
+	if *ignoreTerm {
+		signal.Ignore(syscall.SIGTERM)
+	}
+	files := make([]*os.File, 0, len(devs))
+	for _, d := range devs {
+		f, err := os.Open(d)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "gpu-holder: open device: %v\n", err)
+			os.Exit(1)
+		}
+		files = append(files, f)
+	}
+	childPID := 0
+	if *childMem > 0 {
+		var err error
+		if childPID, err = startChild(devs, *childMem); err != nil {
+			fmt.Fprintf(os.Stderr, "gpu-holder: child: %v\n", err)
+			os.Exit(1)
+		}
+	}
+	fmt.Printf("ready %d\n", os.Getpid())
+	if childPID > 0 {
+		fmt.Printf("ready %d\n", childPID)
+	}
+	for {
+		time.Sleep(time.Hour)
+		_ = files // held open until the process dies
+	}
+}
+
+// startChild starts a holder of the same devices and waits for its ready
+// line, which it reports after its own; the child is never waited for, so
+// it lives on, re-parented, when this process is killed.
+func startChild(devs []string, mem int64) (int, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return 0, err
+	}
+	args := []string{}
+	for _, d := range devs {
+		args = append(args, "--dev", d)
+	}
+	args = append(args, "--mem-mib", strconv.FormatInt(mem, 10))
+	cmd := exec.Command(exe, args...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("start %s: %w", exe, err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		return 0, fmt.Errorf("child %d exited before ready: %w", cmd.Process.Pid, err)
+	}
+	f := strings.Fields(line)
+	if len(f) != 2 || f[0] != "ready" {
+		return 0, fmt.Errorf("child said %q, want ready <pid>", line)
+	}
+	return strconv.Atoi(f[1])
+}

@@ -1,0 +1,219 @@
+// Package labgpu is the code shared by the lab's simulated GPU primitives:
+// gpu-holder (a process that holds fake device files and "uses" memory) and
+// fake-nvidia-smi (which reports that memory in nvidia-smi's real formats).
+// The memory a holder uses travels in its own command line (--mem-mib), so
+// the fake nvidia-smi needs no side channel: it scans /proc like a driver
+// would know its clients. The helper knows nothing of this package.
+package labgpu
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// GPU is one simulated device.
+type GPU struct {
+	Index int    `json:"index"`
+	UUID  string `json:"uuid"`
+	Name  string `json:"name"`
+	BusID string `json:"bus_id"`
+	// Minor is N of DEVDIR/nvidiaN (default: Index).
+	Minor       *int  `json:"minor,omitempty"`
+	TotalMiB    int64 `json:"total_mib"`
+	BaselineMiB int64 `json:"baseline_mib"`
+}
+
+// Dev is the device file name of the GPU.
+func (g GPU) Dev() string {
+	if g.Minor != nil {
+		return "nvidia" + strconv.Itoa(*g.Minor)
+	}
+	return "nvidia" + strconv.Itoa(g.Index)
+}
+
+// Fault modes of the fake nvidia-smi.
+const (
+	FaultNone         = ""
+	FaultHang         = "hang"          // never answers
+	FaultNA           = "na"            // memory columns read [N/A]
+	FaultNotSupported = "not_supported" // memory columns read [Not Supported]
+	FaultFail         = "fail"          // driver not loaded: message, exit 9
+)
+
+// Config is fake-nvidia-smi.json.
+type Config struct {
+	DevDir string `json:"dev_dir"`
+	GPUs   []GPU  `json:"gpus"`
+	// ReleaseDelay: a dead holder's memory stays counted this long after it
+	// was last seen alive ("70ms", as measured on the H200).
+	ReleaseDelay string `json:"release_delay,omitempty"`
+	Fault        string `json:"fault,omitempty"`
+	// FaultOn limits the fault to some forms: "query-gpu", "compute-apps", "list".
+	FaultOn []string `json:"fault_on,omitempty"`
+}
+
+// ConfigName is the file looked for beside the executable.
+const ConfigName = "fake-nvidia-smi.json"
+
+// ConfigEnv names a config file explicitly.
+const ConfigEnv = "FAKE_NVIDIA_SMI_CONFIG"
+
+// LoadConfig reads and checks a config file.
+func LoadConfig(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("fake nvidia-smi config: %w", err)
+	}
+	var c Config
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("fake nvidia-smi config %s: %w", path, err)
+	}
+	if c.DevDir == "" {
+		return nil, fmt.Errorf("fake nvidia-smi config %s: dev_dir is empty", path)
+	}
+	if _, err := c.Delay(); err != nil {
+		return nil, fmt.Errorf("fake nvidia-smi config %s: %w", path, err)
+	}
+	switch c.Fault {
+	case FaultNone, FaultHang, FaultNA, FaultNotSupported, FaultFail:
+	default:
+		return nil, fmt.Errorf("fake nvidia-smi config %s: fault %q: want hang, na, not_supported or fail", path, c.Fault)
+	}
+	return &c, nil
+}
+
+// Save writes the config (tests change it between calls).
+func (c *Config) Save(path string) error {
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// Delay parses ReleaseDelay.
+func (c *Config) Delay() (time.Duration, error) {
+	if c.ReleaseDelay == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(c.ReleaseDelay)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("release_delay %q: want a duration like \"70ms\"", c.ReleaseDelay)
+	}
+	return d, nil
+}
+
+// FaultFor returns the fault that applies to one query form.
+func (c *Config) FaultFor(form string) string {
+	if len(c.FaultOn) == 0 {
+		return c.Fault
+	}
+	for _, f := range c.FaultOn {
+		if f == form {
+			return c.Fault
+		}
+	}
+	return FaultNone
+}
+
+// MemMiB reads the memory a gpu-holder claims from its argv: --mem-mib N,
+// --mem-mib=N, -mem-mib N (the forms Go's flag package accepts).
+func MemMiB(argv []string) int64 {
+	for i, a := range argv {
+		name, val, hasVal := strings.Cut(a, "=")
+		if name != "--mem-mib" && name != "-mem-mib" {
+			continue
+		}
+		if !hasVal {
+			if i+1 >= len(argv) {
+				return 0
+			}
+			val = argv[i+1]
+		}
+		n, err := strconv.ParseInt(val, 10, 64)
+		if err != nil || n < 0 {
+			return 0
+		}
+		return n
+	}
+	return 0
+}
+
+// Proc is a live process holding files under the dev dir.
+type Proc struct {
+	PID       int
+	StartTime uint64
+	// Name is what nvidia-smi shows: argv[0], else comm.
+	Name    string
+	Devices map[string]bool // relative to the dev dir
+	MemMiB  int64
+}
+
+// Key names the process for its lifetime.
+func (p Proc) Key() string { return fmt.Sprintf("%d/%d", p.PID, p.StartTime) }
+
+// Scan finds the live (non-zombie) processes that have files under devDir
+// open, reading procDir.
+func Scan(procDir, devDir string) ([]Proc, error) {
+	devDir, err := filepath.Abs(devDir)
+	if err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(procDir)
+	if err != nil {
+		return nil, fmt.Errorf("scan %s: %w", procDir, err)
+	}
+	var out []Proc
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		base := filepath.Join(procDir, e.Name())
+		fds, err := os.ReadDir(filepath.Join(base, "fd"))
+		if err != nil {
+			continue
+		}
+		devs := map[string]bool{}
+		for _, fd := range fds {
+			l, err := os.Readlink(filepath.Join(base, "fd", fd.Name()))
+			if err == nil && strings.HasPrefix(l, devDir+"/") {
+				devs[strings.TrimPrefix(l, devDir+"/")] = true
+			}
+		}
+		if len(devs) == 0 {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join(base, "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open {
+			continue
+		}
+		f := strings.Fields(s[end+1:])
+		if len(f) < 20 || f[0] == "Z" {
+			continue
+		}
+		st, _ := strconv.ParseUint(f[19], 10, 64)
+		cmd, _ := os.ReadFile(filepath.Join(base, "cmdline"))
+		argv := strings.Split(strings.TrimRight(string(cmd), "\x00"), "\x00")
+		name := s[open+1 : end]
+		if len(argv) > 0 && argv[0] != "" {
+			name = argv[0]
+		}
+		out = append(out, Proc{PID: pid, StartTime: st, Name: name, Devices: devs, MemMiB: MemMiB(argv)})
+	}
+	return out, nil
+}
