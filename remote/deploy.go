@@ -1,0 +1,267 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpush/gpush/helper"
+	"github.com/gpush/gpush/inventory"
+)
+
+// staleTemp is how old an upload's temp file must be before a later
+// deployment removes it: younger ones may belong to a concurrent upload.
+const staleTemp = 10 * time.Minute
+
+// GoArch maps `uname -m` to the GOARCH of the helper build for it.
+func GoArch(machine string) (string, error) {
+	switch strings.TrimSpace(machine) {
+	case "x86_64", "amd64":
+		return "amd64", nil
+	case "aarch64", "arm64":
+		return "arm64", nil
+	}
+	return "", fmt.Errorf("architecture %q (uname -m) is not supported: gpush-helper is built for x86_64 and aarch64 only", machine)
+}
+
+func parseProbe(host string, out []byte) (probeResult, error) {
+	// Take the last three lines: a noisy shell startup file may print first.
+	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	if len(lines) < 3 {
+		return probeResult{}, fmt.Errorf("%s: probe printed %q, want three lines (uname -m, id -u, $HOME)", host, out)
+	}
+	lines = lines[len(lines)-3:]
+	uid, err := strconv.Atoi(strings.TrimSpace(lines[1]))
+	if err != nil {
+		return probeResult{}, fmt.Errorf("%s: probe: id -u printed %q: %w", host, lines[1], err)
+	}
+	home := strings.TrimSpace(lines[2])
+	if !strings.HasPrefix(home, "/") {
+		return probeResult{}, fmt.Errorf("%s: probe: $HOME is %q, not an absolute path", host, home)
+	}
+	return probeResult{machine: strings.TrimSpace(lines[0]), uid: uid, home: home}, nil
+}
+
+// RemoteDir returns where the helper goes on h: the gpush_remote_dir var
+// (default ~/.cache/gpush), with ~ and relative paths taken from home.
+func RemoteDir(h inventory.Host, home string) (string, error) {
+	dir := DefaultRemoteDir
+	if v, ok := h.Vars[VarRemoteDir]; ok && v != nil {
+		s, ok := v.(string)
+		if !ok || strings.TrimSpace(s) == "" {
+			return "", fmt.Errorf("%s: %s must be a non-empty path string, got %v", h.Name, VarRemoteDir, v)
+		}
+		dir = strings.TrimSpace(s)
+	}
+	switch {
+	case dir == "~":
+		dir = home
+	case strings.HasPrefix(dir, "~/"):
+		dir = path.Join(home, dir[2:])
+	case strings.HasPrefix(dir, "~"):
+		return "", fmt.Errorf("%s: %s=%q: ~user is not supported, give an absolute path", h.Name, VarRemoteDir, dir)
+	case !strings.HasPrefix(dir, "/"):
+		dir = path.Join(home, dir)
+	}
+	return path.Clean(dir), nil
+}
+
+// deployTarget is everything deployHelper needs about one host.
+type deployTarget struct {
+	host    inventory.Host
+	fs      fileSys
+	machine string // uname -m
+	home    string
+	uid     int
+	source  func(goarch string) ([]byte, error)
+	log     *slog.Logger
+	// uploads counts uploads done.
+	uploads *atomic.Int32
+}
+
+// deployHelper puts the helper for the host's architecture into its
+// private remote dir under a name holding its sha256, unless a file of
+// that name and size is already there, and returns its path.
+func deployHelper(ctx context.Context, t deployTarget) (string, error) {
+	name := t.host.Name
+	arch, err := GoArch(t.machine)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", name, err)
+	}
+	if t.source == nil {
+		return "", fmt.Errorf("%s: no helper source configured (remote.Options.HelperSource; use helperbin.Source)", name)
+	}
+	bin, err := t.source(arch)
+	if err != nil {
+		return "", fmt.Errorf("%s: helper for linux/%s: %w", name, arch, err)
+	}
+	dir, err := RemoteDir(t.host, t.home)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(bin)
+	final := path.Join(dir, "gpush-helper-"+hex.EncodeToString(sum[:])[:32])
+
+	// Both stats go out at once: over SFTP they share one round trip.
+	var dfi, ffi fileInfo
+	var derr, ferr error
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); dfi, derr = t.fs.Lstat(dir) }()
+	go func() { defer wg.Done(); ffi, ferr = t.fs.Lstat(final) }()
+	wg.Wait()
+	if errors.Is(derr, fs.ErrNotExist) {
+		if err := t.fs.MkdirAll(dir); err != nil {
+			return "", fmt.Errorf("%s: create helper folder %s (%s): %w", name, dir, VarRemoteDir, err)
+		}
+		if err := t.fs.Chmod(dir, 0o700); err != nil {
+			return "", fmt.Errorf("%s: chmod 700 helper folder %s: %w", name, dir, err)
+		}
+		dfi, derr = t.fs.Lstat(dir)
+		ffi, ferr = fileInfo{}, fs.ErrNotExist
+	}
+	if derr != nil {
+		return "", fmt.Errorf("%s: helper folder %s (%s): %w", name, dir, VarRemoteDir, derr)
+	}
+	if err := checkPrivateDir(dir, dfi, t.uid); err != nil {
+		return "", fmt.Errorf("%s: %w", name, err)
+	}
+	if ferr == nil {
+		why := helperFileProblem(ffi, int64(len(bin)), t.uid)
+		if why == "" {
+			t.log.Debug("helper already deployed", "path", final)
+			return final, nil
+		}
+		t.log.Info("replacing helper file", "path", final, "why", why)
+	} else if !errors.Is(ferr, fs.ErrNotExist) {
+		return "", fmt.Errorf("%s: stat helper %s: %w", name, final, ferr)
+	}
+	removeStaleTemps(t.fs, dir, t.log)
+	start := time.Now()
+	if err := putAtomic(ctx, t.fs, final, bytes.NewReader(bin), 0o755); err != nil {
+		return "", fmt.Errorf("%s: upload helper to %s: %w", name, final, err)
+	}
+	if t.uploads != nil {
+		t.uploads.Add(1)
+	}
+	t.log.Info("uploaded helper", "path", final, "bytes", len(bin), "arch", arch, "took", time.Since(start).Round(time.Millisecond))
+	return final, nil
+}
+
+// checkPrivateDir refuses a helper folder that someone else could change:
+// a binary there is executed, possibly as root.
+func checkPrivateDir(dir string, fi fileInfo, uid int) error {
+	switch {
+	case fi.mode&fs.ModeSymlink != 0:
+		return fmt.Errorf("helper folder %s is a symlink; refusing to deploy through it: set %s to a real directory", dir, VarRemoteDir)
+	case !fi.mode.IsDir():
+		return fmt.Errorf("helper folder %s is not a directory (%s); set %s elsewhere", dir, fi.mode.Type(), VarRemoteDir)
+	case fi.uid != uid:
+		return fmt.Errorf("helper folder %s is owned by uid %d, not by the login user (uid %d); refusing: set %s to a folder of your own",
+			dir, fi.uid, uid, VarRemoteDir)
+	case fi.mode.Perm()&0o022 != 0:
+		return fmt.Errorf("helper folder %s is group- or world-writable (mode %04o), so others could replace the helper; "+
+			"run chmod 700 on it or set %s elsewhere", dir, fi.mode.Perm(), VarRemoteDir)
+	}
+	return nil
+}
+
+// helperFileProblem says why an existing helper file must be replaced ("" if fine).
+func helperFileProblem(fi fileInfo, size int64, uid int) string {
+	switch {
+	case !fi.mode.IsRegular():
+		return "not a regular file (" + fi.mode.Type().String() + ")"
+	case fi.uid != uid:
+		return fmt.Sprintf("owned by uid %d", fi.uid)
+	case fi.mode.Perm()&0o022 != 0:
+		return fmt.Sprintf("group- or world-writable (mode %04o)", fi.mode.Perm())
+	case fi.mode.Perm()&0o100 == 0:
+		return fmt.Sprintf("not executable (mode %04o)", fi.mode.Perm())
+	case fi.size != size:
+		return fmt.Sprintf("size %d, want %d (a torn copy)", fi.size, size)
+	}
+	return ""
+}
+
+// removeStaleTemps removes upload temp files left by an interrupted
+// deployment (a killed gpush, a dropped connection).
+func removeStaleTemps(fsys fileSys, dir string, log *slog.Logger) {
+	ents, err := fsys.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		n := e.Name()
+		if strings.HasPrefix(n, ".gpush-helper-") && strings.Contains(n, tmpMarker) &&
+			time.Since(e.ModTime()) > staleTemp {
+			p := path.Join(dir, n)
+			if err := fsys.Remove(p); err == nil {
+				log.Info("removed stale upload", "path", p)
+			}
+		}
+	}
+}
+
+func encodeRequest(host, verb string, req any) ([]byte, error) {
+	if req == nil {
+		return []byte("{}"), nil
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: helper %s: encode request: %w", host, verb, err)
+	}
+	return b, nil
+}
+
+// decodeHelper turns a helper run into resp or an error that names the
+// host and the verb and says what to do.
+func decodeHelper(host, verb, helperPath string, become bool, res *Result, resp any) error {
+	stderr := strings.TrimSpace(string(res.Stderr))
+	if res.ExitCode == 0 {
+		if resp == nil {
+			return nil
+		}
+		if err := json.Unmarshal(res.Stdout, resp); err != nil {
+			return fmt.Errorf("%s: helper %s: decode response: %w (stdout starts %.120q, stderr %.200q)",
+				host, verb, err, res.Stdout, stderr)
+		}
+		return nil
+	}
+	if become && sudoWantsPassword(stderr) {
+		return fmt.Errorf("%s: helper %s: %w: the host needs passwordless sudo (NOPASSWD) for this user, "+
+			"or set ansible_become=false (sudo said: %s)", host, verb, ErrSudoPassword, stderr)
+	}
+	if become && res.ExitCode == 127 && strings.Contains(stderr, "sudo") {
+		return fmt.Errorf("%s: helper %s: sudo is not installed on the host (ansible_become is set): %s", host, verb, stderr)
+	}
+	if strings.Contains(stderr, "ermission denied") &&
+		(res.ExitCode == 126 || (become && strings.Contains(stderr, "unable to execute"))) {
+		return fmt.Errorf("%s: helper %s: cannot execute %s although it is mode 0755: its file system is probably "+
+			"mounted noexec; set %s to a folder on a file system that allows execution (%s)",
+			host, verb, helperPath, VarRemoteDir, stderr)
+	}
+	he := &HelperError{Host: host, Verb: verb, ExitCode: res.ExitCode, Stderr: stderr}
+	var er helper.ErrorResponse
+	if json.Unmarshal(bytes.TrimSpace(res.Stdout), &er) == nil && er.Error != "" {
+		he.Message = er.Error
+	}
+	return he
+}
+
+func sudoWantsPassword(stderr string) bool {
+	return strings.Contains(stderr, "a password is required") ||
+		strings.Contains(stderr, "a terminal is required") ||
+		strings.Contains(stderr, "no tty present")
+}

@@ -1,0 +1,417 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpush/gpush/inventory"
+	"github.com/kevinburke/ssh_config"
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/agent"
+)
+
+// Dial opens the connection to h: SSH, or the local connection when
+// h.IsLocal(). The returned Conn is reused by every call of a run.
+func Dial(ctx context.Context, h inventory.Host, opts Options) (Conn, error) {
+	o := opts.withDefaults()
+	if h.IsLocal() {
+		return newLocal(h, o), nil
+	}
+	if h.Connection != "" && h.Connection != "ssh" {
+		return nil, &DialError{Host: h.Name, Addr: h.Address, Stage: StageConfig,
+			Err: fmt.Errorf("unsupported connection %q (want ssh or local)", h.Connection)}
+	}
+	return dialSSH(ctx, h, o)
+}
+
+// target is one SSH endpoint: a jump host or the final host.
+type target struct {
+	name  string // for messages: inventory name or the hop as written
+	host  string
+	port  int
+	user  string
+	keys  []string // identity files, tried before the default keys
+	isHop bool
+}
+
+func (t target) addr() string { return net.JoinHostPort(t.host, strconv.Itoa(t.port)) }
+
+func localUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return os.Getenv("USER")
+}
+
+func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error) {
+	addr := h.Address
+	if addr == "" {
+		addr = h.Name
+	}
+	final := target{name: h.Name, host: addr, port: h.Port, user: h.User, keys: h.IdentityFiles}
+	if final.port == 0 {
+		final.port = 22
+	}
+	if final.user == "" {
+		final.user = localUser()
+	}
+	var hops []target
+	if strings.TrimSpace(h.ProxyJump) != "" && !strings.EqualFold(strings.TrimSpace(h.ProxyJump), "none") {
+		for _, spec := range strings.Split(h.ProxyJump, ",") {
+			t, err := parseHop(strings.TrimSpace(spec), o)
+			if err != nil {
+				return nil, &DialError{Host: h.Name, Addr: final.addr(), Stage: StageProxy, Err: err}
+			}
+			hops = append(hops, t)
+		}
+	}
+	hk := &hostKeys{file: o.KnownHostsFile, policy: o.HostKeyPolicy, log: o.Logger}
+	var clients []*ssh.Client
+	closeAll := func() {
+		for i := len(clients) - 1; i >= 0; i-- {
+			clients[i].Close()
+		}
+	}
+	var via string
+	for _, t := range append(hops, final) {
+		var dialer func(ctx context.Context, addr string) (net.Conn, error)
+		if len(clients) == 0 {
+			var nd net.Dialer
+			dialer = func(ctx context.Context, addr string) (net.Conn, error) {
+				return nd.DialContext(ctx, "tcp", addr)
+			}
+		} else {
+			prev := clients[len(clients)-1]
+			dialer = func(ctx context.Context, addr string) (net.Conn, error) {
+				return prev.DialContext(ctx, "tcp", addr)
+			}
+		}
+		c, err := dialOne(ctx, t, via, dialer, hk, o)
+		if err != nil {
+			closeAll()
+			if t.isHop {
+				err.Host = h.Name + " through jump host " + t.name
+			}
+			return nil, err
+		}
+		clients = append(clients, c)
+		via = t.name
+	}
+	sc := newSSHConn(h, clients[len(clients)-1], clients[:len(clients)-1], o)
+	return sc, nil
+}
+
+// parseHop reads one ProxyJump hop, [user@]host[:port], resolving a host
+// name through ssh_config (HostName, Port, User, IdentityFile) when it has
+// an entry there.
+func parseHop(spec string, o Options) (target, error) {
+	if spec == "" {
+		return target{}, errors.New("empty hop in ProxyJump")
+	}
+	t := target{name: spec, isHop: true}
+	rest := spec
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		t.user, rest = rest[:i], rest[i+1:]
+	}
+	host, portStr, err := net.SplitHostPort(rest)
+	if err != nil {
+		// No port (or a bare IPv6 address in brackets).
+		host, portStr = strings.Trim(rest, "[]"), ""
+	}
+	if host == "" || strings.ContainsAny(host, " \t/") || strings.HasPrefix(host, "-") {
+		return target{}, fmt.Errorf("bad ProxyJump hop %q (want [user@]host[:port])", spec)
+	}
+	t.host = host
+	if portStr != "" {
+		p, err := strconv.Atoi(portStr)
+		if err != nil || p <= 0 || p > 65535 {
+			return target{}, fmt.Errorf("bad port in ProxyJump hop %q", spec)
+		}
+		t.port = p
+	}
+	if cfg := loadSSHConfig(o); cfg != nil {
+		if v, _ := cfg.Get(host, "HostName"); v != "" {
+			t.host = v
+		}
+		if t.port == 0 {
+			if v, _ := cfg.Get(host, "Port"); v != "" {
+				if p, err := strconv.Atoi(v); err == nil {
+					t.port = p
+				}
+			}
+		}
+		if t.user == "" {
+			t.user, _ = cfg.Get(host, "User")
+		}
+		ids, _ := cfg.GetAll(host, "IdentityFile")
+		for _, id := range ids {
+			t.keys = append(t.keys, expandHome(id))
+		}
+	}
+	if t.port == 0 {
+		t.port = 22
+	}
+	if t.user == "" {
+		t.user = localUser()
+	}
+	return t, nil
+}
+
+var sshConfigCache sync.Map // path -> *ssh_config.Config
+
+func loadSSHConfig(o Options) *ssh_config.Config {
+	if o.SSHConfigFile == "none" {
+		return nil
+	}
+	if c, ok := sshConfigCache.Load(o.SSHConfigFile); ok {
+		return c.(*ssh_config.Config)
+	}
+	f, err := os.Open(o.SSHConfigFile)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	cfg, err := ssh_config.Decode(f)
+	if err != nil {
+		o.Logger.Warn("ignoring unreadable ssh config", "file", o.SSHConfigFile, "err", err)
+		return nil
+	}
+	sshConfigCache.Store(o.SSHConfigFile, cfg)
+	return cfg
+}
+
+func expandHome(p string) string {
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		if home, err := os.UserHomeDir(); err == nil {
+			return filepath.Join(home, p[1:])
+		}
+	}
+	return p
+}
+
+// Handshake progress, for saying which stage failed.
+const (
+	progConnected int32 = iota + 1
+	progHostKey
+	progAuth
+)
+
+// watchConn records what the peer sent first, to tell "no banner" and
+// "not SSH at all" apart from a stalled key exchange.
+type watchConn struct {
+	net.Conn
+	mu    sync.Mutex
+	first []byte
+	n     int64
+}
+
+func (w *watchConn) Read(p []byte) (int, error) {
+	n, err := w.Conn.Read(p)
+	if n > 0 {
+		w.mu.Lock()
+		if len(w.first) < 80 {
+			w.first = append(w.first, p[:min(n, 80-len(w.first))]...)
+		}
+		w.n += int64(n)
+		w.mu.Unlock()
+	}
+	return n, err
+}
+
+func (w *watchConn) seen() ([]byte, int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]byte(nil), w.first...), w.n
+}
+
+// dialOne connects, handshakes and authenticates to t within
+// ConnectTimeout, over dial (TCP, or a channel through the previous hop).
+func dialOne(ctx context.Context, t target, via string, dial func(context.Context, string) (net.Conn, error),
+	hk *hostKeys, o Options) (*ssh.Client, *DialError) {
+	addr := t.addr()
+	fail := func(stage string, err error) *DialError {
+		return &DialError{Host: t.name, Addr: addr, Via: via, Stage: stage, Err: err}
+	}
+	dctx, cancel := context.WithTimeout(ctx, o.ConnectTimeout)
+	defer cancel()
+	timedOut := func() bool { return errors.Is(dctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil }
+
+	raw, err := dial(dctx, addr)
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			return nil, fail(StageCanceled, ctx.Err())
+		case timedOut():
+			return nil, fail(StageConnect, fmt.Errorf("no answer within %s", o.ConnectTimeout))
+		}
+		return nil, fail(StageConnect, err)
+	}
+	// The deadline covers banner, key exchange and authentication: a
+	// conn deadline where the conn has one (TCP), and closing the conn
+	// when the context ends (a jump channel has no deadlines; ctx cancel).
+	deadline, _ := dctx.Deadline()
+	raw.SetDeadline(deadline)
+	stop := context.AfterFunc(dctx, func() { raw.Close() })
+	wc := &watchConn{Conn: raw}
+	var prog atomic.Int32
+	prog.Store(progConnected)
+	var hkMu sync.Mutex // the callback runs on x/crypto's handshake goroutine
+	var hostKeyErr error
+
+	signers, closeAgent := authSigners(t, o)
+	defer closeAgent()
+	cfg := &ssh.ClientConfig{
+		User: t.user,
+		Auth: []ssh.AuthMethod{ssh.PublicKeysCallback(func() ([]ssh.Signer, error) {
+			prog.Store(progAuth)
+			return signers, nil
+		})},
+		HostKeyCallback: func(hostport string, remote net.Addr, key ssh.PublicKey) error {
+			prog.Store(progHostKey)
+			err := hk.check(hostport, remote, key)
+			hkMu.Lock()
+			hostKeyErr = err
+			hkMu.Unlock()
+			return err
+		},
+		HostKeyAlgorithms: hk.algorithms(addr),
+		ClientVersion:     "SSH-2.0-gpush",
+	}
+	conn, chans, reqs, err := ssh.NewClientConn(wc, addr, cfg)
+	if err == nil && !stop() {
+		conn.Close()
+		err = dctx.Err()
+	}
+	if err != nil {
+		raw.Close()
+		hkMu.Lock()
+		hkErr := hostKeyErr
+		hkMu.Unlock()
+		return nil, fail(classify(err, wc, prog.Load(), hkErr, ctx, timedOut(), t, len(signers), o))
+	}
+	raw.SetDeadline(time.Time{})
+	o.Logger.Debug("connected", "host", t.name, "addr", addr, "via", via, "user", t.user,
+		"server", string(conn.ServerVersion()))
+	return ssh.NewClient(conn, chans, reqs), nil
+}
+
+// classify turns a handshake error into the stage that failed and an
+// explanation an operator can act on.
+func classify(err error, wc *watchConn, prog int32, hostKeyErr error, ctx context.Context, timedOut bool,
+	t target, nSigners int, o Options) (string, error) {
+	first, n := wc.seen()
+	if ctx.Err() != nil {
+		return StageCanceled, ctx.Err()
+	}
+	if hostKeyErr != nil {
+		return StageHostKey, hostKeyErr
+	}
+	if n > 0 && !bytes.HasPrefix(first, []byte("SSH-")) {
+		line, _, _ := bytes.Cut(first, []byte("\n"))
+		return StageBanner, fmt.Errorf("not an SSH server: it answered %q", strings.TrimSpace(string(line)))
+	}
+	switch {
+	case n == 0 && timedOut:
+		return StageBanner, fmt.Errorf("the server accepted the TCP connection but sent no SSH banner within %s", o.ConnectTimeout)
+	case n == 0:
+		return StageBanner, fmt.Errorf("the server closed the connection before sending an SSH banner (%v)", err)
+	case prog < progHostKey && timedOut:
+		return StageKex, fmt.Errorf("the server sent its banner (%q) but the key exchange did not complete within %s",
+			bannerOf(first), o.ConnectTimeout)
+	case prog < progHostKey:
+		return StageKex, fmt.Errorf("key exchange with %q failed: %v", bannerOf(first), err)
+	case timedOut:
+		return StageAuth, fmt.Errorf("authentication as %s did not complete within %s", t.user, o.ConnectTimeout)
+	case prog >= progAuth || strings.Contains(err.Error(), "unable to authenticate"):
+		if nSigners == 0 {
+			return StageAuth, fmt.Errorf("no usable key for %s: no ssh-agent keys and none of %s could be read: %v",
+				t.user, strings.Join(append(append([]string{}, t.keys...), o.DefaultKeys...), ", "), err)
+		}
+		return StageAuth, fmt.Errorf("the server refused all %d keys offered for user %s: %v", nSigners, t.user, err)
+	}
+	if errors.Is(err, io.EOF) {
+		return StageKex, fmt.Errorf("the server closed the connection during the handshake")
+	}
+	return StageKex, err
+}
+
+func bannerOf(first []byte) string {
+	line, _, _ := bytes.Cut(first, []byte("\n"))
+	return strings.TrimSpace(string(line))
+}
+
+// authSigners gathers the keys to offer, in order: ssh-agent, the host's
+// IdentityFiles, the default keys; duplicates are dropped. They go in one
+// publickey method because x/crypto does not retry a method name that failed.
+func authSigners(t target, o Options) ([]ssh.Signer, func()) {
+	var signers []ssh.Signer
+	seen := map[string]bool{}
+	add := func(s ssh.Signer) {
+		k := string(s.PublicKey().Marshal())
+		if !seen[k] {
+			seen[k] = true
+			signers = append(signers, s)
+		}
+	}
+	closeAgent := func() {}
+	if o.AgentSocket != "" && o.AgentSocket != "none" {
+		ac, err := net.DialTimeout("unix", o.AgentSocket, 2*time.Second)
+		if err != nil {
+			o.Logger.Debug("ssh-agent not reachable", "socket", o.AgentSocket, "err", err)
+		} else {
+			closeAgent = func() { ac.Close() }
+			ss, err := agent.NewClient(ac).Signers()
+			if err != nil {
+				o.Logger.Debug("ssh-agent listing failed", "socket", o.AgentSocket, "err", err)
+			}
+			for _, s := range ss {
+				add(s)
+			}
+		}
+	}
+	for i, p := range append(append([]string{}, t.keys...), o.DefaultKeys...) {
+		explicit := i < len(t.keys)
+		s, err := loadKey(expandHome(p))
+		if err != nil {
+			level := slog.LevelDebug
+			if explicit && !errors.Is(err, os.ErrNotExist) {
+				level = slog.LevelWarn
+			}
+			o.Logger.Log(context.Background(), level, "skipping key", "host", t.name, "file", p, "err", err)
+			continue
+		}
+		add(s)
+	}
+	return signers, closeAgent
+}
+
+var errEncryptedKey = errors.New("key is encrypted and no passphrase can be asked for; load it into ssh-agent")
+
+func loadKey(path string) (ssh.Signer, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	s, err := ssh.ParsePrivateKey(b)
+	var pm *ssh.PassphraseMissingError
+	if errors.As(err, &pm) {
+		return nil, errEncryptedKey
+	}
+	if err != nil {
+		return nil, fmt.Errorf("parse private key %s: %w", path, err)
+	}
+	return s, nil
+}

@@ -1,0 +1,106 @@
+package remote
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Dial stages, as DialError.Stage names them.
+const (
+	StageConfig   = "configuration"
+	StageConnect  = "TCP connect"
+	StageBanner   = "SSH banner"
+	StageKex      = "key exchange"
+	StageHostKey  = "host key check"
+	StageAuth     = "authentication"
+	StageProxy    = "proxy jump"
+	StageSession  = "session"
+	StageCanceled = "canceled"
+)
+
+// DialError is why a host could not be reached: the CLI maps it to
+// "unreachable". Err explains the stage in operator terms.
+type DialError struct {
+	Host  string // inventory name
+	Addr  string // host:port dialed (the hop's, for a failed jump host)
+	Via   string // the jump host this address was dialed through, if any
+	Stage string
+	Err   error
+}
+
+func (e *DialError) Error() string {
+	via := ""
+	if e.Via != "" {
+		via = " via " + e.Via
+	}
+	if e.Host == "" || e.Host == e.Addr {
+		return fmt.Sprintf("%s%s: %s failed: %v", e.Addr, via, e.Stage, e.Err)
+	}
+	return fmt.Sprintf("%s (%s%s): %s failed: %v", e.Host, e.Addr, via, e.Stage, e.Err)
+}
+
+func (e *DialError) Unwrap() error { return e.Err }
+
+// IsUnreachable reports whether err means the host could not be reached
+// (as opposed to a command or the helper failing on it).
+func IsUnreachable(err error) bool {
+	var de *DialError
+	return errors.As(err, &de) || errors.Is(err, ErrConnectionLost)
+}
+
+// ErrConnectionLost is wrapped by every error of a call whose connection
+// died (peer closed, keepalives unanswered).
+var ErrConnectionLost = errors.New("connection lost")
+
+// HostKeyError is a host key that known_hosts does not vouch for.
+type HostKeyError struct {
+	Addr string // as written in known_hosts: host, or [host]:port
+	File string // the known_hosts file
+	// Changed is true when known_hosts holds a different key for the host;
+	// OldLine and OldKey say where and what.
+	Changed     bool
+	OldLine     int
+	OldKey      string // type and SHA256 fingerprint
+	OfferedKey  string // type and SHA256 fingerprint of what the server sent
+	LookupError error  // set when known_hosts could not be read at all
+}
+
+func (e *HostKeyError) Error() string {
+	switch {
+	case e.LookupError != nil:
+		return fmt.Sprintf("cannot check host key of %s: %v", e.Addr, e.LookupError)
+	case e.Changed:
+		return fmt.Sprintf("WARNING: HOST KEY CHANGED for %s: it now offers %s, but %s line %d holds %s. "+
+			"Someone may be intercepting the connection, or the host was reinstalled. Nothing was changed; "+
+			"if the new key is expected, remove the old one (ssh-keygen -R %q -f %s) and connect again",
+			e.Addr, e.OfferedKey, e.File, e.OldLine, e.OldKey, e.Addr, e.File)
+	default:
+		return fmt.Sprintf("host %s is not in %s (it offers %s); add it (ssh-keyscan, or connect once with ssh) "+
+			"or use host key policy %q to learn new hosts", e.Addr, e.File, e.OfferedKey, HostKeyAcceptNew)
+	}
+}
+
+// ErrSudoPassword is wrapped when sudo -n wants a password.
+var ErrSudoPassword = errors.New("sudo requires a password")
+
+// HelperError is a helper call that failed on the host.
+type HelperError struct {
+	Host     string
+	Verb     string
+	ExitCode int
+	// Message is the helper's own error (its ErrorResponse), if it wrote one.
+	Message string
+	Stderr  string
+}
+
+func (e *HelperError) Error() string {
+	msg := e.Message
+	if msg == "" {
+		msg = strings.TrimSpace(e.Stderr)
+	}
+	if msg == "" {
+		msg = "no error message"
+	}
+	return fmt.Sprintf("%s: helper %s failed (exit %d): %s", e.Host, e.Verb, e.ExitCode, msg)
+}

@@ -1,0 +1,178 @@
+// Package helperbin provides the gpush-helper binaries that gpush uploads
+// to hosts: the ones embedded at build time (`make build` writes them to
+// bin/), or, in a plain `go test` / `go run` without make, one built from
+// the module source with the local Go toolchain.
+package helperbin
+
+import (
+	"bufio"
+	"embed"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+//go:embed bin
+var embedded embed.FS
+
+// ModulePath is the module whose cmd/gpush-helper is built when no binary
+// is embedded.
+const ModulePath = "github.com/gpush/gpush"
+
+// Arches are the GOARCH values a helper exists for.
+var Arches = []string{"amd64", "arm64"}
+
+// FileName is the helper's file name in bin/ for goarch.
+func FileName(goarch string) string { return "gpush-helper-linux-" + goarch }
+
+// Embedded returns the helper embedded for goarch, or false.
+func Embedded(goarch string) ([]byte, bool) {
+	b, err := embedded.ReadFile("bin/" + FileName(goarch))
+	if err != nil || len(b) == 0 {
+		return nil, false
+	}
+	return b, true
+}
+
+type buildResult struct {
+	once sync.Once
+	b    []byte
+	err  error
+}
+
+var builds sync.Map // goarch -> *buildResult
+
+// Source returns the helper for linux/goarch: the embedded one, else one
+// built once per process from the module source. Its signature fits
+// remote.Options.HelperSource.
+func Source(goarch string) ([]byte, error) {
+	if !supported(goarch) {
+		return nil, fmt.Errorf("no gpush-helper for linux/%s (built for %s only)", goarch, strings.Join(Arches, ", "))
+	}
+	if b, ok := Embedded(goarch); ok {
+		return b, nil
+	}
+	v, _ := builds.LoadOrStore(goarch, &buildResult{})
+	r := v.(*buildResult)
+	r.once.Do(func() { r.b, r.err = build(goarch) })
+	if r.err != nil {
+		return nil, fmt.Errorf("gpush-helper for linux/%s is not embedded in this gpush and could not be built "+
+			"from source (%w); run `make build`", goarch, r.err)
+	}
+	return r.b, nil
+}
+
+func supported(goarch string) bool {
+	for _, a := range Arches {
+		if a == goarch {
+			return true
+		}
+	}
+	return false
+}
+
+// build compiles ./cmd/gpush-helper statically for linux/goarch into the
+// user cache dir and returns the binary. Go's build cache makes a repeat
+// cheap, so it is rebuilt once per process rather than trusted stale.
+func build(goarch string) ([]byte, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	goBin, err := findGo()
+	if err != nil {
+		return nil, err
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	dir := filepath.Join(cache, "gpush", "helper-build")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dir, err)
+	}
+	out := filepath.Join(dir, FileName(goarch))
+	// A private temp name, renamed into place: concurrent test binaries
+	// build the same file.
+	tmp := out + ".tmp-" + strconv.Itoa(os.Getpid())
+	cmd := exec.Command(goBin, "build", "-trimpath", "-ldflags", "-s -w", "-o", tmp, "./cmd/gpush-helper")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch, "GOFLAGS=-buildvcs=false")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		os.Remove(tmp)
+		return nil, fmt.Errorf("go build ./cmd/gpush-helper in %s: %w: %s", root, err, strings.TrimSpace(string(b)))
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		os.Remove(tmp)
+		return nil, fmt.Errorf("rename %s: %w", tmp, err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		return nil, fmt.Errorf("read built helper: %w", err)
+	}
+	return b, nil
+}
+
+func findGo() (string, error) {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p, nil
+	}
+	for _, p := range []string{filepath.Join(runtime.GOROOT(), "bin", "go"), "/usr/local/go/bin/go"} {
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			return p, nil
+		}
+	}
+	return "", errors.New("no Go toolchain (go) on PATH")
+}
+
+// moduleRoot finds the gpush module source: from this file's compile-time
+// path (absent under -trimpath), else from the working directory upwards.
+func moduleRoot() (string, error) {
+	var starts []string
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		starts = append(starts, filepath.Dir(file))
+	}
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	for _, d := range starts {
+		for {
+			if isModuleRoot(d) {
+				return d, nil
+			}
+			parent := filepath.Dir(d)
+			if parent == d {
+				break
+			}
+			d = parent
+		}
+	}
+	return "", fmt.Errorf("the %s module source (with cmd/gpush-helper) is not here (looked up from %s)",
+		ModulePath, strings.Join(starts, ", "))
+}
+
+func isModuleRoot(d string) bool {
+	f, err := os.Open(filepath.Join(d, "go.mod"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 2 && fields[0] == "module" {
+			if fields[1] != ModulePath {
+				return false
+			}
+			fi, err := os.Stat(filepath.Join(d, "cmd", "gpush-helper"))
+			return err == nil && fi.IsDir()
+		}
+	}
+	return false
+}

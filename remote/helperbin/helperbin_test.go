@@ -1,0 +1,70 @@
+package helperbin
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/gpush/gpush/helper"
+)
+
+func TestSourceGivesAStaticLinuxHelper(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		if _, ok := Embedded(runtime.GOARCH); !ok {
+			t.Skip("no embedded helper and no go toolchain")
+		}
+	}
+	b, err := Source("amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.NewFile(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("not an ELF binary: %v", err)
+	}
+	if f.Machine != elf.EM_X86_64 {
+		t.Fatalf("machine %v, want x86-64", f.Machine)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Fatal("helper is dynamically linked (has PT_INTERP); it must be static")
+		}
+	}
+	// A second call returns the same bytes without building again.
+	b2, err := Source("amd64")
+	if err != nil || !bytes.Equal(b, b2) {
+		t.Fatalf("second Source differs (err %v)", err)
+	}
+	if runtime.GOARCH != "amd64" || runtime.GOOS != "linux" {
+		return
+	}
+	// It really is the helper: an unknown verb gets an ErrorResponse.
+	p := filepath.Join(t.TempDir(), "gpush-helper")
+	if err := os.WriteFile(p, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(p, "no-such-verb")
+	cmd.Stdin = strings.NewReader("{}")
+	out, err := cmd.Output()
+	if err == nil {
+		t.Fatal("unknown verb exited 0")
+	}
+	var er helper.ErrorResponse
+	if jerr := json.Unmarshal(out, &er); jerr != nil || !strings.Contains(er.Error, "no-such-verb") {
+		t.Fatalf("want an ErrorResponse naming the verb, got %q (%v)", out, jerr)
+	}
+}
+
+func TestSourceRefusesOtherArches(t *testing.T) {
+	for _, a := range []string{"386", "riscv64", "", "../amd64"} {
+		if _, err := Source(a); err == nil || !strings.Contains(err.Error(), "amd64, arm64") {
+			t.Errorf("Source(%q) = %v, want a refusal naming the supported arches", a, err)
+		}
+	}
+}

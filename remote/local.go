@@ -1,0 +1,168 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gpush/gpush/helper"
+	"github.com/gpush/gpush/inventory"
+)
+
+// localConn reaches the machine gpush runs on, without SSH.
+type localConn struct {
+	host inventory.Host
+	o    Options
+	log  *slog.Logger
+
+	deployMu   sync.Mutex
+	helperPath string
+	uploads    atomic.Int32
+}
+
+func newLocal(h inventory.Host, o Options) *localConn {
+	return &localConn{host: h, o: o, log: o.Logger.With("host", h.Name)}
+}
+
+func (c *localConn) Host() string { return c.host.Name }
+func (c *localConn) Close() error { return nil }
+
+// Run execs argv directly: no shell is involved.
+func (c *localConn) Run(ctx context.Context, argv []string, opts RunOptions) (*Result, error) {
+	if len(argv) == 0 {
+		return nil, fmt.Errorf("%s: run: empty command", c.host.Name)
+	}
+	if opts.Sudo {
+		argv = sudoArgv(argv)
+	}
+	return c.exec(ctx, argv, opts.Stdin, opts.Timeout)
+}
+
+func (c *localConn) exec(ctx context.Context, argv []string, stdin io.Reader, timeout time.Duration) (*Result, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &stdout, &stderr
+	// TERM first, as over SSH; KILL if it still runs (or holds the pipes) 3s later.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 3 * time.Second
+	start := time.Now()
+	err := cmd.Run()
+	res := &Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Elapsed: time.Since(start)}
+	if ctx.Err() != nil {
+		if timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, fmt.Errorf("%s: %s: timed out after %s: %w", c.host.Name, argv[0], timeout, ctx.Err())
+		}
+		return nil, fmt.Errorf("%s: %s: %w", c.host.Name, argv[0], ctx.Err())
+	}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		res.ExitCode = ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			res.ExitCode = 128 + int(ws.Signal())
+		}
+	default:
+		return nil, fmt.Errorf("%s: run %s: %w", c.host.Name, argv[0], err)
+	}
+	return res, nil
+}
+
+func (c *localConn) Put(ctx context.Context, p string, data io.Reader, mode os.FileMode) error {
+	if err := putAtomic(ctx, localFS{}, p, data, mode); err != nil {
+		return fmt.Errorf("%s: put %s: %w", c.host.Name, p, err)
+	}
+	return nil
+}
+
+func (c *localConn) Get(ctx context.Context, p string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: get %s: %w", c.host.Name, p, err)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("%s: get %s: %w", c.host.Name, p, err)
+	}
+	return b, nil
+}
+
+// Helper serves the verb in-process; with become it runs the helper binary
+// through sudo -n instead, since gpush itself is not root.
+func (c *localConn) Helper(ctx context.Context, verb string, req, resp any) error {
+	body, err := encodeRequest(c.host.Name, verb, req)
+	if err != nil {
+		return err
+	}
+	if !c.host.Become {
+		var out bytes.Buffer
+		if err := helper.Serve(ctx, verb, bytes.NewReader(body), &out); err != nil {
+			res := &Result{Stdout: out.Bytes(), Stderr: []byte(err.Error()), ExitCode: 1}
+			return decodeHelper(c.host.Name, verb, "(in-process)", false, res, resp)
+		}
+		res := &Result{Stdout: out.Bytes()}
+		return decodeHelper(c.host.Name, verb, "(in-process)", false, res, resp)
+	}
+	p, err := c.DeployHelper(ctx)
+	if err != nil {
+		return err
+	}
+	res, err := c.exec(ctx, sudoArgv([]string{p, verb}), bytes.NewReader(body), 0)
+	if err != nil {
+		return err
+	}
+	return decodeHelper(c.host.Name, verb, p, true, res, resp)
+}
+
+// DeployHelper copies the helper binary into the local helper folder
+// (gpush_remote_dir) and returns its path; see the SSH version.
+func (c *localConn) DeployHelper(ctx context.Context) (string, error) {
+	c.deployMu.Lock()
+	defer c.deployMu.Unlock()
+	if c.helperPath != "" {
+		return c.helperPath, nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("%s: home directory: %w", c.host.Name, err)
+	}
+	p, err := deployHelper(ctx, deployTarget{
+		host: c.host, fs: localFS{}, machine: unameMachine(), home: filepath.Clean(home), uid: os.Getuid(),
+		source: c.o.HelperSource, log: c.log, uploads: &c.uploads,
+	})
+	if err != nil {
+		return "", err
+	}
+	c.helperPath = p
+	return p, nil
+}
+
+func unameMachine() string {
+	var u syscall.Utsname
+	if err := syscall.Uname(&u); err != nil {
+		return runtime.GOARCH
+	}
+	b := make([]byte, 0, len(u.Machine))
+	for _, ch := range u.Machine {
+		if ch == 0 {
+			break
+		}
+		b = append(b, byte(ch))
+	}
+	return string(b)
+}

@@ -1,0 +1,93 @@
+package remote
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Host key policies.
+const (
+	// HostKeyStrict refuses hosts missing from known_hosts (the default).
+	HostKeyStrict = "strict"
+	// HostKeyAcceptNew learns unknown hosts (appending to known_hosts) and
+	// still refuses a changed key, like OpenSSH's StrictHostKeyChecking=accept-new.
+	HostKeyAcceptNew = "accept-new"
+)
+
+// Inventory vars read by this package.
+const (
+	// VarRemoteDir is where the helper is deployed on a host (default ~/.cache/gpush).
+	VarRemoteDir = "gpush_remote_dir"
+	// DefaultRemoteDir is VarRemoteDir's default; ~ is the login user's home.
+	DefaultRemoteDir = "~/.cache/gpush"
+)
+
+// Options tunes Dial. The zero value means the defaults documented per field.
+type Options struct {
+	// KnownHostsFile is the known_hosts to check host keys against
+	// (default ~/.ssh/known_hosts). Hashed entries and [host]:port work.
+	KnownHostsFile string
+	// HostKeyPolicy is HostKeyStrict (default) or HostKeyAcceptNew.
+	HostKeyPolicy string
+	// ConnectTimeout bounds TCP connect, banner, key exchange and
+	// authentication of each hop (default 10s).
+	ConnectTimeout time.Duration
+	// KeepaliveInterval is how often a keepalive@openssh.com request is sent
+	// (default 15s; negative disables); after KeepaliveCountMax unanswered
+	// ones in a row (default 3) the connection is closed, so that calls
+	// blocked on a dead peer return an error.
+	KeepaliveInterval time.Duration
+	KeepaliveCountMax int
+	// AgentSocket is the ssh-agent socket (default $SSH_AUTH_SOCK; "none"
+	// disables the agent).
+	AgentSocket string
+	// DefaultKeys are tried after the agent and the host's IdentityFiles
+	// (default ~/.ssh/id_ed25519, id_ecdsa, id_rsa). Set to an empty
+	// non-nil slice to offer none.
+	DefaultKeys []string
+	// SSHConfigFile resolves ProxyJump hop names (HostName, Port, User,
+	// IdentityFile) (default ~/.ssh/config; "none" disables).
+	SSHConfigFile string
+	// HelperSource returns the gpush-helper binary for a GOARCH ("amd64",
+	// "arm64"); see package helperbin. Needed for Helper on SSH hosts and
+	// for Helper with become on the local host.
+	HelperSource func(goarch string) ([]byte, error)
+	// Logger receives debug and info lines (default: discard).
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	home, _ := os.UserHomeDir()
+	if o.KnownHostsFile == "" {
+		o.KnownHostsFile = filepath.Join(home, ".ssh", "known_hosts")
+	}
+	if o.HostKeyPolicy == "" {
+		o.HostKeyPolicy = HostKeyStrict
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = 10 * time.Second
+	}
+	if o.KeepaliveInterval == 0 {
+		o.KeepaliveInterval = 15 * time.Second
+	}
+	if o.KeepaliveCountMax <= 0 {
+		o.KeepaliveCountMax = 3
+	}
+	if o.AgentSocket == "" {
+		o.AgentSocket = os.Getenv("SSH_AUTH_SOCK")
+	}
+	if o.DefaultKeys == nil {
+		for _, n := range []string{"id_ed25519", "id_ecdsa", "id_rsa"} {
+			o.DefaultKeys = append(o.DefaultKeys, filepath.Join(home, ".ssh", n))
+		}
+	}
+	if o.SSHConfigFile == "" {
+		o.SSHConfigFile = filepath.Join(home, ".ssh", "config")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}

@@ -1,0 +1,396 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpush/gpush/inventory"
+	"github.com/pkg/sftp"
+	"golang.org/x/crypto/ssh"
+)
+
+// sshConn is one SSH connection; every call is a new channel on it.
+type sshConn struct {
+	host   inventory.Host
+	client *ssh.Client
+	hops   []*ssh.Client
+	o      Options
+	log    *slog.Logger
+
+	sftpMu sync.Mutex
+	sftp   *sftp.Client
+
+	deployMu   sync.Mutex
+	helperPath string
+	uploads    atomic.Int32
+
+	deadOnce  sync.Once
+	dead      chan struct{}
+	deadMu    sync.Mutex
+	deadWhy   error
+	closeOnce sync.Once
+}
+
+func newSSHConn(h inventory.Host, client *ssh.Client, hops []*ssh.Client, o Options) *sshConn {
+	c := &sshConn{host: h, client: client, hops: hops, o: o, log: o.Logger.With("host", h.Name),
+		dead: make(chan struct{})}
+	go func() {
+		err := client.Wait()
+		if err == nil {
+			err = errors.New("the server closed the connection")
+		}
+		c.markDead(err)
+		// The jump connections only served this one.
+		for i := len(hops) - 1; i >= 0; i-- {
+			hops[i].Close()
+		}
+	}()
+	if o.KeepaliveInterval > 0 {
+		go c.keepalive(o.KeepaliveInterval, o.KeepaliveCountMax)
+	}
+	return c
+}
+
+func (c *sshConn) Host() string { return c.host.Name }
+
+func (c *sshConn) markDead(why error) {
+	c.deadOnce.Do(func() {
+		c.deadMu.Lock()
+		c.deadWhy = why
+		c.deadMu.Unlock()
+		close(c.dead)
+	})
+}
+
+// lost wraps err as a lost connection when the connection is dead,
+// naming why it died.
+func (c *sshConn) lost(what string, err error) error {
+	select {
+	case <-c.dead:
+		c.deadMu.Lock()
+		why := c.deadWhy
+		c.deadMu.Unlock()
+		return fmt.Errorf("%s: %s: %w (%v)", c.host.Name, what, ErrConnectionLost, why)
+	default:
+		return fmt.Errorf("%s: %s: %w", c.host.Name, what, err)
+	}
+}
+
+// keepalive sends keepalive@openssh.com requests; any reply (OpenSSH
+// answers with a failure) proves the peer alive. After countMax intervals
+// without one, the connection is closed so blocked calls fail.
+func (c *sshConn) keepalive(interval time.Duration, countMax int) {
+	missed := 0
+	replies := make(chan error, countMax+1)
+	pending := 0
+	for {
+		select {
+		case <-c.dead:
+			return
+		case <-time.After(interval):
+		}
+		if pending <= countMax {
+			pending++
+			go func() {
+				_, _, err := c.client.SendRequest("keepalive@openssh.com", true, nil)
+				replies <- err
+			}()
+		}
+		select {
+		case <-c.dead:
+			return
+		case err := <-replies:
+			pending--
+			if err != nil {
+				c.markDead(fmt.Errorf("keepalive failed: %w", err))
+				c.client.Close()
+				return
+			}
+			missed = 0
+		case <-time.After(interval):
+			missed++
+			if missed >= countMax {
+				c.markDead(fmt.Errorf("no answer to %d keepalives sent %s apart; the host or the network is down",
+					missed, interval))
+				c.client.Close()
+				return
+			}
+		}
+	}
+}
+
+func (c *sshConn) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		c.markDead(errors.New("connection closed by gpush"))
+		c.sftpMu.Lock()
+		if c.sftp != nil {
+			c.sftp.Close()
+		}
+		c.sftpMu.Unlock()
+		err = c.client.Close()
+		for i := len(c.hops) - 1; i >= 0; i-- {
+			c.hops[i].Close()
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, os.ErrClosed) || (err != nil && strings.Contains(err.Error(), "use of closed")) {
+			err = nil
+		}
+	})
+	return err
+}
+
+// newSession opens a channel, giving up when ctx ends (a dead peer would
+// otherwise block until keepalives close the connection).
+func (c *sshConn) newSession(ctx context.Context) (*ssh.Session, error) {
+	type res struct {
+		s   *ssh.Session
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		s, err := c.client.NewSession()
+		ch <- res{s, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, c.lost("open session", r.err)
+		}
+		return r.s, nil
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.s != nil {
+				r.s.Close()
+			}
+		}()
+		return nil, fmt.Errorf("%s: open session: %w", c.host.Name, ctx.Err())
+	}
+}
+
+func (c *sshConn) Run(ctx context.Context, argv []string, opts RunOptions) (*Result, error) {
+	if len(argv) == 0 {
+		return nil, fmt.Errorf("%s: run: empty command", c.host.Name)
+	}
+	if opts.Sudo {
+		argv = sudoArgv(argv)
+	}
+	return c.exec(ctx, argv[0], ShellJoin(argv), opts.Stdin, opts.Timeout)
+}
+
+func sudoArgv(argv []string) []string {
+	return append([]string{"sudo", "-n", "--"}, argv...)
+}
+
+// exec runs one command line on a new session. what names the command in
+// errors. The session is signalled (TERM) and closed when ctx or timeout
+// ends first.
+func (c *sshConn) exec(ctx context.Context, what, cmdline string, stdin io.Reader, timeout time.Duration) (*Result, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	start := time.Now()
+	sess, err := c.newSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer sess.Close()
+	var stdout, stderr bytes.Buffer
+	sess.Stdout, sess.Stderr = &stdout, &stderr
+	if stdin != nil {
+		sess.Stdin = stdin
+	}
+	c.log.Debug("exec", "cmd", cmdline)
+	if err := sess.Start(cmdline); err != nil {
+		return nil, c.lost("start "+what, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- sess.Wait() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		// The signal request goes out before the close, so sshd delivers it.
+		sess.Signal(ssh.SIGTERM)
+		sess.Close()
+		why := ctx.Err()
+		if timeout > 0 && errors.Is(why, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("%s: %s: timed out after %s: %w", c.host.Name, what, timeout, why)
+		}
+		return nil, fmt.Errorf("%s: %s: %w", c.host.Name, what, why)
+	}
+	res := &Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Elapsed: time.Since(start)}
+	var ee *ssh.ExitError
+	var missing *ssh.ExitMissingError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		res.ExitCode = ee.ExitStatus()
+	case errors.As(err, &missing):
+		return nil, c.lost(what+" (no exit status: the connection dropped while it ran)", err)
+	default:
+		return nil, c.lost(what, err)
+	}
+	return res, nil
+}
+
+// sftpClient opens the SFTP subsystem once and reuses it.
+func (c *sshConn) sftpClient(ctx context.Context) (*sftp.Client, error) {
+	c.sftpMu.Lock()
+	defer c.sftpMu.Unlock()
+	if c.sftp != nil {
+		return c.sftp, nil
+	}
+	type res struct {
+		s   *sftp.Client
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		s, err := sftp.NewClient(c.client, sftp.UseConcurrentWrites(true))
+		ch <- res{s, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, c.lost("open SFTP (is the sftp subsystem enabled in sshd_config?)", r.err)
+		}
+		c.sftp = r.s
+		return r.s, nil
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.s != nil {
+				r.s.Close()
+			}
+		}()
+		return nil, fmt.Errorf("%s: open SFTP: %w", c.host.Name, ctx.Err())
+	}
+}
+
+func (c *sshConn) Put(ctx context.Context, path string, data io.Reader, mode os.FileMode) error {
+	s, err := c.sftpClient(ctx)
+	if err != nil {
+		return err
+	}
+	if err := putAtomic(ctx, sftpFS{s}, path, data, mode); err != nil {
+		return c.lost("put "+path, err)
+	}
+	return nil
+}
+
+func (c *sshConn) Get(ctx context.Context, path string) ([]byte, error) {
+	s, err := c.sftpClient(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f, err := s.Open(path)
+	if err != nil {
+		return nil, c.lost("get "+path, err)
+	}
+	defer f.Close()
+	stop := context.AfterFunc(ctx, func() { f.Close() })
+	defer stop()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%s: get %s: %w", c.host.Name, path, ctx.Err())
+		}
+		return nil, c.lost("get "+path, err)
+	}
+	return b, nil
+}
+
+func (c *sshConn) Helper(ctx context.Context, verb string, req, resp any) error {
+	p, err := c.DeployHelper(ctx)
+	if err != nil {
+		return err
+	}
+	argv := []string{p, verb}
+	if c.host.Become {
+		argv = sudoArgv(argv)
+	}
+	body, err := encodeRequest(c.host.Name, verb, req)
+	if err != nil {
+		return err
+	}
+	res, err := c.exec(ctx, "helper "+verb, ShellJoin(argv), bytes.NewReader(body), 0)
+	if err != nil {
+		return err
+	}
+	err = decodeHelper(c.host.Name, verb, p, c.host.Become, res, resp)
+	if res.ExitCode == 127 {
+		// Someone removed it: deploy again on the next call.
+		c.deployMu.Lock()
+		c.helperPath = ""
+		c.deployMu.Unlock()
+	}
+	return err
+}
+
+// DeployHelper makes sure the helper is on the host and returns its path;
+// the first call probes the host and uploads if needed, later calls return
+// the cached path.
+func (c *sshConn) DeployHelper(ctx context.Context) (string, error) {
+	c.deployMu.Lock()
+	defer c.deployMu.Unlock()
+	if c.helperPath != "" {
+		return c.helperPath, nil
+	}
+	// SFTP setup and the probe are independent round trips: overlap them.
+	type sres struct {
+		s   *sftp.Client
+		err error
+	}
+	sch := make(chan sres, 1)
+	go func() {
+		s, err := c.sftpClient(ctx)
+		sch <- sres{s, err}
+	}()
+	pr, perr := c.probe(ctx)
+	sr := <-sch
+	if perr != nil {
+		return "", perr
+	}
+	if sr.err != nil {
+		return "", sr.err
+	}
+	p, err := deployHelper(ctx, deployTarget{
+		host: c.host, fs: sftpFS{sr.s}, machine: pr.machine, home: pr.home, uid: pr.uid,
+		source: c.o.HelperSource, log: c.log, uploads: &c.uploads,
+	})
+	if err != nil {
+		return "", err
+	}
+	c.helperPath = p
+	return p, nil
+}
+
+// probeCmd is fixed text: nothing from the inventory goes into it.
+const probeCmd = `uname -m; id -u; printf '%s\n' "$HOME"`
+
+type probeResult struct {
+	machine string
+	uid     int
+	home    string
+}
+
+func (c *sshConn) probe(ctx context.Context) (probeResult, error) {
+	res, err := c.exec(ctx, "probe (uname -m; id -u; $HOME)", probeCmd, nil, 0)
+	if err != nil {
+		return probeResult{}, err
+	}
+	if res.ExitCode != 0 {
+		return probeResult{}, fmt.Errorf("%s: probe %q exited %d: %s", c.host.Name, probeCmd, res.ExitCode,
+			strings.TrimSpace(string(res.Stderr)))
+	}
+	return parseProbe(c.host.Name, res.Stdout)
+}
