@@ -10,7 +10,6 @@ package lab
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpush/gpush/lab/labgpu"
 	"github.com/gpush/gpush/lab/sshd"
 	"gopkg.in/yaml.v3"
 )
@@ -292,33 +292,17 @@ func (l *Lab) layoutHost(name, scenario string) (Host, error) {
 	if err := linkOrCopy(l.bin.FakeSMI, h.SMI); err != nil {
 		return h, fmt.Errorf("lab host %s: %w", name, err)
 	}
-	type gpu struct {
-		Index       int    `json:"index"`
-		UUID        string `json:"uuid"`
-		Name        string `json:"name"`
-		BusID       string `json:"bus_id"`
-		TotalMiB    int64  `json:"total_mib"`
-		BaselineMiB int64  `json:"baseline_mib"`
-	}
-	cfg := struct {
-		DevDir       string `json:"dev_dir"`
-		GPUs         []gpu  `json:"gpus"`
-		ReleaseDelay string `json:"release_delay"`
-	}{DevDir: h.DevDir, ReleaseDelay: l.opts.ReleaseDelay}
+	cfg := labgpu.Config{DevDir: h.DevDir, ReleaseDelay: l.opts.ReleaseDelay}
 	hostNum := len(l.Hosts) + 1
 	for i := 0; i < l.opts.GPUs; i++ {
-		cfg.GPUs = append(cfg.GPUs, gpu{
+		cfg.GPUs = append(cfg.GPUs, labgpu.GPU{
 			Index: i, Name: "NVIDIA H200",
 			UUID:     fmt.Sprintf("GPU-1ab%05d-0000-4000-8000-%012d", hostNum, i),
 			BusID:    fmt.Sprintf("00000000:%02X:00.0", 0x18+i*0x10),
 			TotalMiB: 143771, BaselineMiB: 0,
 		})
 	}
-	b, err := json.MarshalIndent(cfg, "", "  ")
-	if err != nil {
-		return h, fmt.Errorf("lab host %s: %w", name, err)
-	}
-	if err := os.WriteFile(filepath.Join(filepath.Dir(h.SMI), "fake-nvidia-smi.json"), b, 0o644); err != nil {
+	if err := cfg.Save(filepath.Join(filepath.Dir(h.SMI), labgpu.ConfigName)); err != nil {
 		return h, fmt.Errorf("lab host %s: %w", name, err)
 	}
 	return h, nil
