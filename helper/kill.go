@@ -136,6 +136,21 @@ func (s *scanner) isKernelThread(st procStat) bool {
 	return st.PPID == 2 && len(s.proc.cmdline(st.PID)) == 0
 }
 
+// skipWhy says why a process must not be signalled, or "". Force lifts
+// only the protected-name rule.
+func (s *scanner) skipWhy(st procStat, force bool) string {
+	why := s.protectedWhy(st.PID, st.Comm, s.proc.cmdline(st.PID))
+	switch {
+	case why != "" && (st.PID <= 1 || st.PID == s.self || s.guarded[st.PID]):
+		return why
+	case s.isKernelThread(st):
+		return "kernel thread"
+	case why != "" && !force:
+		return why + " (force not set)"
+	}
+	return ""
+}
+
 // Kill signals processes by identity: Signal (TERM) first, KILL after
 // Grace, each re-checked right before every signal. Group and Tree add the
 // target's process group and descendants, each with its own identity taken
@@ -218,6 +233,13 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 			continue
 		}
 		stats[id.PID] = st
+		// A target that may not be signalled lends nobody its group or
+		// tree: the tree of pid 1 or of an ancestor is the whole host.
+		if why := s.skipWhy(st, req.Force); why != "" {
+			v.res.Comm = st.Comm
+			v.res.Outcome, v.res.Reason, v.done = OutcomeSkipped, why, true
+			continue
+		}
 		if req.Group {
 			for _, o := range all {
 				if o.PGID == st.PGID && o.PID != id.PID {
@@ -259,15 +281,9 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 		}
 		st := stats[v.res.PID]
 		v.res.Comm = st.Comm
-		argv := s.proc.cmdline(v.res.PID)
-		why := s.protectedWhy(v.res.PID, st.Comm, argv)
-		switch {
-		case why != "" && (s.guarded[v.res.PID] || v.res.PID <= 1 || v.res.PID == s.self):
+		switch why := s.skipWhy(st, req.Force); {
+		case why != "":
 			v.res.Outcome, v.res.Reason = OutcomeSkipped, why
-		case s.isKernelThread(st):
-			v.res.Outcome, v.res.Reason = OutcomeSkipped, "kernel thread"
-		case why != "" && !req.Force:
-			v.res.Outcome, v.res.Reason = OutcomeSkipped, why+" (force not set)"
 		case st.State == "Z" || st.State == "X":
 			v.res.Outcome, v.res.Reason, v.res.State = OutcomeExited, "zombie (already exited)", st.State
 		case req.DryRun:
