@@ -56,8 +56,8 @@ func ToLua(L *glua.LState, v any) glua.LValue {
 		return glua.LNumber(x.Seconds())
 	case []any:
 		t := L.CreateTable(len(x), 0)
-		for _, e := range x {
-			t.Append(ToLua(L, e))
+		for i, e := range x {
+			t.RawSetInt(i+1, ToLua(L, e)) // by index: Append skips nil and would shift the rest
 		}
 		return t
 	case map[string]any:
@@ -72,7 +72,7 @@ func ToLua(L *glua.LState, v any) glua.LValue {
 	case reflect.Slice, reflect.Array:
 		t := L.CreateTable(rv.Len(), 0)
 		for i := 0; i < rv.Len(); i++ {
-			t.Append(ToLua(L, rv.Index(i).Interface()))
+			t.RawSetInt(i+1, ToLua(L, rv.Index(i).Interface()))
 		}
 		return t
 	case reflect.Map:

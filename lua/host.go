@@ -1,0 +1,226 @@
+package lua
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpush/gpush/helper"
+	"github.com/gpush/gpush/inventory"
+	"github.com/gpush/gpush/modules"
+	"github.com/gpush/gpush/remote"
+)
+
+// hostState is the modules.Host of one host for one run or session.
+type hostState struct {
+	inv     inventory.Host
+	vars    map[string]any // host vars with the extra vars on top
+	cfg     helper.Config
+	check   bool
+	dial    func(context.Context, inventory.Host) (remote.Conn, error)
+	logger  *slog.Logger
+	onEvent func(Event)
+	stats   modules.Stats
+
+	mu      sync.Mutex
+	dialed  bool
+	conn    remote.Conn
+	dialErr error
+	connErr error
+	failed  bool
+	failMsg string
+}
+
+func newHostState(h inventory.Host, o Options) (*hostState, error) {
+	vars := make(map[string]any, len(h.Vars)+len(o.ExtraVars))
+	for k, v := range h.Vars {
+		vars[k] = v
+	}
+	for k, v := range o.ExtraVars {
+		vars[k] = v
+	}
+	cfg, err := helperConfig(vars)
+	if err != nil {
+		return nil, fmt.Errorf("host %s: %w", h.Name, err)
+	}
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &hostState{inv: h, vars: vars, cfg: cfg, check: o.Check, dial: o.Dial,
+		logger: logger.With("host", h.Name), onEvent: o.OnEvent}, nil
+}
+
+// helperConfig reads the gpush_* vars that say where things are on the host.
+func helperConfig(vars map[string]any) (helper.Config, error) {
+	var c helper.Config
+	str := func(key string) (string, error) {
+		v, ok := vars[key]
+		if !ok || v == nil {
+			return "", nil
+		}
+		s, ok := v.(string)
+		if !ok {
+			return "", fmt.Errorf("var %s: want a string, got %T %v", key, v, v)
+		}
+		return s, nil
+	}
+	var err error
+	if c.DevDir, err = str("gpush_dev_dir"); err != nil {
+		return c, err
+	}
+	if c.NvidiaSMI, err = str("gpush_nvidia_smi"); err != nil {
+		return c, err
+	}
+	switch v := vars["gpush_protected"].(type) {
+	case nil:
+	case string: // "a,b" as -e gives it
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				c.Protected = append(c.Protected, p)
+			}
+		}
+	case []any:
+		for i, e := range v {
+			s, ok := e.(string)
+			if !ok {
+				return c, fmt.Errorf("var gpush_protected[%d]: want a process name, got %T %v", i, e, e)
+			}
+			c.Protected = append(c.Protected, s)
+		}
+	case []string:
+		c.Protected = append(c.Protected, v...)
+	default:
+		return c, fmt.Errorf("var gpush_protected: want a list of process names, got %T", v)
+	}
+	switch v := vars["gpush_smi_timeout"].(type) {
+	case nil:
+	case string:
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return c, fmt.Errorf("var gpush_smi_timeout: %q is not a duration like \"10s\"", v)
+		}
+		c.SMITimeout = helper.Duration(d)
+	case int, int64, float64:
+		f := toFloat(v)
+		if f < 0 || math.IsNaN(f) {
+			return c, fmt.Errorf("var gpush_smi_timeout: %v is negative", v)
+		}
+		c.SMITimeout = helper.Duration(f * float64(time.Second))
+	default:
+		return c, fmt.Errorf("var gpush_smi_timeout: want a duration like \"10s\", got %T", v)
+	}
+	return c, nil
+}
+
+func toFloat(v any) float64 {
+	switch x := v.(type) {
+	case int:
+		return float64(x)
+	case int64:
+		return float64(x)
+	case float64:
+		return x
+	}
+	return math.NaN()
+}
+
+func (h *hostState) Name() string                { return h.inv.Name }
+func (h *hostState) Address() string             { return h.inv.Address }
+func (h *hostState) Groups() []string            { return h.inv.Groups }
+func (h *hostState) Vars() map[string]any        { return h.vars }
+func (h *hostState) HelperConfig() helper.Config { return h.cfg }
+func (h *hostState) Check() bool                 { return h.check }
+func (h *hostState) Logger() *slog.Logger        { return h.logger }
+func (h *hostState) Stats() *modules.Stats       { return &h.stats }
+
+// Conn dials once; every later call gets the same connection or error.
+func (h *hostState) Conn(ctx context.Context) (remote.Conn, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.dialed {
+		if h.dial == nil {
+			return nil, errors.New("no way to connect: Options.Dial is nil")
+		}
+		h.dialed = true
+		h.conn, h.dialErr = h.dial(ctx, h.inv)
+		if h.dialErr == nil && h.conn == nil {
+			h.dialErr = errors.New("dial returned no connection")
+		}
+	}
+	return h.conn, h.dialErr
+}
+
+func (h *hostState) Emit(e Event) {
+	if e.Host == "" {
+		e.Host = h.inv.Name
+	}
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	if h.onEvent != nil {
+		h.onEvent(e)
+		return
+	}
+	lvl := slog.LevelInfo
+	switch e.Level {
+	case modules.LevelDebug:
+		lvl = slog.LevelDebug
+	case modules.LevelWarn:
+		lvl = slog.LevelWarn
+	case modules.LevelError:
+		lvl = slog.LevelError
+	}
+	h.logger.Log(context.Background(), lvl, e.Message, "kind", e.Kind)
+}
+
+func (h *hostState) ConnFailed(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.connErr == nil {
+		h.connErr = err
+	}
+}
+
+func (h *hostState) connError() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.connErr
+}
+
+func (h *hostState) setFailed(msg string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failed, h.failMsg = true, msg
+}
+
+// failure reports fail()'s message and, for a REPL, clears it.
+func (h *hostState) failure(clear bool) (bool, string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f, m := h.failed, h.failMsg
+	if clear {
+		h.failed, h.failMsg = false, ""
+	}
+	return f, m
+}
+
+// close closes the connection if one was made.
+func (h *hostState) close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conn == nil {
+		return nil
+	}
+	err := h.conn.Close()
+	h.conn, h.dialErr = nil, fmt.Errorf("connection to %s already closed", h.inv.Name)
+	if err != nil {
+		return fmt.Errorf("close connection to %s: %w", h.inv.Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,203 @@
+// Package lua is gpush's Lua runtime: one Lua state per host, the globals
+// and modules a script sees, the runner that fans a script out over hosts
+// (at most Forks at once), script resolution, and a Session for a REPL.
+// Scripts are written against docs/lua-api.md.
+package lua
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	glua "github.com/yuin/gopher-lua"
+
+	"github.com/gpush/gpush/inventory"
+	"github.com/gpush/gpush/modules"
+	"github.com/gpush/gpush/modules/luaconv"
+	"github.com/gpush/gpush/remote"
+)
+
+// DefaultForks is how many hosts run at once when Options.Forks is 0.
+const DefaultForks = 50
+
+// Host statuses.
+const (
+	StatusOK          = "ok"
+	StatusFailed      = "failed"
+	StatusUnreachable = "unreachable"
+)
+
+// Options tunes a run.
+type Options struct {
+	// Forks bounds how many hosts run at once (0: DefaultForks).
+	Forks int
+	// Timeout bounds each host's whole script (0: none).
+	Timeout time.Duration
+	// Check makes destructive calls report what they would do.
+	Check bool
+	// ExtraVars (-e) are merged over each host's vars; they win.
+	ExtraVars map[string]any
+	// Dial opens the connection to a host.
+	Dial func(context.Context, inventory.Host) (remote.Conn, error)
+	// OnEvent receives events from the host goroutines, concurrently: it
+	// must be safe for that. Nil sends log lines to Logger.
+	OnEvent func(Event)
+	// Logger gets debug logging (nil: discarded).
+	Logger *slog.Logger
+}
+
+// HostResult is how one host's script ended.
+type HostResult struct {
+	Host string `json:"host"`
+	// Status is "ok", "failed" or "unreachable".
+	Status string `json:"status"`
+	// Value is the script's return value as Go data: map[string]any, []any,
+	// string, float64, bool or nil.
+	Value   any                   `json:"value,omitempty"`
+	Error   string                `json:"error,omitempty"`
+	Elapsed time.Duration         `json:"elapsed"`
+	Stats   modules.StatsSnapshot `json:"stats"`
+}
+
+// Run runs s on every host, at most o.Forks at once, and returns one
+// result per host in the order of hosts. Cancelling ctx (Ctrl-C) ends every
+// host promptly as failed "interrupted".
+func Run(ctx context.Context, s *Script, hosts []inventory.Host, o Options) []HostResult {
+	forks := o.Forks
+	if forks <= 0 {
+		forks = DefaultForks
+	}
+	results := make([]HostResult, len(hosts))
+	sem := make(chan struct{}, forks)
+	var wg sync.WaitGroup
+	for i, h := range hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				results[i] = HostResult{Host: h.Name, Status: StatusFailed, Error: "interrupted"}
+				emitDone(o, results[i])
+				return
+			}
+			defer func() { <-sem }()
+			results[i] = runHost(ctx, s, h, o)
+		}()
+	}
+	wg.Wait()
+	return results
+}
+
+func emitDone(o Options, r HostResult) {
+	if o.OnEvent == nil {
+		return
+	}
+	msg := r.Status
+	if r.Error != "" {
+		msg += ": " + r.Error
+	}
+	o.OnEvent(Event{Host: r.Host, Time: time.Now(), Kind: modules.EventDone, Level: levelOf(r.Status), Message: msg})
+}
+
+func levelOf(status string) string {
+	if status == StatusOK {
+		return modules.LevelInfo
+	}
+	return modules.LevelError
+}
+
+func runHost(parent context.Context, s *Script, h inventory.Host, o Options) (res HostResult) {
+	start := time.Now()
+	res.Host = h.Name
+	if o.OnEvent != nil {
+		o.OnEvent(Event{Host: h.Name, Time: start, Kind: modules.EventStart, Message: s.Name})
+	}
+	ctx := parent
+	if o.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(parent, o.Timeout)
+		defer cancel()
+	}
+	var hs *hostState
+	defer func() {
+		res.Elapsed = time.Since(start)
+		if hs != nil {
+			res.Stats = hs.stats.Snapshot()
+			if err := hs.close(); err != nil {
+				hs.logger.Debug("close", "err", err)
+			}
+		}
+		emitDone(o, res)
+	}()
+	// ended classifies an error that may come from ctx ending.
+	ended := func() bool {
+		switch {
+		case parent.Err() != nil:
+			res.Status, res.Error = StatusFailed, "interrupted"
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+			res.Status, res.Error = StatusFailed, fmt.Sprintf("timed out after %s", o.Timeout)
+		default:
+			return false
+		}
+		return true
+	}
+	if ended() {
+		return res
+	}
+	var err error
+	if hs, err = newHostState(h, o); err != nil {
+		res.Status, res.Error = StatusFailed, err.Error()
+		return res
+	}
+	if _, err := hs.Conn(ctx); err != nil {
+		if !ended() {
+			res.Status, res.Error = StatusUnreachable, err.Error()
+		}
+		return res
+	}
+	L, err := newLState(ctx, hs, s.Dir)
+	if err != nil {
+		res.Status, res.Error = StatusFailed, err.Error()
+		return res
+	}
+	defer L.Close()
+	fn, err := L.Load(bytes.NewReader(s.Source), s.Name)
+	if err != nil {
+		res.Status, res.Error = StatusFailed, err.Error()
+		return res
+	}
+	L.Push(fn)
+	callErr := L.PCall(0, 1, nil)
+	if failed, msg := hs.failure(false); failed {
+		res.Status, res.Error = StatusFailed, msg
+		return res
+	}
+	if ended() {
+		return res
+	}
+	if callErr != nil {
+		msg := callErr.Error()
+		var apiErr *glua.ApiError
+		if errors.As(callErr, &apiErr) {
+			msg = apiErr.Object.String()
+			hs.logger.Debug("script error", "err", msg, "trace", apiErr.StackTrace)
+		}
+		res.Status, res.Error = StatusFailed, msg
+		if cerr := hs.connError(); cerr != nil {
+			res.Status = StatusUnreachable
+		}
+		return res
+	}
+	v, err := luaconv.FromLua(L.Get(-1))
+	if err != nil {
+		res.Status, res.Error = StatusFailed, fmt.Sprintf("%s: return value: %v", s.Name, err)
+		return res
+	}
+	res.Status, res.Value = StatusOK, v
+	return res
+}

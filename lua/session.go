@@ -1,0 +1,115 @@
+package lua
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	glua "github.com/yuin/gopher-lua"
+
+	"github.com/gpush/gpush/inventory"
+	"github.com/gpush/gpush/modules"
+	"github.com/gpush/gpush/modules/luaconv"
+)
+
+// Session is one host with one long-lived Lua state, for a REPL: globals
+// set by one Eval are there for the next. It connects on first use. Only
+// one Eval runs at a time.
+type Session struct {
+	mu sync.Mutex
+	hs *hostState
+	L  *glua.LState
+}
+
+// NewSession prepares a session on h; dir is the folder require searches
+// besides the built-in library ("" for none). o.Forks and o.Timeout are not
+// used; o.Dial, o.Check, o.ExtraVars, o.OnEvent and o.Logger are.
+func NewSession(h inventory.Host, dir string, o Options) (*Session, error) {
+	hs, err := newHostState(h, o)
+	if err != nil {
+		return nil, err
+	}
+	L, err := newLState(context.Background(), hs, dir)
+	if err != nil {
+		return nil, err
+	}
+	return &Session{hs: hs, L: L}, nil
+}
+
+// Eval runs code; an expression is evaluated as `return <code>`. It returns
+// the results as Go data (values with no data form, e.g. functions, come
+// back as their tostring). ctx bounds the call: cancelling it interrupts.
+func (s *Session) Eval(ctx context.Context, code string) ([]any, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.L == nil {
+		return nil, errors.New("session closed")
+	}
+	L := s.L
+	L.SetContext(ctx)
+	defer L.SetContext(context.Background())
+	fn, err := L.LoadString("return " + code)
+	if err != nil {
+		if fn, err = L.LoadString(code); err != nil {
+			return nil, fmt.Errorf("%s: %w", s.hs.inv.Name, err)
+		}
+	}
+	L.SetTop(0)
+	L.Push(fn)
+	callErr := L.PCall(0, glua.MultRet, nil)
+	defer L.SetTop(0)
+	if failed, msg := s.hs.failure(true); failed {
+		return nil, fmt.Errorf("%s: fail: %s", s.hs.inv.Name, msg)
+	}
+	if callErr != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%s: interrupted: %w", s.hs.inv.Name, ctx.Err())
+		}
+		var apiErr *glua.ApiError
+		if errors.As(callErr, &apiErr) {
+			return nil, fmt.Errorf("%s: %s", s.hs.inv.Name, apiErr.Object.String())
+		}
+		return nil, fmt.Errorf("%s: %w", s.hs.inv.Name, callErr)
+	}
+	out := make([]any, 0, L.GetTop())
+	for i := 1; i <= L.GetTop(); i++ {
+		v, err := luaconv.FromLua(L.Get(i))
+		if err != nil {
+			v = L.Get(i).String()
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// Globals lists the global names, for completion.
+func (s *Session) Globals() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var names []string
+	if s.L == nil {
+		return nil
+	}
+	s.L.G.Global.ForEach(func(k, _ glua.LValue) {
+		if ks, ok := k.(glua.LString); ok && !strings.HasPrefix(string(ks), "_") {
+			names = append(names, string(ks))
+		}
+	})
+	return names
+}
+
+// Stats returns what the session's calls recorded.
+func (s *Session) Stats() modules.StatsSnapshot { return s.hs.stats.Snapshot() }
+
+// Close ends the Lua state and the connection.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.L != nil {
+		s.L.Close()
+		s.L = nil
+	}
+	return s.hs.close()
+}

@@ -1,0 +1,228 @@
+package lua
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	glua "github.com/yuin/gopher-lua"
+
+	"github.com/gpush/gpush/modules"
+	"github.com/gpush/gpush/modules/luaconv"
+	// The modules gpush ships: importing them registers them.
+	_ "github.com/gpush/gpush/modules/gpu"
+	_ "github.com/gpush/gpush/modules/log"
+	_ "github.com/gpush/gpush/modules/ssh"
+	_ "github.com/gpush/gpush/modules/systemd"
+)
+
+// Lib is the Lua library scripts can require (lib/NAME.lua as require("NAME")).
+//
+//go:embed lib/*.lua
+var Lib embed.FS
+
+// Event is one thing that happened on one host (a log line, start, done).
+type Event = modules.Event
+
+// newLState builds the Lua state of one host: safe standard libraries, the
+// globals of docs/lua-api.md, every registered module, and a require that
+// finds only modules, lib/ and the script's folder (dir, "" for none).
+func newLState(ctx context.Context, h *hostState, dir string) (*glua.LState, error) {
+	L := glua.NewState(glua.Options{SkipOpenLibs: true})
+	for _, lib := range []struct {
+		name string
+		fn   glua.LGFunction
+	}{
+		{glua.LoadLibName, glua.OpenPackage}, {glua.BaseLibName, glua.OpenBase},
+		{glua.TabLibName, glua.OpenTable}, {glua.StringLibName, glua.OpenString},
+		{glua.MathLibName, glua.OpenMath}, {glua.OsLibName, glua.OpenOs},
+		{glua.CoroutineLibName, glua.OpenCoroutine},
+	} {
+		L.Push(L.NewFunction(lib.fn))
+		L.Push(glua.LString(lib.name))
+		L.Call(1, 0)
+	}
+	// Scripts run on the controller: no running programs, touching files or
+	// leaving the process from Lua; files come in through require only.
+	osTable := L.GetGlobal("os").(*glua.LTable)
+	for _, f := range []string{"execute", "exit", "remove", "rename", "tmpname", "setenv", "getenv", "setlocale"} {
+		osTable.RawSetString(f, glua.LNil)
+	}
+	for _, f := range []string{"dofile", "loadfile"} {
+		L.SetGlobal(f, glua.LNil)
+	}
+	L.SetContext(ctx)
+
+	setGlobals(L, h)
+	loaded := L.GetField(L.Get(glua.RegistryIndex), "_LOADED").(*glua.LTable)
+	for _, m := range modules.All() {
+		if n := m.Loader(L, h); n != 1 {
+			L.Close()
+			return nil, fmt.Errorf("module %s: loader returned %d values, want 1", m.Name, n)
+		}
+		tbl := L.Get(-1)
+		L.Pop(1)
+		L.SetGlobal(m.Name, tbl)
+		loaded.RawSetString(m.Name, tbl)
+	}
+	// Replace the file-system searcher with ours; keep package.preload.
+	loaders := L.GetField(L.Get(glua.RegistryIndex), "_LOADERS").(*glua.LTable)
+	loaders.RawSetInt(2, L.NewFunction(requireLoader(dir)))
+	pkg := L.GetGlobal("package").(*glua.LTable)
+	pkg.RawSetString("path", glua.LString(""))
+	return L, nil
+}
+
+var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+
+// requireLoader finds NAME (a.b -> a/b.lua) in the script's folder, then in
+// lib/. Names cannot climb out (no "..", no "/"), and os.Root keeps
+// symlinks inside the script's folder.
+func requireLoader(dir string) glua.LGFunction {
+	return func(L *glua.LState) int {
+		name := L.CheckString(1)
+		if !moduleName.MatchString(name) {
+			L.Push(glua.LString(fmt.Sprintf("\n\t%q is not a module name (letters, digits, _ and dots)", name)))
+			return 1
+		}
+		rel := strings.ReplaceAll(name, ".", "/") + ".lua"
+		var tried []string
+		if dir != "" {
+			full := filepath.Join(dir, filepath.FromSlash(rel))
+			tried = append(tried, full)
+			if src, err := readInRoot(dir, rel); err == nil {
+				return pushChunk(L, src, full)
+			} else if !os.IsNotExist(err) {
+				L.RaiseError("require %s: %v", name, err)
+			}
+		}
+		tried = append(tried, "lib/"+rel+" (built in)")
+		if src, err := fs.ReadFile(Lib, "lib/"+rel); err == nil {
+			return pushChunk(L, src, "lib/"+rel)
+		}
+		L.Push(glua.LString("\n\tno file " + strings.Join(tried, "\n\tno file ")))
+		return 1
+	}
+}
+
+func readInRoot(dir, rel string) ([]byte, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	return root.ReadFile(rel)
+}
+
+func pushChunk(L *glua.LState, src []byte, chunk string) int {
+	fn, err := L.Load(bytes.NewReader(src), chunk)
+	if err != nil {
+		L.RaiseError("%v", err)
+	}
+	L.Push(fn)
+	return 1
+}
+
+func setGlobals(L *glua.LState, h *hostState) {
+	inv := L.NewTable()
+	inv.RawSetString("name", glua.LString(h.inv.Name))
+	inv.RawSetString("address", glua.LString(h.inv.Address))
+	inv.RawSetString("groups", luaconv.ToLua(L, append([]string{}, h.inv.Groups...)))
+	inv.RawSetString("vars", varsTable(L, h.inv.Vars))
+	L.SetGlobal("host", inv)
+	L.SetGlobal("vars", varsTable(L, h.vars))
+	L.SetGlobal("check", glua.LBool(h.check))
+
+	L.SetGlobal("fail", L.NewFunction(func(L *glua.LState) int {
+		msg := luaconv.Format(L, 1)
+		if msg == "" {
+			msg = "fail() called"
+		}
+		h.setFailed(msg)
+		L.Error(glua.LString(msg), 0)
+		return 0
+	}))
+	L.SetGlobal("sleep", L.NewFunction(func(L *glua.LState) int {
+		d := luaconv.CheckDuration(L, 1)
+		ctx := modules.Ctx(L)
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			L.RaiseError("sleep interrupted: %v", ctx.Err())
+		case <-t.C:
+		}
+		return 0
+	}))
+	L.SetGlobal("print", L.NewFunction(func(L *glua.LState) int {
+		parts := make([]string, 0, L.GetTop())
+		for i := 1; i <= L.GetTop(); i++ {
+			parts = append(parts, luaconv.Show(L.Get(i)))
+		}
+		h.Emit(Event{Kind: modules.EventLog, Level: modules.LevelInfo, Message: strings.Join(parts, "\t")})
+		return 0
+	}))
+	L.SetGlobal("json", L.SetFuncs(L.NewTable(), map[string]glua.LGFunction{
+		"encode": func(L *glua.LState) int {
+			b, err := luaconv.EncodeJSON(L.CheckAny(1))
+			if err != nil {
+				L.ArgError(1, "json.encode: "+err.Error())
+			}
+			L.Push(glua.LString(b))
+			return 1
+		},
+		"decode": func(L *glua.LState) int {
+			v, err := luaconv.DecodeJSON(L, []byte(L.CheckString(1)))
+			if err != nil {
+				L.ArgError(1, "json.decode: "+err.Error())
+			}
+			L.Push(v)
+			return 1
+		},
+	}))
+	// fail() ends the host even inside pcall, and so does Ctrl-C/--timeout:
+	// the protected-call functions re-raise after the call returns.
+	rethrowing := func(orig glua.LValue) *glua.LFunction {
+		return L.NewFunction(func(L *glua.LState) int {
+			n := L.GetTop()
+			args := make([]glua.LValue, n)
+			for i := range args {
+				args[i] = L.Get(i + 1)
+			}
+			L.SetTop(0)
+			L.Push(orig)
+			for _, a := range args {
+				L.Push(a)
+			}
+			L.Call(n, glua.MultRet)
+			if failed, msg := h.failure(false); failed {
+				L.Error(glua.LString(msg), 0)
+			}
+			if err := modules.Ctx(L).Err(); err != nil {
+				L.RaiseError("%v", err)
+			}
+			return L.GetTop()
+		})
+	}
+	L.SetGlobal("pcall", rethrowing(L.GetGlobal("pcall")))
+	L.SetGlobal("xpcall", rethrowing(L.GetGlobal("xpcall")))
+	co := L.GetGlobal("coroutine").(*glua.LTable)
+	co.RawSetString("resume", rethrowing(co.RawGetString("resume")))
+}
+
+// varsTable converts vars for Lua; values that do not convert are skipped
+// rather than failing the host (inventories may hold odd YAML).
+func varsTable(L *glua.LState, vars map[string]any) *glua.LTable {
+	t := L.CreateTable(0, len(vars))
+	for k, v := range vars {
+		t.RawSetString(k, luaconv.ToLua(L, v))
+	}
+	return t
+}
