@@ -69,7 +69,7 @@ type fakeConfig struct {
 
 // host is one simulated GPU host: fake device files and a fake nvidia-smi.
 type host struct {
-	t    *testing.T
+	t    testing.TB
 	dir  string
 	dev  string
 	smi  string
@@ -77,7 +77,7 @@ type host struct {
 	cfg  Config
 }
 
-func newHost(t *testing.T, nGPU int) *host {
+func newHost(t testing.TB, nGPU int) *host {
 	t.Helper()
 	dir := t.TempDir()
 	h := &host{t: t, dir: dir, dev: filepath.Join(dir, "dev"), smi: filepath.Join(dir, "smi", "nvidia-smi")}
