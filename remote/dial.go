@@ -75,6 +75,8 @@ func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error)
 			if err != nil {
 				return nil, &DialError{Host: h.Name, Addr: final.addr(), Stage: StageProxy, Err: err}
 			}
+			// Bastions often take the same key as the hosts behind them.
+			t.keys = append(t.keys, h.IdentityFiles...)
 			hops = append(hops, t)
 		}
 	}
@@ -337,8 +339,12 @@ func classify(err error, wc *watchConn, prog int32, hostKeyErr error, ctx contex
 		return StageAuth, fmt.Errorf("authentication as %s did not complete within %s", t.user, o.ConnectTimeout)
 	case prog >= progAuth || strings.Contains(err.Error(), "unable to authenticate"):
 		if nSigners == 0 {
-			return StageAuth, fmt.Errorf("no usable key for %s: no ssh-agent keys and none of %s could be read: %v",
-				t.user, strings.Join(append(append([]string{}, t.keys...), o.DefaultKeys...), ", "), err)
+			files := strings.Join(append(append([]string{}, t.keys...), o.DefaultKeys...), ", ")
+			if files == "" {
+				files = "(no key files configured)"
+			}
+			return StageAuth, fmt.Errorf("no usable key for %s: no ssh-agent keys, and none of these could be read: %s: %v",
+				t.user, files, err)
 		}
 		return StageAuth, fmt.Errorf("the server refused all %d keys offered for user %s: %v", nSigners, t.user, err)
 	}
