@@ -10,6 +10,7 @@ package lab
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -665,24 +667,41 @@ func ModuleRoot(ctx context.Context) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// BuildGpush builds gpush the way `make gpush` does: the static helpers for
-// linux/amd64 and arm64 into remote/helperbin/bin (embedded by gpush), then
-// gpush itself to out.
+// BuildGpush builds gpush to out with a static gpush-helper for this
+// machine's architecture embedded, as `make build` does, but without writing
+// into the source tree: the helper goes beside out and reaches gpush's
+// go:embed through `go build -overlay`.
 func BuildGpush(ctx context.Context, out string) error {
 	root, err := ModuleRoot(ctx)
 	if err != nil {
 		return err
 	}
-	for _, arch := range []string{"amd64", "arm64"} {
-		dst := filepath.Join(root, "remote", "helperbin", "bin", "gpush-helper-linux-"+arch)
-		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", dst, "./cmd/gpush-helper")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("build gpush-helper linux/%s: %w\n%s", arch, err, b)
-		}
+	out, err = filepath.Abs(out)
+	if err != nil {
+		return err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/gpush")
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	name := "gpush-helper-linux-" + runtime.GOARCH
+	helperOut := filepath.Join(filepath.Dir(out), name)
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", helperOut, "./cmd/gpush-helper")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build gpush-helper linux/%s: %w\n%s", runtime.GOARCH, err, b)
+	}
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {
+		filepath.Join(root, "remote", "helperbin", "bin", name): helperOut,
+	}})
+	if err != nil {
+		return err
+	}
+	overlayPath := out + ".overlay.json"
+	if err := os.WriteFile(overlayPath, overlay, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", overlayPath, err)
+	}
+	cmd = exec.CommandContext(ctx, "go", "build", "-overlay", overlayPath, "-o", out, "./cmd/gpush")
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build gpush: %w\n%s", err, b)

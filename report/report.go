@@ -162,20 +162,13 @@ func (p *Printer) Event(e Event) {
 	p.drawProgress()
 }
 
-// Done records a finished host: a JSON line in JSON mode, progress otherwise.
+// Done records a finished host for the progress line; only Host and Status
+// are needed.
 func (p *Printer) Done(r Result) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.done++
 	p.counts[r.Status]++
-	if p.o.JSON {
-		p.clearProgress()
-		b, err := json.Marshal(p.jsonResult(r))
-		if err != nil {
-			b, _ = json.Marshal(map[string]string{"host": r.Host, "status": r.Status, "error": "encode result: " + err.Error()})
-		}
-		fmt.Fprintf(p.o.Out, "%s\n", b)
-	}
 	p.drawProgress()
 }
 
@@ -208,13 +201,20 @@ func (p *Printer) jsonResult(r Result) jsonResult {
 	return j
 }
 
-// Finish prints the gathered lines, the fleet table and the recap (text
-// mode; JSON mode printed everything in Done).
+// Finish prints the gathered lines, the fleet table and the recap, or in
+// JSON mode one JSON object per host, in the order of rs.
 func (p *Printer) Finish(rs []Result) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.clearProgress()
 	if p.o.JSON {
+		for _, r := range rs {
+			b, err := json.Marshal(p.jsonResult(r))
+			if err != nil {
+				b, _ = json.Marshal(map[string]string{"host": r.Host, "status": r.Status, "error": "encode result: " + err.Error()})
+			}
+			fmt.Fprintf(p.o.Out, "%s\n", b)
+		}
 		return
 	}
 	w := p.o.Out

@@ -104,7 +104,8 @@ function M.free(opts)
   end
   table.sort(order)
 
-  local first = wait("0s")
+  -- One poll now (a zero timeout would mean the helper's default).
+  local first = wait("1ms")
   local initial = {}
   for _, h in ipairs(first.holders or {}) do initial[key(h)] = true end
   local busy = {}

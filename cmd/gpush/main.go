@@ -1,0 +1,74 @@
+// Command gpush frees and verifies GPU memory across a fleet: it runs a Lua
+// script on every selected host at once over SSH.
+//
+// Exit status (as ansible-playbook's): 0 every host ok; 2 a host failed;
+// 4 a host was unreachable (4 wins over 2: an unreached host may hide a
+// failure too); 1 a usage or internal error.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/urfave/cli/v2"
+)
+
+func main() {
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
+
+// run is main without the exit, for tests.
+func run(args []string, stdout, stderr io.Writer) int {
+	app := newApp(stdout, stderr)
+	err := app.Run(interspersed(app, args))
+	if err == nil {
+		return 0
+	}
+	var x exitError
+	if !errors.As(err, &x) {
+		fmt.Fprintf(stderr, "gpush: %v\n", err)
+	}
+	return exitCode(err)
+}
+
+func newApp(stdout, stderr io.Writer) *cli.App {
+	app := &cli.App{
+		Name:      "gpush",
+		Usage:     "free and verify GPU memory across a fleet, with Lua scripts run over SSH",
+		Writer:    stdout,
+		ErrWriter: stderr,
+		// Errors are printed once by run, with the exit code mapped there.
+		ExitErrHandler:  func(*cli.Context, error) {},
+		HideHelpCommand: true,
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			return usageError{err}
+		},
+		Commands: []*cli.Command{
+			runCommand(),
+			hostsCommand(),
+			scriptsCommand(),
+			docCommand(),
+			versionCommand(),
+		},
+		CommandNotFound: func(c *cli.Context, name string) {
+			fmt.Fprintf(c.App.ErrWriter, "gpush: unknown command %q (gpush help lists them)\n", name)
+		},
+	}
+	app.Action = func(c *cli.Context) error {
+		if c.Args().Len() > 0 {
+			return usagef("unknown command %q (gpush help lists them)", c.Args().First())
+		}
+		return cli.ShowAppHelp(c)
+	}
+	return app
+}
+
+// inventoryFlags are shared by run and hosts.
+func inventoryFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "inventory", Aliases: []string{"i"}, Usage: "inventory file, inventory/NAME, \"h1,h2\" or one host", EnvVars: []string{"GPUSH_INVENTORY"}},
+		&cli.StringFlag{Name: "limit", Aliases: []string{"l"}, Usage: "host pattern (groups, globs, node sets, !exclude, &intersect)"},
+	}
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpush/gpush/scripts"
+)
+
+func scriptsCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "scripts",
+		Usage:  "list the scripts gpush run finds, with each one's description, in lookup order",
+		Action: scriptsRun,
+	}
+}
+
+type scriptDir struct {
+	label string
+	fsys  fs.FS
+}
+
+// scriptDirs are the places lua.ResolveScript looks, in its order.
+func scriptDirs() []scriptDir {
+	var dirs []scriptDir
+	add := func(label, dir string) {
+		if st, err := os.Stat(dir); err == nil && st.IsDir() {
+			dirs = append(dirs, scriptDir{label, os.DirFS(dir)})
+		}
+	}
+	if wd, err := os.Getwd(); err == nil {
+		add("./scripts", filepath.Join(wd, "scripts"))
+	}
+	for _, d := range strings.Split(os.Getenv("GPUSH_PATH"), ":") {
+		if d != "" {
+			add(d+" (GPUSH_PATH)", d)
+		}
+	}
+	if cfg, err := os.UserConfigDir(); err == nil {
+		d := filepath.Join(cfg, "gpush", "scripts")
+		add(d, d)
+	}
+	return append(dirs, scriptDir{"embedded", scripts.FS})
+}
+
+func scriptsRun(c *cli.Context) error {
+	w := c.App.Writer
+	seen := map[string]string{}
+	for _, d := range scriptDirs() {
+		entries, err := scripts.List(d.fsys)
+		if err != nil {
+			if errors.Is(err, fs.ErrPermission) {
+				fmt.Fprintf(c.App.ErrWriter, "gpush scripts: %s: %v\n", d.label, err)
+				continue
+			}
+			return fmt.Errorf("scripts in %s: %w", d.label, err)
+		}
+		if len(entries) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "%s:\n", d.label)
+		for _, e := range entries {
+			desc := e.Summary
+			if e.Module {
+				desc = "(module for require) " + desc
+			}
+			if desc == "" {
+				desc = "(no description: start the script with a -- comment)"
+			}
+			if by, ok := seen[e.Name]; ok {
+				desc += " [shadowed by " + by + "]"
+			} else {
+				seen[e.Name] = d.label
+			}
+			fmt.Fprintf(w, "  %-22s %s\n", e.Name, desc)
+		}
+	}
+	return nil
+}

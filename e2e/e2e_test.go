@@ -1,0 +1,229 @@
+// Package e2e runs the gpush binary against lab hosts over a real OpenSSH
+// sshd on loopback: the whole path from the CLI through SSH and the helper to
+// (fake) GPUs and real holder processes. It skips when sshd is not installed.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpush/gpush/lab"
+	"github.com/gpush/gpush/lab/sshd"
+)
+
+var (
+	gpushBin string
+	labBin   lab.Binaries
+	skipWhy  string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(setup(m))
+}
+
+func setup(m *testing.M) int {
+	if _, err := sshd.FindBinary(); err != nil {
+		skipWhy = err.Error()
+		return m.Run()
+	}
+	if os.Geteuid() != 0 {
+		skipWhy = "the lab's sshd needs root"
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "gpush-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	gpushBin = filepath.Join(dir, "gpush")
+	if err := lab.BuildGpush(ctx, gpushBin); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e setup:", err)
+		return 1
+	}
+	if labBin, err = lab.Build(ctx, dir, lab.Binaries{}); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e setup:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+func startLab(t *testing.T, o lab.Options) *lab.Lab {
+	t.Helper()
+	if skipWhy != "" {
+		t.Skip("skipping: " + skipWhy)
+	}
+	o.Dir = t.TempDir()
+	o.Bin = labBin
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	l, err := lab.Start(ctx, o)
+	if err != nil {
+		if l != nil {
+			l.Stop()
+		}
+		t.Fatalf("start lab: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := l.Stop(); err != nil {
+			t.Logf("stop lab: %v", err)
+		}
+	})
+	return l
+}
+
+type runResult struct {
+	code           int
+	stdout, stderr string
+}
+
+// gpush runs the gpush binary against the lab and returns its exit status
+// and output.
+func gpush(t *testing.T, l *lab.Lab, args ...string) runResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	argv := append(args, "-i", l.Inventory, "--known-hosts", l.KnownHosts)
+	cmd := exec.CommandContext(ctx, gpushBin, argv...)
+	// The lab's inventory names its key; no agent or ~/.ssh of the runner.
+	cmd.Env = append(os.Environ(), "SSH_AUTH_SOCK=", "NO_COLOR=1", "HOME="+t.TempDir())
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := runResult{stdout: out.String(), stderr: errb.String()}
+	var x *exec.ExitError
+	switch {
+	case errors.As(err, &x):
+		r.code = x.ExitCode()
+	case err != nil:
+		t.Fatalf("gpush %v: %v", argv, err)
+	}
+	t.Logf("gpush %s -> exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	return r
+}
+
+func alive(l *lab.Lab, host, role string) (n, live int) {
+	for _, p := range l.Find(host, role) {
+		n++
+		if lab.Alive(p) {
+			live++
+		}
+	}
+	return
+}
+
+func requireContains(t *testing.T, s string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(s, w) {
+			t.Errorf("output lacks %q", w)
+		}
+	}
+}
+
+// The main job: two hosts with a stopped service's leftovers and a host that
+// cannot be reached. --check first (kills nothing), then the real run (exit
+// 4 for the unreachable host, the others freed), then a --json run of the
+// reachable ones (already free, exit 0).
+func TestFreeGPUs(t *testing.T) {
+	l := startLab(t, lab.Options{Hosts: 2, Scenario: lab.ScenarioLeftovers, Unreachable: 1})
+	victims := []string{lab.RoleWorker, lab.RoleOrphan, lab.RoleTermIgnorer}
+	bystanders := []string{lab.RolePersistenced, lab.RoleUnrelated}
+
+	t.Run("check kills nothing", func(t *testing.T) {
+		r := gpush(t, l, "run", "free_gpus.lua", "--check", "--limit", "lab", "-e", "grace=1s")
+		if r.code != 0 {
+			t.Errorf("exit %d, want 0", r.code)
+		}
+		for _, h := range l.Hosts {
+			for _, role := range append(victims, bystanders...) {
+				if n, live := alive(l, h.Name, role); n == 0 || live != n {
+					t.Errorf("%s %s: %d of %d alive after --check", h.Name, role, live, n)
+				}
+			}
+		}
+		requireContains(t, r.stdout, "would kill pid", "would-kill")
+		for _, p := range l.Find("lab01", lab.RoleTermIgnorer) {
+			requireContains(t, r.stdout, fmt.Sprintf("would kill pid %d", p.PID))
+		}
+	})
+
+	t.Run("run frees, unreachable exits 4", func(t *testing.T) {
+		r := gpush(t, l, "run", "free_gpus.lua", "-e", "grace=1s")
+		if r.code != 4 {
+			t.Errorf("exit %d, want 4 (a host unreachable)", r.code)
+		}
+		for _, h := range l.Hosts {
+			for _, role := range victims {
+				if n, live := alive(l, h.Name, role); n == 0 || live != 0 {
+					t.Errorf("%s %s: %d of %d still alive", h.Name, role, live, n)
+				}
+			}
+			for _, role := range bystanders {
+				if n, live := alive(l, h.Name, role); n == 0 || live != n {
+					t.Errorf("%s %s: must be left alone, %d of %d alive", h.Name, role, live, n)
+				}
+			}
+		}
+		requireContains(t, r.stdout, "ok=2 failed=0 unreachable=1", "down01", "unreachable", "kill", "already-free")
+	})
+
+	t.Run("json", func(t *testing.T) {
+		r := gpush(t, l, "run", "free_gpus.lua", "--json", "--limit", "lab")
+		if r.code != 0 {
+			t.Errorf("exit %d, want 0", r.code)
+		}
+		sc := bufio.NewScanner(strings.NewReader(r.stdout))
+		seen := map[string]bool{}
+		for sc.Scan() {
+			var obj struct {
+				Host   string           `json:"host"`
+				Status string           `json:"status"`
+				Value  []map[string]any `json:"value"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &obj); err != nil {
+				t.Fatalf("--json line %q: %v", sc.Text(), err)
+			}
+			seen[obj.Host] = true
+			if obj.Status != "ok" || len(obj.Value) != 4 {
+				t.Errorf("%s: status %s, %d rows, want ok and 4 rows", obj.Host, obj.Status, len(obj.Value))
+			}
+			for _, row := range obj.Value {
+				if row["step"] != "already-free" || row["freed"] != true {
+					t.Errorf("%s: row %v, want already-free", obj.Host, row)
+				}
+			}
+		}
+		if !seen["lab01"] || !seen["lab02"] || len(seen) != 2 {
+			t.Errorf("hosts in JSON: %v", seen)
+		}
+	})
+}
+
+// A holder that a supervisor restarts must fail the host with a reason that
+// says so.
+func TestRespawningHolderFails(t *testing.T) {
+	l := startLab(t, lab.Options{Hosts: 1, Scenario: lab.ScenarioRespawn})
+	r := gpush(t, l, "run", "free_gpus.lua", "-e", "grace=1s", "-e", "verify_timeout=2s")
+	if r.code != 2 {
+		t.Errorf("exit %d, want 2 (a host failed)", r.code)
+	}
+	requireContains(t, r.stdout, "failed=1", "GPU 3", "new-holder")
+	for _, role := range []string{lab.RolePersistenced, lab.RoleUnrelated} {
+		if n, live := alive(l, "lab01", role); n == 0 || live != n {
+			t.Errorf("%s must be left alone", role)
+		}
+	}
+}
