@@ -23,12 +23,16 @@ func Ctx(L *glua.LState) context.Context {
 }
 
 // IsConnError reports whether err means the host cannot be reached any more
-// (dial failed, connection reset or closed), as opposed to a failed command.
-// The remote package is free to mark its own errors: any error in the chain
-// with a method `Unreachable() bool` returning true counts.
+// (dial failed, connection lost), as opposed to a failed command or helper:
+// remote.IsUnreachable, an error in the chain with a method
+// `Unreachable() bool` returning true, or a network error from a Conn
+// implementation that does not wrap its errors.
 func IsConnError(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
+	}
+	if remote.IsUnreachable(err) {
+		return true
 	}
 	var u interface{ Unreachable() bool }
 	if errors.As(err, &u) {

@@ -16,14 +16,9 @@ import (
 	"github.com/gpush/gpush/remote"
 )
 
-// ErrConnLost is what a Conn returns once Lose was called. It marks itself
-// unreachable the way the remote package is expected to.
-var ErrConnLost = &connLostError{}
-
-type connLostError struct{}
-
-func (*connLostError) Error() string     { return "connection lost" }
-func (*connLostError) Unreachable() bool { return true }
+// ErrConnLost is what a Conn wraps once Lose was called: the remote
+// package's own sentinel, as a real connection that died wraps it.
+var ErrConnLost = remote.ErrConnectionLost
 
 // Call is one recorded call on a Conn.
 type Call struct {
