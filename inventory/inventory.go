@@ -1,0 +1,635 @@
+package inventory
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Kind says what an inventory was made from.
+type Kind string
+
+const (
+	// KindFile is a YAML or INI inventory file.
+	KindFile Kind = "file"
+	// KindHostList is a comma-separated list given on the command line ("a,b," like Ansible).
+	KindHostList Kind = "host-list"
+	// KindSingleHost is one host name, completed from ssh_config like `ssh NAME` would.
+	KindSingleHost Kind = "single-host"
+)
+
+// Pos is where something was defined: a file and a 1-based line (0: unknown).
+type Pos struct {
+	File string
+	Line int
+}
+
+func (p Pos) String() string {
+	switch {
+	case p.File == "":
+		return "<command line>"
+	case p.Line == 0:
+		return p.File
+	default:
+		return p.File + ":" + strconv.Itoa(p.Line)
+	}
+}
+
+// Inventory is a loaded inventory: groups, hosts and their resolved settings.
+// It is read-only once loaded and safe for concurrent readers.
+type Inventory struct {
+	// Source is the file path, or the spec the inventory was made from.
+	Source string
+	// Kind says what Source is.
+	Kind Kind
+	// Warnings are problems Ansible would also only warn about (unknown keys).
+	Warnings []string
+
+	groups     map[string]*group
+	groupOrder []string
+	hosts      map[string]*hostDef
+	hostOrder  []string
+	// resolved holds the final Host of each name in hostOrder.
+	resolved map[string]Host
+}
+
+type group struct {
+	name     string
+	at       Pos
+	vars     map[string]any
+	varPos   map[string]Pos
+	children []string
+	childPos map[string]Pos
+	parents  []string
+	hosts    []string
+	depth    int
+}
+
+type hostDef struct {
+	name   string
+	at     Pos
+	vars   map[string]any
+	varPos map[string]Pos
+	// groups are the groups the host is listed in directly.
+	groups []string
+}
+
+func newInventory(source string, kind Kind) *Inventory {
+	inv := &Inventory{
+		Source: source,
+		Kind:   kind,
+		groups: map[string]*group{},
+		hosts:  map[string]*hostDef{},
+	}
+	inv.group("all", Pos{})
+	inv.group("ungrouped", Pos{})
+	inv.addChild("all", "ungrouped", Pos{})
+	return inv
+}
+
+func (inv *Inventory) warnf(at Pos, format string, args ...any) {
+	inv.Warnings = append(inv.Warnings, at.String()+": "+fmt.Sprintf(format, args...))
+}
+
+// group returns the named group, creating it on first use.
+func (inv *Inventory) group(name string, at Pos) *group {
+	g := inv.groups[name]
+	if g == nil {
+		g = &group{name: name, at: at, vars: map[string]any{}, varPos: map[string]Pos{}, childPos: map[string]Pos{}}
+		inv.groups[name] = g
+		inv.groupOrder = append(inv.groupOrder, name)
+	}
+	return g
+}
+
+func appendUnique(list []string, s string) []string {
+	for _, x := range list {
+		if x == s {
+			return list
+		}
+	}
+	return append(list, s)
+}
+
+func (inv *Inventory) addChild(parent, child string, at Pos) {
+	p, c := inv.group(parent, at), inv.group(child, at)
+	if _, ok := p.childPos[child]; !ok {
+		p.childPos[child] = at
+	}
+	p.children = appendUnique(p.children, child)
+	c.parents = appendUnique(c.parents, parent)
+}
+
+func (inv *Inventory) setGroupVar(name, key string, val any, at Pos) {
+	g := inv.group(name, at)
+	// Like Ansible, a later definition of a group var replaces an earlier one.
+	g.vars[key] = val
+	g.varPos[key] = at
+}
+
+// addHost lists host in group (created as needed) and sets its host vars.
+// A host var set twice to different values is an error naming both places:
+// Ansible would silently keep the last one, which for ansible_host means
+// dialling a different machine depending on file order.
+// varAt, if not nil, gives a var's own line (YAML); otherwise at is used.
+func (inv *Inventory) addHost(groupName, name string, vars map[string]any, at Pos, varAt map[string]Pos) error {
+	if name == "" {
+		return fmt.Errorf("%s: empty host name", at)
+	}
+	h := inv.hosts[name]
+	if h == nil {
+		h = &hostDef{name: name, at: at, vars: map[string]any{}, varPos: map[string]Pos{}}
+		inv.hosts[name] = h
+		inv.hostOrder = append(inv.hostOrder, name)
+	}
+	for _, k := range sortedKeys(vars) {
+		v, vat := vars[k], at
+		if p, ok := varAt[k]; ok {
+			vat = p
+		}
+		if old, ok := h.vars[k]; ok && !reflect.DeepEqual(old, v) {
+			return fmt.Errorf("%s: host %s: %s = %s conflicts with %s set at %s",
+				vat, name, k, showValue(v), showValue(old), h.varPos[k])
+		}
+		h.vars[k] = v
+		h.varPos[k] = vat
+	}
+	if groupName != "" {
+		g := inv.group(groupName, at)
+		g.hosts = appendUnique(g.hosts, name)
+		h.groups = appendUnique(h.groups, groupName)
+	}
+	return nil
+}
+
+func showValue(v any) string {
+	if s, ok := v.(string); ok {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprint(v)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// finalize does what Ansible's reconcile step does (top-level groups become
+// children of all, hosts in no group go to ungrouped), rejects child cycles,
+// and computes every host's effective vars and connection settings.
+func (inv *Inventory) finalize() error {
+	for _, name := range inv.groupOrder {
+		g := inv.groups[name]
+		if name != "all" && len(g.parents) == 0 {
+			inv.addChild("all", name, g.at)
+		}
+	}
+	if err := inv.checkCycles(); err != nil {
+		return err
+	}
+	inv.computeDepths()
+	ungrouped := inv.groups["ungrouped"]
+	for _, name := range inv.hostOrder {
+		h := inv.hosts[name]
+		others := 0
+		for _, g := range h.groups {
+			if g != "all" && g != "ungrouped" {
+				others++
+			}
+		}
+		if others == 0 {
+			ungrouped.hosts = appendUnique(ungrouped.hosts, name)
+			h.groups = appendUnique(h.groups, "ungrouped")
+		} else if removeString(&ungrouped.hosts, name) {
+			removeString(&h.groups, "ungrouped")
+		}
+	}
+	inv.resolved = map[string]Host{}
+	for _, name := range inv.hostOrder {
+		h, err := inv.buildHost(inv.hosts[name])
+		if err != nil {
+			return err
+		}
+		inv.resolved[name] = h
+	}
+	return nil
+}
+
+func removeString(list *[]string, s string) bool {
+	for i, x := range *list {
+		if x == s {
+			*list = append((*list)[:i], (*list)[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// checkCycles fails on a child group that is its own ancestor, naming the
+// cycle and where its closing edge was written.
+func (inv *Inventory) checkCycles() error {
+	const (
+		unseen = iota
+		active
+		done
+	)
+	state := map[string]int{}
+	var stack []string
+	var visit func(name string) error
+	visit = func(name string) error {
+		state[name] = active
+		stack = append(stack, name)
+		g := inv.groups[name]
+		for _, c := range g.children {
+			switch state[c] {
+			case active:
+				i := len(stack) - 1
+				for stack[i] != c {
+					i--
+				}
+				cycle := append(append([]string(nil), stack[i:]...), c)
+				return fmt.Errorf("%s: child group cycle: %s", g.childPos[c], strings.Join(cycle, " -> "))
+			case unseen:
+				if err := visit(c); err != nil {
+					return err
+				}
+			}
+		}
+		stack = stack[:len(stack)-1]
+		state[name] = done
+		return nil
+	}
+	for _, name := range inv.groupOrder {
+		if state[name] == unseen {
+			if err := visit(name); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// computeDepths sets each group's depth to its longest distance from all,
+// as Ansible does; deeper groups' vars win.
+func (inv *Inventory) computeDepths() {
+	var walk func(name string, d int)
+	walk = func(name string, d int) {
+		g := inv.groups[name]
+		if d < g.depth {
+			return
+		}
+		g.depth = d
+		for _, c := range g.children {
+			walk(c, d+1)
+		}
+	}
+	walk("all", 0)
+}
+
+// ancestors returns every group the host is in, directly or through a
+// child group, all included.
+func (inv *Inventory) ancestors(h *hostDef) []*group {
+	seen := map[string]bool{}
+	var out []*group
+	var up func(name string)
+	up = func(name string) {
+		if seen[name] {
+			return
+		}
+		seen[name] = true
+		g := inv.groups[name]
+		out = append(out, g)
+		for _, p := range g.parents {
+			up(p)
+		}
+	}
+	for _, g := range h.groups {
+		up(g)
+	}
+	up("all")
+	return out
+}
+
+func groupPriority(g *group) int {
+	switch v := g.vars["ansible_group_priority"].(type) {
+	case int:
+		return v
+	case string:
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+	}
+	return 1
+}
+
+// effectiveVars merges group vars by (depth, ansible_group_priority, name),
+// Ansible's order, then host vars on top. Top-level keys replace, as with
+// Ansible's default hash_behaviour.
+func (inv *Inventory) effectiveVars(h *hostDef) (map[string]any, map[string]Pos, []string) {
+	groups := inv.ancestors(h)
+	sort.Slice(groups, func(i, j int) bool {
+		a, b := groups[i], groups[j]
+		if a.depth != b.depth {
+			return a.depth < b.depth
+		}
+		if pa, pb := groupPriority(a), groupPriority(b); pa != pb {
+			return pa < pb
+		}
+		return a.name < b.name
+	})
+	vars, pos := map[string]any{}, map[string]Pos{}
+	names := make([]string, 0, len(groups))
+	for _, g := range groups {
+		names = append(names, g.name)
+		for k, v := range g.vars {
+			vars[k], pos[k] = v, g.varPos[k]
+		}
+	}
+	for k, v := range h.vars {
+		vars[k], pos[k] = v, h.varPos[k]
+	}
+	sort.Strings(names)
+	return vars, pos, names
+}
+
+// buildHost turns a host definition into a Host with the connection
+// settings its ansible_* vars give. ssh_config completion comes later.
+func (inv *Inventory) buildHost(h *hostDef) (Host, error) {
+	vars, pos, groups := inv.effectiveVars(h)
+	out := Host{Name: h.name, Connection: "ssh", Groups: groups, Vars: vars}
+	bad := func(key string, err error) error {
+		return fmt.Errorf("%s: host %s: %s: %w", pos[key], h.name, key, err)
+	}
+	str := func(keys ...string) (string, string, error) {
+		for _, k := range keys {
+			v, ok := vars[k]
+			if !ok || v == nil {
+				continue
+			}
+			switch t := v.(type) {
+			case string:
+				return t, k, nil
+			case int, int64, uint64, float64:
+				return fmt.Sprint(t), k, nil
+			default:
+				return "", k, bad(k, fmt.Errorf("want a string, got %s", showValue(v)))
+			}
+		}
+		return "", "", nil
+	}
+	var err error
+	if out.Address, _, err = str("ansible_host", "ansible_ssh_host"); err != nil {
+		return Host{}, err
+	}
+	port, key, err := str("ansible_port", "ansible_ssh_port")
+	if err != nil {
+		return Host{}, err
+	}
+	if port != "" {
+		if out.Port, err = parsePort(port); err != nil {
+			return Host{}, bad(key, err)
+		}
+	}
+	if out.User, _, err = str("ansible_user", "ansible_ssh_user"); err != nil {
+		return Host{}, err
+	}
+	keyFile, _, err := str("ansible_ssh_private_key_file", "ansible_private_key_file")
+	if err != nil {
+		return Host{}, err
+	}
+	if keyFile != "" {
+		out.IdentityFiles = []string{keyFile}
+	}
+	conn, key, err := str("ansible_connection")
+	if err != nil {
+		return Host{}, err
+	}
+	switch conn {
+	case "", "ssh", "smart", "paramiko", "paramiko_ssh":
+		out.Connection = "ssh"
+	case "local":
+		out.Connection = "local"
+	default:
+		return Host{}, bad(key, fmt.Errorf("connection %q is not supported (only ssh and local)", conn))
+	}
+	if v, ok := vars["ansible_become"]; ok {
+		if out.Become, err = parseBool(v); err != nil {
+			return Host{}, bad("ansible_become", err)
+		}
+	}
+	if out.Become {
+		method, key, err := str("ansible_become_method")
+		if err != nil {
+			return Host{}, err
+		}
+		if method != "" && method != "sudo" {
+			return Host{}, bad(key, fmt.Errorf("become method %q is not supported (only sudo)", method))
+		}
+	}
+	for _, k := range []string{"ansible_ssh_common_args", "ansible_ssh_extra_args"} {
+		args, _, err := str(k)
+		if err != nil {
+			return Host{}, err
+		}
+		jump, err := proxyJumpFromArgs(args)
+		if err != nil {
+			return Host{}, bad(k, err)
+		}
+		if jump != "" {
+			out.ProxyJump = jump
+		}
+	}
+	return out, nil
+}
+
+func parsePort(s string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n < 1 || n > 65535 {
+		return 0, fmt.Errorf("%q is not a port number (1-65535)", s)
+	}
+	return n, nil
+}
+
+// parseBool accepts what Ansible's boolean() accepts.
+func parseBool(v any) (bool, error) {
+	switch t := v.(type) {
+	case bool:
+		return t, nil
+	case int:
+		if t == 0 || t == 1 {
+			return t == 1, nil
+		}
+	case float64:
+		if t == 0 || t == 1 {
+			return t == 1, nil
+		}
+	case string:
+		switch strings.ToLower(strings.TrimSpace(t)) {
+		case "yes", "on", "1", "true", "t", "y":
+			return true, nil
+		case "no", "off", "0", "false", "f", "n", "":
+			return false, nil
+		}
+	}
+	return false, fmt.Errorf("%s is not a boolean", showValue(v))
+}
+
+// proxyJumpFromArgs finds a jump host in ssh arguments as Ansible passes
+// them to ssh: "-J bastion", "-Jbastion", "-o ProxyJump=bastion",
+// "-o 'ProxyJump bastion'". Other options are ignored; a ProxyCommand is an
+// error because gpush cannot honour it and silently dialling directly would
+// bypass the operator's route.
+func proxyJumpFromArgs(args string) (string, error) {
+	if strings.TrimSpace(args) == "" {
+		return "", nil
+	}
+	words, err := shlexSplit(args, false)
+	if err != nil {
+		return "", err
+	}
+	jump := ""
+	for i := 0; i < len(words); i++ {
+		w := words[i]
+		var opt string
+		switch {
+		case w == "-J" || w == "-o":
+			if i+1 >= len(words) {
+				return "", fmt.Errorf("%s needs a value", w)
+			}
+			i++
+			if w == "-J" {
+				jump = words[i]
+				continue
+			}
+			opt = words[i]
+		case strings.HasPrefix(w, "-J"):
+			jump = w[2:]
+			continue
+		case strings.HasPrefix(w, "-o"):
+			opt = w[2:]
+		default:
+			continue
+		}
+		k, v, ok := strings.Cut(opt, "=")
+		if !ok {
+			k, v, _ = strings.Cut(strings.TrimSpace(opt), " ")
+		}
+		switch strings.ToLower(strings.TrimSpace(k)) {
+		case "proxyjump":
+			jump = strings.TrimSpace(v)
+		case "proxycommand":
+			if v = strings.TrimSpace(v); !strings.EqualFold(v, "none") {
+				return "", errors.New("ProxyCommand is not supported; use ProxyJump")
+			}
+		}
+	}
+	if strings.EqualFold(jump, "none") {
+		jump = ""
+	}
+	return jump, nil
+}
+
+// HostNames returns every host name in inventory order.
+func (inv *Inventory) HostNames() []string {
+	return append([]string(nil), inv.hostOrder...)
+}
+
+// Hosts returns every host in inventory order. The Hosts are copies: the
+// caller may change them.
+func (inv *Inventory) Hosts() []Host {
+	out := make([]Host, 0, len(inv.hostOrder))
+	for _, name := range inv.hostOrder {
+		out = append(out, cloneHost(inv.resolved[name]))
+	}
+	return out
+}
+
+// Host returns one host by inventory name.
+func (inv *Inventory) Host(name string) (Host, bool) {
+	h, ok := inv.resolved[name]
+	if !ok {
+		return Host{}, false
+	}
+	return cloneHost(h), true
+}
+
+// GroupNames returns every group name, sorted.
+func (inv *Inventory) GroupNames() []string {
+	names := append([]string(nil), inv.groupOrder...)
+	sort.Strings(names)
+	return names
+}
+
+// GroupHosts returns the names of the hosts in a group, directly or through
+// its children, in inventory order; false if there is no such group.
+func (inv *Inventory) GroupHosts(name string) ([]string, bool) {
+	g := inv.groups[name]
+	if g == nil {
+		return nil, false
+	}
+	in := map[string]bool{}
+	var walk func(g *group)
+	walk = func(g *group) {
+		for _, h := range g.hosts {
+			in[h] = true
+		}
+		for _, c := range g.children {
+			walk(inv.groups[c])
+		}
+	}
+	walk(g)
+	if name == "all" {
+		return inv.HostNames(), true
+	}
+	var out []string
+	for _, h := range inv.hostOrder {
+		if in[h] {
+			out = append(out, h)
+		}
+	}
+	return out, true
+}
+
+// GroupVars returns a copy of a group's own vars (not inherited ones).
+func (inv *Inventory) GroupVars(name string) (map[string]any, bool) {
+	g := inv.groups[name]
+	if g == nil {
+		return nil, false
+	}
+	return cloneValue(g.vars).(map[string]any), true
+}
+
+func cloneHost(h Host) Host {
+	h.IdentityFiles = append([]string(nil), h.IdentityFiles...)
+	h.Groups = append([]string(nil), h.Groups...)
+	if h.Vars != nil {
+		h.Vars = cloneValue(h.Vars).(map[string]any)
+	}
+	return h
+}
+
+func cloneValue(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(t))
+		for k, x := range t {
+			m[k] = cloneValue(x)
+		}
+		return m
+	case []any:
+		l := make([]any, len(t))
+		for i, x := range t {
+			l[i] = cloneValue(x)
+		}
+		return l
+	default:
+		return v
+	}
+}

@@ -1,0 +1,146 @@
+package inventory
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+)
+
+// List renders hosts like `ansible-inventory --list`: every group that
+// holds one of them with its direct hosts and children, and each host's
+// effective vars under _meta.hostvars. nil hosts means every host.
+func (inv *Inventory) List(hosts []Host) ([]byte, error) {
+	if hosts == nil {
+		hosts = inv.Hosts()
+	}
+	selected := map[string]bool{}
+	hostvars := map[string]any{}
+	for _, h := range hosts {
+		selected[h.Name] = true
+		vars := h.Vars
+		if vars == nil {
+			vars = map[string]any{}
+		}
+		hostvars[h.Name] = vars
+	}
+	keep := inv.groupsWith(selected)
+	out := map[string]any{"_meta": map[string]any{"hostvars": hostvars}}
+	for _, name := range inv.groupOrder {
+		if !keep[name] {
+			continue
+		}
+		g := inv.groups[name]
+		entry := map[string]any{}
+		var children, members []string
+		for _, c := range g.children {
+			if keep[c] {
+				children = append(children, c)
+			}
+		}
+		if name != "all" {
+			for _, h := range g.hosts {
+				if selected[h] {
+					members = append(members, h)
+				}
+			}
+		}
+		if len(children) > 0 {
+			entry["children"] = children
+		}
+		if len(members) > 0 {
+			entry["hosts"] = members
+		}
+		out[name] = entry
+	}
+	data, err := json.MarshalIndent(out, "", "    ")
+	if err != nil {
+		return nil, fmt.Errorf("inventory %s: rendering the host list: %w", inv.Source, err)
+	}
+	return append(data, '\n'), nil
+}
+
+// groupsWith returns the groups holding one of the selected hosts, directly
+// or through a child, all always included.
+func (inv *Inventory) groupsWith(selected map[string]bool) map[string]bool {
+	keep := map[string]bool{"all": true}
+	var up func(name string)
+	up = func(name string) {
+		if keep[name] && name != "all" {
+			return
+		}
+		keep[name] = true
+		for _, p := range inv.groups[name].parents {
+			up(p)
+		}
+	}
+	for name, h := range inv.hosts {
+		if !selected[name] {
+			continue
+		}
+		for _, g := range h.groups {
+			up(g)
+		}
+	}
+	return keep
+}
+
+// Graph writes the whole inventory as a tree like `ansible-inventory --graph`.
+func (inv *Inventory) Graph(w io.Writer) error {
+	return inv.graph(w, nil)
+}
+
+// GraphHosts writes the tree restricted to the given hosts and the groups
+// that hold them.
+func (inv *Inventory) GraphHosts(w io.Writer, hosts []Host) error {
+	selected := map[string]bool{}
+	for _, h := range hosts {
+		selected[h.Name] = true
+	}
+	return inv.graph(w, selected)
+}
+
+func (inv *Inventory) graph(w io.Writer, selected map[string]bool) error {
+	var keep map[string]bool
+	if selected != nil {
+		keep = inv.groupsWith(selected)
+	}
+	bw := bufio.NewWriter(w)
+	line := func(depth int, s string) {
+		if depth > 0 {
+			bw.WriteString(strings.Repeat("  |", depth) + "--")
+		}
+		bw.WriteString(s)
+		bw.WriteByte('\n')
+	}
+	var walk func(name string, depth int)
+	walk = func(name string, depth int) {
+		g := inv.groups[name]
+		line(depth, "@"+name+":")
+		children := append([]string(nil), g.children...)
+		sort.Slice(children, func(i, j int) bool { return naturalLess(children[i], children[j]) })
+		for _, c := range children {
+			if keep == nil || keep[c] {
+				walk(c, depth+1)
+			}
+		}
+		if name == "all" {
+			return // all's hosts are shown under their groups and ungrouped
+		}
+		// Natural order (w5 before w10) where Ansible sorts plainly.
+		hosts := append([]string(nil), g.hosts...)
+		sort.Slice(hosts, func(i, j int) bool { return naturalLess(hosts[i], hosts[j]) })
+		for _, h := range hosts {
+			if selected == nil || selected[h] {
+				line(depth+1, h)
+			}
+		}
+	}
+	walk("all", 0)
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("inventory %s: writing the graph: %w", inv.Source, err)
+	}
+	return nil
+}

@@ -1,0 +1,213 @@
+package inventory
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// Options tunes Resolve. The zero value means "as on the operator's machine".
+type Options struct {
+	// WorkDir is where inventory/NAME.yaml is looked up first ("" = current directory).
+	WorkDir string
+	// ConfigDir is gpush's config dir; inventories are looked up in
+	// ConfigDir/inventory/ ("" = os.UserConfigDir()/gpush).
+	ConfigDir string
+	// SSHConfigFiles are the ssh_config files to read, in order. nil means
+	// ~/.ssh/config then /etc/ssh/ssh_config; an empty non-nil slice reads none.
+	SSHConfigFiles []string
+	// HomeDir expands ~ in key paths ("" = os.UserHomeDir()).
+	HomeDir string
+}
+
+var inventoryExts = []string{".yaml", ".yml", ".ini"}
+
+// hostNameRE is what a bare --inventory value must look like to be taken as
+// one host name rather than a misspelt inventory name or path.
+var hostNameRE = regexp.MustCompile(`^(?:[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*)$`)
+
+// Resolve turns an --inventory value into an Inventory, trying in order:
+// a file path; inventory/SPEC.{yaml,yml,ini} under WorkDir, then under
+// ConfigDir; a comma-separated host list ("a,b" or "a,"); a single host
+// name, resolved through ssh_config as `ssh SPEC` would ("localhost" not in
+// any inventory is the local machine). Hosts are completed from ssh_config
+// where the inventory leaves HostName, Port, User, IdentityFile or
+// ProxyJump unsaid.
+func Resolve(spec string, opts Options) (*Inventory, error) {
+	if strings.TrimSpace(spec) == "" {
+		return nil, errors.New("inventory: empty --inventory value")
+	}
+	home := opts.HomeDir
+	if home == "" {
+		home, _ = os.UserHomeDir()
+	}
+	sshFiles := opts.SSHConfigFiles
+	if sshFiles == nil {
+		sshFiles = []string{"/etc/ssh/ssh_config"}
+		if home != "" {
+			sshFiles = append([]string{filepath.Join(home, ".ssh", "config")}, sshFiles...)
+		}
+	}
+	inv, err := resolveSpec(spec, opts)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := loadSSHConfig(sshFiles, home)
+	if err != nil {
+		return nil, fmt.Errorf("inventory %s: %w", spec, err)
+	}
+	for _, name := range inv.hostOrder {
+		h := inv.resolved[name]
+		if err := sc.complete(&h); err != nil {
+			return nil, fmt.Errorf("inventory %s: host %s: %w", inv.Source, name, err)
+		}
+		inv.resolved[name] = h
+	}
+	return inv, nil
+}
+
+func resolveSpec(spec string, opts Options) (*Inventory, error) {
+	if st, err := os.Stat(spec); err == nil && !st.IsDir() {
+		return Load(spec)
+	} else if err == nil && st.IsDir() {
+		return nil, fmt.Errorf("inventory %s: is a directory (give an inventory file)", spec)
+	}
+	if !strings.ContainsAny(spec, `/\,`) {
+		dirs := []string{}
+		wd := opts.WorkDir
+		if wd == "" {
+			wd, _ = os.Getwd()
+		}
+		if wd != "" {
+			dirs = append(dirs, filepath.Join(wd, "inventory"))
+		}
+		cd := opts.ConfigDir
+		if cd == "" {
+			if ucd, err := os.UserConfigDir(); err == nil {
+				cd = filepath.Join(ucd, "gpush")
+			}
+		}
+		if cd != "" {
+			dirs = append(dirs, filepath.Join(cd, "inventory"))
+		}
+		for _, d := range dirs {
+			for _, ext := range inventoryExts {
+				p := filepath.Join(d, spec+ext)
+				st, err := os.Stat(p)
+				if err == nil && !st.IsDir() {
+					return Load(p)
+				}
+				if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, fs.ErrPermission) {
+					return nil, fmt.Errorf("inventory %s: %w", spec, err)
+				}
+			}
+		}
+	}
+	if strings.Contains(spec, ",") {
+		return hostList(spec)
+	}
+	if !hostNameRE.MatchString(spec) {
+		return nil, fmt.Errorf("inventory %s: no such file, no inventory/%s.{yaml,yml,ini}, and not a host name", spec, spec)
+	}
+	inv := newInventory(spec, KindSingleHost)
+	vars := map[string]any{}
+	if spec == "localhost" {
+		vars["ansible_connection"] = "local"
+	}
+	if err := inv.addHost("", spec, vars, Pos{}, nil); err != nil {
+		return nil, err
+	}
+	if err := inv.finalize(); err != nil {
+		return nil, err
+	}
+	return inv, nil
+}
+
+// Load reads an inventory file: .yaml, .yml and .json as YAML, anything
+// else as INI (as Ansible's plugins decide). No ssh_config completion.
+func Load(path string) (*Inventory, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("inventory: %w", err)
+	}
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".yaml", ".yml", ".json":
+		return ParseYAML(path, data)
+	default:
+		return ParseINI(path, data)
+	}
+}
+
+// hostList reads "a,b,c" or "a," (Ansible's host list). Elements may carry a
+// :port, an Ansible range (gpu[01:04]) or a node set (gpu[01-04,07]).
+func hostList(spec string) (*Inventory, error) {
+	inv := newInventory(spec, KindHostList)
+	for _, elem := range splitOutsideBrackets(spec, ',') {
+		elem = strings.TrimSpace(elem)
+		if elem == "" {
+			continue
+		}
+		names, port, err := parseListElem(elem)
+		if err != nil {
+			return nil, fmt.Errorf("inventory %q: %w", spec, err)
+		}
+		for _, n := range names {
+			vars := map[string]any{}
+			if port != 0 {
+				vars["ansible_port"] = port
+			}
+			if n == "localhost" {
+				vars["ansible_connection"] = "local"
+			}
+			if err := inv.addHost("", n, vars, Pos{}, nil); err != nil {
+				return nil, fmt.Errorf("inventory %q: %w", spec, err)
+			}
+		}
+	}
+	if len(inv.hostOrder) == 0 {
+		return nil, fmt.Errorf("inventory %q: no hosts in the list", spec)
+	}
+	if err := inv.finalize(); err != nil {
+		return nil, err
+	}
+	return inv, nil
+}
+
+func parseListElem(elem string) ([]string, int, error) {
+	names, port, err := parseHostPattern(elem, true)
+	if err != nil {
+		return nil, 0, err
+	}
+	p := 0
+	if port != "" {
+		p, _ = parsePort(port)
+	}
+	return names, p, nil
+}
+
+// isNodeSet tells a ClusterShell node set (gpu[01-04,07]) from an Ansible
+// range (gpu[01:04]): brackets without a colon inside.
+func isNodeSet(s string) bool {
+	open := strings.IndexByte(s, '[')
+	if open < 0 {
+		return false
+	}
+	inside := false
+	for i := open; i < len(s); i++ {
+		switch s[i] {
+		case '[':
+			inside = true
+		case ']':
+			inside = false
+		case ':':
+			if inside {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,246 @@
+package inventory
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+const testSSHConfig = `
+Host gpu01
+    HostName 10.1.0.1
+    Port 2201
+    User sshuser
+    IdentityFile ~/.ssh/gpu_ed25519
+
+Host *.lab
+    HostName %h.example.net
+    ProxyJump jumpy
+
+Host node-*
+    IdentityFile %d/.ssh/id_%r
+    ProxyJump none
+
+Host *
+    IdentityFile ~/.ssh/id_default
+    User fallback
+`
+
+func sshOpts(t *testing.T) (Options, string) {
+	t.Helper()
+	dir := t.TempDir()
+	home := filepath.Join(dir, "home")
+	cfg := filepath.Join(home, ".ssh", "config")
+	writeFile(t, cfg, testSSHConfig)
+	return Options{
+		WorkDir:        filepath.Join(dir, "work"),
+		ConfigDir:      filepath.Join(dir, "config"),
+		SSHConfigFiles: []string{cfg, filepath.Join(dir, "missing_system_config")},
+		HomeDir:        home,
+	}, home
+}
+
+func TestResolveSingleHostThroughSSHConfig(t *testing.T) {
+	opts, home := sshOpts(t)
+	inv := mustResolve(t, "gpu01", opts)
+	if inv.Kind != KindSingleHost {
+		t.Errorf("kind %s", inv.Kind)
+	}
+	hosts := inv.Hosts()
+	want := Host{
+		Name: "gpu01", Address: "10.1.0.1", Port: 2201, User: "sshuser",
+		IdentityFiles: []string{filepath.Join(home, ".ssh/gpu_ed25519"), filepath.Join(home, ".ssh/id_default")},
+		Connection:    "ssh", Groups: []string{"all", "ungrouped"}, Vars: map[string]any{},
+	}
+	if len(hosts) != 1 || !reflect.DeepEqual(hosts[0], want) {
+		t.Errorf("got  %+v\nwant %+v", hosts, want)
+	}
+	lab := mustResolve(t, "a.lab", opts).Hosts()[0]
+	if lab.Address != "a.lab.example.net" || lab.ProxyJump != "jumpy" || lab.User != "fallback" {
+		t.Errorf("a.lab: %+v", lab)
+	}
+}
+
+func TestResolveLocalhost(t *testing.T) {
+	opts, _ := sshOpts(t)
+	h := mustResolve(t, "localhost", opts).Hosts()[0]
+	if !h.IsLocal() || h.Address != "localhost" || h.User != "" || len(h.IdentityFiles) != 0 {
+		t.Errorf("localhost: %+v", h)
+	}
+}
+
+func TestFileHostsCompletedFromSSHConfig(t *testing.T) {
+	opts, home := sshOpts(t)
+	inv := mustResolve(t, "testdata/fleet.yaml", opts)
+	// gpu01 has ansible_host 10.0.1.1: ssh would be run with that name, which
+	// no Host block but * matches; the inventory's user wins over ssh_config's.
+	g1, _ := inv.Host("gpu01")
+	if g1.Address != "10.0.1.1" || g1.Port != 0 || g1.User != "ops" ||
+		!reflect.DeepEqual(g1.IdentityFiles, []string{filepath.Join(home, ".ssh/id_default")}) {
+		t.Errorf("gpu01: %+v", g1)
+	}
+	// node-b: the inventory's port and ProxyJump win; IdentityFile tokens expand.
+	nb, _ := inv.Host("node-b")
+	wantIDs := []string{filepath.Join(home, ".ssh/id_ops"), filepath.Join(home, ".ssh/id_default")}
+	if nb.Port != 2222 || nb.ProxyJump != "ops@bastion:22" || !reflect.DeepEqual(nb.IdentityFiles, wantIDs) {
+		t.Errorf("node-b: %+v", nb)
+	}
+	lh, _ := inv.Host("localhost")
+	if !lh.IsLocal() || len(lh.IdentityFiles) != 0 {
+		t.Errorf("localhost: %+v", lh)
+	}
+}
+
+func TestInventoryKeyFileAndJumpFromArgs(t *testing.T) {
+	opts, home := sshOpts(t)
+	src := "[g]\ngpu01 ansible_ssh_private_key_file=~/keys/k ansible_ssh_common_args='-J j1,j2'\n"
+	p := filepath.Join(opts.WorkDir, "x.ini")
+	writeFile(t, p, src)
+	h := mustResolve(t, p, opts).Hosts()[0]
+	want := []string{filepath.Join(home, "keys/k"), filepath.Join(home, ".ssh/gpu_ed25519"), filepath.Join(home, ".ssh/id_default")}
+	if h.Address != "10.1.0.1" || h.Port != 2201 || h.User != "sshuser" || h.ProxyJump != "j1,j2" || !reflect.DeepEqual(h.IdentityFiles, want) {
+		t.Errorf("gpu01: %+v", h)
+	}
+}
+
+func TestResolveOrder(t *testing.T) {
+	opts, _ := sshOpts(t)
+	writeFile(t, filepath.Join(opts.ConfigDir, "inventory", "fleet.ini"), "[g]\nfrom-config\n")
+	writeFile(t, filepath.Join(opts.ConfigDir, "inventory", "only.yml"), "all:\n  hosts:\n    only-config:\n")
+	writeFile(t, filepath.Join(opts.WorkDir, "inventory", "fleet.yaml"), "all:\n  hosts:\n    from-workdir:\n")
+	cases := []struct {
+		spec  string
+		kind  Kind
+		hosts []string
+	}{
+		{"fleet", KindFile, []string{"from-workdir"}},
+		{"only", KindFile, []string{"only-config"}},
+		{filepath.Join(opts.ConfigDir, "inventory", "fleet.ini"), KindFile, []string{"from-config"}},
+		{"a,b:2200,c", KindHostList, []string{"a", "b", "c"}},
+		{"solo,", KindHostList, []string{"solo"}},
+		{"gpu[01-03,07],", KindHostList, []string{"gpu01", "gpu02", "gpu03", "gpu07"}},
+		{"w[1:3],login", KindHostList, []string{"w1", "w2", "w3", "login"}},
+		{"fleet2", KindSingleHost, []string{"fleet2"}},
+		{"10.0.0.9", KindSingleHost, []string{"10.0.0.9"}},
+	}
+	for _, c := range cases {
+		inv, err := Resolve(c.spec, opts)
+		if err != nil {
+			t.Errorf("Resolve(%q): %v", c.spec, err)
+			continue
+		}
+		if inv.Kind != c.kind || !reflect.DeepEqual(inv.HostNames(), c.hosts) {
+			t.Errorf("Resolve(%q) = %s %v, want %s %v", c.spec, inv.Kind, inv.HostNames(), c.kind, c.hosts)
+		}
+	}
+	b, _ := mustResolve(t, "a,b:2200,c", opts).Host("b")
+	if b.Port != 2200 {
+		t.Errorf("b: %+v", b)
+	}
+	lh, _ := mustResolve(t, "localhost,gpu01", opts).Host("localhost")
+	if !lh.IsLocal() {
+		t.Errorf("localhost in a list: %+v", lh)
+	}
+	for _, bad := range []string{"", "no/such/file.yaml", "bad name", ",", "h[1:x],"} {
+		if _, err := Resolve(bad, opts); err == nil {
+			t.Errorf("Resolve(%q): no error", bad)
+		}
+	}
+}
+
+func TestResolveBadSSHConfig(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config")
+	writeFile(t, cfg, "Host x\n  Port notaport\n")
+	_, err := Resolve("x", Options{SSHConfigFiles: []string{cfg}, HomeDir: dir})
+	if err == nil || !strings.Contains(err.Error(), cfg) {
+		t.Errorf("want an error naming %s, got %v", cfg, err)
+	}
+	unreadable := filepath.Join(dir, "dir-not-file")
+	if err := os.Mkdir(unreadable, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Resolve("x", Options{SSHConfigFiles: []string{unreadable}, HomeDir: dir}); err == nil {
+		t.Error("a directory as ssh config: no error")
+	}
+}
+
+func TestSelect(t *testing.T) {
+	inv := mustResolve(t, "testdata/fleet.yaml", noSSH)
+	cases := []struct {
+		pattern string
+		want    []string
+	}{
+		{"all", inv.HostNames()},
+		{"*", inv.HostNames()},
+		{"h200", []string{"gpu01", "gpu02", "gpu03", "gpu04"}},
+		{"gpus", []string{"gpu01", "gpu02", "gpu03", "gpu04", "node-a", "node-b", "node-c"}},
+		{"gpu0*", []string{"gpu01", "gpu02", "gpu03", "gpu04"}},
+		{"h1*", []string{"node-a", "node-b", "node-c"}},
+		{"h200:h100", []string{"gpu01", "gpu02", "gpu03", "gpu04", "node-a", "node-b", "node-c"}},
+		{"gpus:!h100", []string{"gpu01", "gpu02", "gpu03", "gpu04"}},
+		{"gpus:&serving", []string{"gpu01", "gpu02"}},
+		{"h200,!serving", []string{"gpu03", "gpu04"}},
+		{"!serving", []string{"bastion", "gpu03", "gpu04", "node-a", "node-b", "node-c", "w0", "w5", "w10", "w15", "w20", "localhost"}},
+		{"&serving", []string{"gpu01", "gpu02"}},
+		{"w10,bastion", []string{"bastion", "w10"}},
+		{"gpu[01-03,07]:!gpu07", nil}, // gpu07 unknown: error below
+		{"gpu[01-02,04]", []string{"gpu01", "gpu02", "gpu04"}},
+		{"gpu[02:03]", []string{"gpu02", "gpu03"}},
+		{"~gpu0[13]", []string{"gpu01", "gpu03"}},
+		{"~h[12]00", []string{"gpu01", "gpu02", "gpu03", "gpu04", "node-a", "node-b", "node-c"}},
+		{"h200[0]", []string{"gpu01"}},
+		{"h200[-1]", []string{"gpu04"}},
+		{"h200[1:2]", []string{"gpu02", "gpu03"}},
+		{"h200[2:]", []string{"gpu03", "gpu04"}},
+		{"workers:!w[5-15/5]", []string{"w0", "w20"}},
+		{" h100 , ", []string{"node-a", "node-b", "node-c"}},
+	}
+	for _, c := range cases {
+		got, err := inv.SelectNames(c.pattern)
+		if c.want == nil {
+			if err == nil || !strings.Contains(err.Error(), "gpu07") {
+				t.Errorf("SelectNames(%q) = %v, %v; want an error naming gpu07", c.pattern, got, err)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("SelectNames(%q) = %v, %v; want %v", c.pattern, got, err, c.want)
+		}
+	}
+	for pattern, wantErr := range map[string]string{
+		"nosuch":             "no such host or group: nosuch",
+		"h200:!nosuch":       "no such host or group: nosuch",
+		"zz*":                `"zz*" matches no host or group`,
+		"gpu[01-09]":         "no such host or group: gpu[05-09]",
+		"~(":                 "regex",
+		"h200[9]":            "subscript out of range",
+		"":                   "empty",
+		"gpu[1-":             "'[' without ']'",
+		"gpu[01-03,07]:gpus": "gpu07",
+	} {
+		if _, err := inv.SelectNames(pattern); err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("SelectNames(%q): error %v, want one containing %q", pattern, err, wantErr)
+		}
+	}
+}
+
+func TestSelectImplicitLocalhost(t *testing.T) {
+	inv, err := ParseINI("l.ini", []byte("[g]\nh1\n[all:vars]\nx=1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts, err := inv.Select("localhost:h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hosts) != 2 || hosts[0].Name != "h1" || !hosts[1].IsLocal() || hosts[1].Vars["x"] != 1 {
+		t.Errorf("hosts: %+v", hosts)
+	}
+	all, _ := inv.SelectNames("all")
+	if !reflect.DeepEqual(all, []string{"h1"}) {
+		t.Errorf("all includes the implicit localhost: %v", all)
+	}
+}
