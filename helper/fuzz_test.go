@@ -1,0 +1,142 @@
+package helper
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// seedFixture adds a fixture file as a seed when present.
+func seedFixture(f *testing.F, name string) {
+	if b, err := os.ReadFile(filepath.Join(fixtureDir, name)); err == nil {
+		f.Add(b)
+	}
+}
+
+func FuzzParseQueryGPU(f *testing.F) {
+	f.Add([]byte("0, GPU-d7f963c5-cdb5-ba9d-c562-dbd2e54985ab, NVIDIA H200, 00000000:00:06.0, 26018, 143771\n"))
+	f.Add([]byte("0, GPU-x, NVIDIA H200, 00000000:00:06.0, [N/A], [Not Supported]\n1, GPU-y, A, B, 0 MiB, 5 MiB\n"))
+	f.Add([]byte("No devices were found\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		gpus, err := parseQueryGPU(b)
+		if err != nil {
+			return
+		}
+		for _, g := range gpus {
+			if g.Index < 0 || g.MemUsedMiB < -1 || g.MemTotalMiB < -1 || g.Minor != -1 {
+				t.Fatalf("out of range: %+v", g)
+			}
+			// What was parsed prints back to a line that parses the same.
+			if strings.ContainsAny(g.UUID+g.BusID, ",\n") || strings.Contains(g.Name, "\n") {
+				t.Fatalf("field spans a separator: %+v", g)
+			}
+			line := fmt.Sprintf("%d, %s, %s, %s, %s, %s", g.Index, g.UUID, g.Name, g.BusID, memText(g.MemUsedMiB), memText(g.MemTotalMiB))
+			again, err := parseQueryGPU([]byte(line))
+			if err != nil || len(again) != 1 || again[0] != g {
+				// Leading/trailing spaces in a field are trimmed, so only
+				// compare when the fields were already trimmed.
+				if g.UUID == strings.TrimSpace(g.UUID) && g.Name == strings.TrimSpace(g.Name) && g.BusID == strings.TrimSpace(g.BusID) && g.UUID != "" && g.BusID != "" {
+					t.Fatalf("round trip %q: %+v %v, want %+v", line, again, err, g)
+				}
+			}
+		}
+	})
+}
+
+func memText(v int64) string {
+	if v < 0 {
+		return "[N/A]"
+	}
+	return fmt.Sprint(v)
+}
+
+func FuzzParseComputeApps(f *testing.F) {
+	seedFixture(f, "compute-apps.csv")
+	f.Add([]byte("12, a, b, c, GPU-x, 00000000:00:06.0, [N/A]\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		apps, err := parseComputeApps(b)
+		if err != nil {
+			return
+		}
+		for _, a := range apps {
+			if a.PID < 0 || a.MemMiB < -1 || strings.Contains(a.GPUUUID, ",") || strings.Contains(a.BusID, ",") {
+				t.Fatalf("out of range: %+v", a)
+			}
+		}
+	})
+}
+
+func FuzzParseStat(f *testing.F) {
+	f.Add([]byte("437 (python3) S 415 414 414 0 -1 4194560 90908 0 154 0 415 54 0 0 20 0 18 0 2602 29034573824 156796 18446744073709551615"))
+	f.Add([]byte("99 (a) b (c)) R 1 2 3 0 -1 2097216 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0"))
+	if b, err := os.ReadFile("/proc/self/stat"); err == nil {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, err := parseStat(b)
+		if err != nil {
+			return
+		}
+		if st.PID < 0 {
+			t.Fatalf("pid %d", st.PID)
+		}
+		// Rebuilding the line with the parsed comm gives the same fields,
+		// whatever parentheses and spaces comm holds.
+		line := fmt.Sprintf("%d (%s) %s %d %d %d 0 -1 %d 0 0 0 0 0 0 0 0 20 0 1 0 %d 0", st.PID, st.Comm, st.State, st.PPID, st.PGID, st.SID, st.Flags, st.StartTime)
+		again, err := parseStat([]byte(line))
+		if err != nil || again != st {
+			t.Fatalf("round trip %q: %+v %v, want %+v", line, again, err, st)
+		}
+	})
+}
+
+func FuzzParseCgroup(f *testing.F) {
+	f.Add([]byte("0::/process_api/ae8071e8ab4b0bf187188cc92bde5bf7\n"))
+	f.Add([]byte("9:name=systemd:/\n4:memory:/process_api/e99c\n0::/\n"))
+	f.Add([]byte("0::/system.slice/docker-4f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0.scope\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c := parseCgroup(b)
+		if c.Unit != "" && !strings.HasSuffix(c.Unit, ".service") && !strings.HasSuffix(c.Unit, ".scope") {
+			t.Fatalf("unit %q", c.Unit)
+		}
+		if c.Unit != "" && !strings.Contains(c.Path, c.Unit) {
+			t.Fatalf("unit %q not in path %q", c.Unit, c.Path)
+		}
+		if c.Container != "" && (len(c.Container) != 64 || !strings.Contains(c.Path, c.Container)) {
+			t.Fatalf("container %q path %q", c.Container, c.Path)
+		}
+	})
+}
+
+func FuzzParseDriverInfo(f *testing.F) {
+	seedFixture(f, "proc-driver-nvidia-gpu-information.txt")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		g, err := parseDriverInfo(b)
+		if err != nil {
+			return
+		}
+		if g.Minor < 0 || g.BusID == "" || normBusID(g.BusID) != g.BusID {
+			t.Fatalf("%+v", g)
+		}
+	})
+}
+
+func FuzzNormalizeUnit(f *testing.F) {
+	for _, s := range []string{"sglang", "vllm@gpu0", "a.socket", "-x", "a b", `x\x2dy.device`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := NormalizeUnit(s)
+		if err != nil {
+			return
+		}
+		if len(n) > 255 || strings.HasPrefix(n, "-") || strings.ContainsAny(n, " /;$`'\"\n\x00") {
+			t.Fatalf("%q -> %q", s, n)
+		}
+		if again, err := NormalizeUnit(n); err != nil || again != n {
+			t.Fatalf("not idempotent: %q -> %q -> %q %v", s, n, again, err)
+		}
+	})
+}
