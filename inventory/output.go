@@ -11,7 +11,8 @@ import (
 
 // List renders hosts like `ansible-inventory --list`: every group that
 // holds one of them with its direct hosts and children, and each host's
-// effective vars under _meta.hostvars. nil hosts means every host.
+// effective vars under _meta.hostvars. nil hosts means every host. The
+// JSON has no trailing newline.
 func (inv *Inventory) List(hosts []Host) ([]byte, error) {
 	if hosts == nil {
 		hosts = inv.Hosts()
@@ -59,7 +60,7 @@ func (inv *Inventory) List(hosts []Host) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inventory %s: rendering the host list: %w", inv.Source, err)
 	}
-	return append(data, '\n'), nil
+	return data, nil
 }
 
 // groupsWith returns the groups holding one of the selected hosts, directly

@@ -24,6 +24,8 @@ type Options struct {
 	HomeDir string
 }
 
+const systemSSHConfig = "/etc/ssh/ssh_config"
+
 var inventoryExts = []string{".yaml", ".yml", ".ini"}
 
 // hostNameRE is what a bare --inventory value must look like to be taken as
@@ -45,9 +47,10 @@ func Resolve(spec string, opts Options) (*Inventory, error) {
 	if home == "" {
 		home, _ = os.UserHomeDir()
 	}
-	sshFiles := opts.SSHConfigFiles
+	sshFiles, lenient := opts.SSHConfigFiles, map[string]bool{}
 	if sshFiles == nil {
-		sshFiles = []string{"/etc/ssh/ssh_config"}
+		sshFiles = []string{systemSSHConfig}
+		lenient[systemSSHConfig] = true
 		if home != "" {
 			sshFiles = append([]string{filepath.Join(home, ".ssh", "config")}, sshFiles...)
 		}
@@ -56,10 +59,11 @@ func Resolve(spec string, opts Options) (*Inventory, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc, err := loadSSHConfig(sshFiles, home)
+	sc, warnings, err := loadSSHConfig(sshFiles, lenient, home)
 	if err != nil {
 		return nil, fmt.Errorf("inventory %s: %w", spec, err)
 	}
+	inv.Warnings = append(inv.Warnings, warnings...)
 	for _, name := range inv.hostOrder {
 		h := inv.resolved[name]
 		if err := sc.complete(&h); err != nil {
@@ -128,18 +132,30 @@ func resolveSpec(spec string, opts Options) (*Inventory, error) {
 }
 
 // Load reads an inventory file: .yaml, .yml and .json as YAML, anything
-// else as INI (as Ansible's plugins decide). No ssh_config completion.
+// else as INI (as Ansible's plugins decide), plus group_vars/ and host_vars/
+// beside it. No ssh_config completion (Resolve does that).
 func Load(path string) (*Inventory, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("inventory: %w", err)
 	}
+	inv := newInventory(path, KindFile)
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".yaml", ".yml", ".json":
-		return ParseYAML(path, data)
+		err = parseYAMLInto(inv, path, data)
 	default:
-		return ParseINI(path, data)
+		err = parseINIInto(inv, path, data)
 	}
+	if err != nil {
+		return nil, err
+	}
+	if err := loadVarDirs(inv, filepath.Dir(path)); err != nil {
+		return nil, err
+	}
+	if err := inv.finalize(); err != nil {
+		return nil, err
+	}
+	return inv, nil
 }
 
 // hostList reads "a,b,c" or "a," (Ansible's host list). Elements may carry a

@@ -158,6 +158,17 @@ func TestResolveBadSSHConfig(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), cfg) {
 		t.Errorf("want an error naming %s, got %v", cfg, err)
 	}
+	// A file the parser rejects is an error, unless it is the system-wide
+	// one: that is skipped with a warning.
+	sys := filepath.Join(dir, "system_config")
+	writeFile(t, sys, "Match exec \"true\"\n  User x\n")
+	if _, err := Resolve("x", Options{SSHConfigFiles: []string{sys}, HomeDir: dir}); err == nil || !strings.Contains(err.Error(), sys) {
+		t.Errorf("want an error naming %s, got %v", sys, err)
+	}
+	sc, warnings, err := loadSSHConfig([]string{sys}, map[string]bool{sys: true}, dir)
+	if err != nil || len(sc.files) != 0 || len(warnings) != 1 || !strings.Contains(warnings[0], sys) {
+		t.Errorf("lenient: %v %v %v", sc, warnings, err)
+	}
 	unreadable := filepath.Join(dir, "dir-not-file")
 	if err := os.Mkdir(unreadable, 0o755); err != nil {
 		t.Fatal(err)
@@ -242,5 +253,31 @@ func TestSelectImplicitLocalhost(t *testing.T) {
 	all, _ := inv.SelectNames("all")
 	if !reflect.DeepEqual(all, []string{"h1"}) {
 		t.Errorf("all includes the implicit localhost: %v", all)
+	}
+}
+
+func TestGroupAndHostVarsDirs(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "hosts.ini"), "[h200]\ngpu[01:02] tier=inline\n[h200:vars]\nsmi=/inline\nkeep=1\n")
+	writeFile(t, filepath.Join(dir, "group_vars", "all.yml"), "user_note: from all\n")
+	writeFile(t, filepath.Join(dir, "group_vars", "h200", "10-smi.yaml"), "smi: /from/dir\n")
+	writeFile(t, filepath.Join(dir, "group_vars", "h200", "20-more.yml"), "services: [a.service]\nsmi: /from/dir/later\n")
+	writeFile(t, filepath.Join(dir, "group_vars", "nosuchgroup.yml"), "ignored: true\n")
+	writeFile(t, filepath.Join(dir, "host_vars", "gpu02.yaml"), "tier: from-host-vars\nansible_host: 10.9.9.2\n")
+	inv := mustResolve(t, filepath.Join(dir, "hosts.ini"), noSSH)
+	g1, _ := inv.Host("gpu01")
+	g2, _ := inv.Host("gpu02")
+	got := []any{g1.Vars["smi"], g1.Vars["keep"], g1.Vars["services"], g1.Vars["user_note"], g1.Vars["tier"], g2.Vars["tier"], g2.Address}
+	want := []any{"/from/dir/later", 1, []any{"a.service"}, "from all", "inline", "from-host-vars", "10.9.9.2"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %v\nwant %v", got, want)
+	}
+	writeFile(t, filepath.Join(dir, "host_vars", "gpu01.yml"), "a: 1\nb: [\n")
+	if _, err := Resolve(filepath.Join(dir, "hosts.ini"), noSSH); err == nil || !strings.Contains(err.Error(), "gpu01.yml") {
+		t.Errorf("bad host_vars file: %v", err)
+	}
+	writeFile(t, filepath.Join(dir, "host_vars", "gpu01.yml"), "- not a mapping\n")
+	if _, err := Resolve(filepath.Join(dir, "hosts.ini"), noSSH); err == nil || !strings.Contains(err.Error(), "gpu01.yml:1") {
+		t.Errorf("list as host_vars file: %v", err)
 	}
 }

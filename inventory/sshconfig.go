@@ -27,9 +27,13 @@ type sshConfigFile struct {
 }
 
 // loadSSHConfig reads the given files; a missing file is skipped, an
-// unreadable or malformed one is an error naming it.
-func loadSSHConfig(paths []string, home string) (*sshConfig, error) {
+// unreadable or malformed one is an error naming it, except for files in
+// lenient (the system-wide file, which the operator may not control and
+// which can hold directives the parser rejects, such as Fedora's
+// "Match final"): those are skipped with a warning.
+func loadSSHConfig(paths []string, lenient map[string]bool, home string) (*sshConfig, []string, error) {
 	sc := &sshConfig{home: home}
+	var warnings []string
 	if u, err := user.Current(); err == nil {
 		sc.local = u.Username
 	}
@@ -38,17 +42,26 @@ func loadSSHConfig(paths []string, home string) (*sshConfig, error) {
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		if err != nil {
-			return nil, fmt.Errorf("ssh config: %w", err)
+		var cfg *ssh_config.Config
+		if err == nil {
+			cfg, err = ssh_config.Decode(f)
+			f.Close()
+			if err != nil {
+				err = fmt.Errorf("ssh config %s: %w", p, err)
+			}
+		} else {
+			err = fmt.Errorf("ssh config: %w", err)
 		}
-		cfg, err := ssh_config.Decode(f)
-		f.Close()
 		if err != nil {
-			return nil, fmt.Errorf("ssh config %s: %w", p, err)
+			if lenient[p] {
+				warnings = append(warnings, err.Error()+" (file ignored)")
+				continue
+			}
+			return nil, nil, err
 		}
 		sc.files = append(sc.files, sshConfigFile{p, cfg})
 	}
-	return sc, nil
+	return sc, warnings, nil
 }
 
 func (sc *sshConfig) get(alias, key string) (string, string, error) {
