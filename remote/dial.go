@@ -249,14 +249,18 @@ func dialOne(ctx context.Context, t target, via string, dial func(context.Contex
 	}
 	dctx, cancel := context.WithTimeout(ctx, o.ConnectTimeout)
 	defer cancel()
-	timedOut := func() bool { return errors.Is(dctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil }
+	// The conn deadline and the context deadline are the same instant;
+	// either may be noticed first.
+	timedOut := func(err error) bool {
+		return ctx.Err() == nil && (errors.Is(dctx.Err(), context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded))
+	}
 
 	raw, err := dial(dctx, addr)
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
 			return nil, fail(StageCanceled, ctx.Err())
-		case timedOut():
+		case timedOut(err):
 			return nil, fail(StageConnect, fmt.Errorf("no answer within %s", o.ConnectTimeout))
 		}
 		return nil, fail(StageConnect, err)
@@ -302,7 +306,7 @@ func dialOne(ctx context.Context, t target, via string, dial func(context.Contex
 		hkMu.Lock()
 		hkErr := hostKeyErr
 		hkMu.Unlock()
-		return nil, fail(classify(err, wc, prog.Load(), hkErr, ctx, timedOut(), t, len(signers), o))
+		return nil, fail(classify(err, wc, prog.Load(), hkErr, ctx, timedOut(err), t, len(signers), o))
 	}
 	raw.SetDeadline(time.Time{})
 	o.Logger.Debug("connected", "host", t.name, "addr", addr, "via", via, "user", t.user,

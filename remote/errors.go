@@ -35,9 +35,9 @@ func (e *DialError) Error() string {
 		via = " via " + e.Via
 	}
 	if e.Host == "" || e.Host == e.Addr {
-		return fmt.Sprintf("%s%s: %s failed: %v", e.Addr, via, e.Stage, e.Err)
+		return fmt.Sprintf("%s%s: cannot connect (%s): %v", e.Addr, via, e.Stage, e.Err)
 	}
-	return fmt.Sprintf("%s (%s%s): %s failed: %v", e.Host, e.Addr, via, e.Stage, e.Err)
+	return fmt.Sprintf("%s (%s%s): cannot connect (%s): %v", e.Host, e.Addr, via, e.Stage, e.Err)
 }
 
 func (e *DialError) Unwrap() error { return e.Err }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -75,6 +76,14 @@ func (c *sshConn) markDead(why error) {
 // lost wraps err as a lost connection when the connection is dead,
 // naming why it died.
 func (c *sshConn) lost(what string, err error) error {
+	if transportError(err) {
+		// A dropped link fails the channels first and ends the connection
+		// right after; wait for that so the cause is reported.
+		select {
+		case <-c.dead:
+		case <-time.After(2 * time.Second):
+		}
+	}
 	select {
 	case <-c.dead:
 		c.deadMu.Lock()
@@ -84,6 +93,11 @@ func (c *sshConn) lost(what string, err error) error {
 	default:
 		return fmt.Errorf("%s: %s: %w", c.host.Name, what, err)
 	}
+}
+
+func transportError(err error) bool {
+	var missing *ssh.ExitMissingError
+	return errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.As(err, &missing)
 }
 
 // keepalive sends keepalive@openssh.com requests; any reply (OpenSSH

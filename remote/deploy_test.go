@@ -1,0 +1,73 @@
+package remote
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gpush/gpush/inventory"
+)
+
+func TestGoArch(t *testing.T) {
+	for in, want := range map[string]string{"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64", "x86_64\n": "amd64"} {
+		if got, err := GoArch(in); err != nil || got != want {
+			t.Errorf("GoArch(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"armv7l", "ppc64le", "s390x", "i686", ""} {
+		if _, err := GoArch(in); err == nil || !strings.Contains(err.Error(), "not supported") {
+			t.Errorf("GoArch(%q) = %v, want a refusal", in, err)
+		}
+	}
+}
+
+func TestRemoteDir(t *testing.T) {
+	h := inventory.Host{Name: "g1"}
+	cases := map[any]string{
+		nil:             "/home/u/.cache/gpush",
+		"/opt/gpush/":   "/opt/gpush",
+		"~":             "/home/u",
+		"~/x/../y":      "/home/u/y",
+		"rel/dir":       "/home/u/rel/dir",
+		" /srv/gpush  ": "/srv/gpush",
+	}
+	for v, want := range cases {
+		h.Vars = map[string]any{}
+		if v != nil {
+			h.Vars[VarRemoteDir] = v
+		}
+		got, err := RemoteDir(h, "/home/u")
+		if err != nil || got != want {
+			t.Errorf("%v: got %q, %v; want %q", v, got, err, want)
+		}
+	}
+	for _, bad := range []any{"", 42, "~bob/x"} {
+		h.Vars = map[string]any{VarRemoteDir: bad}
+		if _, err := RemoteDir(h, "/home/u"); err == nil || !strings.Contains(err.Error(), VarRemoteDir) {
+			t.Errorf("%v: want an error naming %s, got %v", bad, VarRemoteDir, err)
+		}
+	}
+}
+
+func TestParseProbe(t *testing.T) {
+	p, err := parseProbe("g1", []byte("welcome banner from .bashrc\nx86_64\n1000\n/home/u\n"))
+	if err != nil || p.machine != "x86_64" || p.uid != 1000 || p.home != "/home/u" {
+		t.Fatalf("%+v %v", p, err)
+	}
+	for _, bad := range []string{"", "x86_64\n", "x86_64\nroot\n/home\n", "x86_64\n0\n\n"} {
+		if _, err := parseProbe("g1", []byte(bad)); err == nil || !strings.Contains(err.Error(), "g1") {
+			t.Errorf("%q: want an error naming the host, got %v", bad, err)
+		}
+	}
+}
+
+func TestPidWriterTakesOutOnlyThePidLine(t *testing.T) {
+	var out strings.Builder
+	pw := &pidWriter{w: &out}
+	for _, chunk := range []string{"noise\ngpush-p", "id:4242\nhello ", "gpush-pid:1\nworld"} {
+		pw.Write([]byte(chunk))
+	}
+	pw.flush()
+	if pw.PID() != 4242 || out.String() != "noise\nhello gpush-pid:1\nworld" {
+		t.Fatalf("pid %d out %q", pw.PID(), out.String())
+	}
+}
