@@ -56,8 +56,10 @@ local function key(h) return tostring(h.pid) .. "/" .. tostring(h.start_time) en
 
 -- free_set says which GPUs of a wait_free result are free: no GPU holder and
 -- used memory at or under the threshold the helper used (the idle baseline).
--- Without a per-GPU threshold only an ok result proves memory is back.
-local function free_set(r)
+-- When the result carries no per-GPU threshold and is not ok as a whole, a
+-- GPU without holders is asked about alone (probe), so that memory held
+-- with no holder is told apart from a free GPU.
+local function free_set(r, probe)
   local held = holders_by_gpu(r.holders)
   local free = {}
   for _, g in ipairs(r.gpus or {}) do
@@ -67,8 +69,10 @@ local function free_set(r)
       free[g.index] = false
     elseif g.threshold_mib ~= nil then
       free[g.index] = g.used_mib >= 0 and g.used_mib <= g.threshold_mib
+    elseif r.ok then
+      free[g.index] = true
     else
-      free[g.index] = r.ok or r.outcome ~= "memory-held"
+      free[g.index] = probe(g.index)
     end
   end
   return free
@@ -85,17 +89,20 @@ function M.free(opts)
   local group = truthy(opts.group)
   local threshold = tonumber(opts.threshold_mib)
 
-  local function wait(timeout)
-    return gpu.wait_free{gpus = chosen, timeout = timeout, threshold_mib = threshold,
+  local function wait(timeout, gpus)
+    return gpu.wait_free{gpus = gpus or chosen, timeout = timeout, threshold_mib = threshold,
                          ignore_shared = true}
   end
+  local function probe(i) return wait("1ms", {i}).ok end
 
-  -- Rows start as the GPUs' state before anything is touched.
+  -- One poll now (a zero timeout would mean the helper's default); its
+  -- readings are the GPUs' state before anything is touched.
+  local first = wait("1ms")
   local rows, order = {}, {}
-  for _, g in ipairs(gpu.mem()) do
-    local wanted = #chosen == 0
-    for _, c in ipairs(chosen) do if c == g.index then wanted = true end end
-    if wanted then
+  local wanted = {}
+  for _, c in ipairs(chosen) do wanted[c] = true end
+  for _, g in ipairs(first.gpus or {}) do
+    if #chosen == 0 or wanted[g.index] then
       rows[g.index] = {gpu = g.index, step = "", freed = false,
                        before_mib = g.used_mib, after_mib = g.used_mib,
                        holders = "", reason = ""}
@@ -104,8 +111,6 @@ function M.free(opts)
   end
   table.sort(order)
 
-  -- One poll now (a zero timeout would mean the helper's default).
-  local first = wait("1ms")
   local initial = {}
   for _, h in ipairs(first.holders or {}) do initial[key(h)] = true end
   local busy = {}
@@ -119,7 +124,7 @@ function M.free(opts)
       rows[i].holders = table.concat(names, "; ")
       busy[i] = true
     end
-    for i, free in pairs(free_set(first)) do
+    for i, free in pairs(free_set(first, probe)) do
       if rows[i] and free then
         rows[i].step = "already-free"; rows[i].freed = true; busy[i] = nil
       end
@@ -150,7 +155,7 @@ function M.free(opts)
     end
   end
 
-  local released = free_set(result)
+  local released = free_set(result, probe)
   for i in pairs(busy) do
     if #stopped > 0 and released[i] then
       rows[i].step = "service-stop"; rows[i].freed = true; busy[i] = nil
@@ -200,7 +205,7 @@ function M.free(opts)
 
   -- Verify: attribute what is still held, and why.
   local left = holders_by_gpu(result.holders)
-  local done = free_set(result)
+  local done = free_set(result, probe)
   for _, g in ipairs(result.gpus or {}) do
     if rows[g.index] then rows[g.index].after_mib = g.used_mib end
   end
