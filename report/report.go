@@ -260,9 +260,15 @@ func (p *Printer) recap(w io.Writer, rs []Result) {
 	for _, g := range groups {
 		r := g.r
 		gpus, mem := "", ""
-		if r.Stats.HaveMem {
-			gpus = fmt.Sprintf("freed %d/%d GPUs", r.Stats.GPUsFreed, r.Stats.GPUs)
-			mem = fmt.Sprintf("%d -> %d MiB", r.Stats.MemBeforeMiB, r.Stats.MemAfterMiB)
+		switch st := r.Stats; {
+		case !st.HaveMem:
+		case st.GPUsFreed == 0 && st.MemBeforeMiB == st.MemAfterMiB:
+			// A read-only script: say what is there, not "freed 0".
+			gpus = fmt.Sprintf("%d GPUs", st.GPUs)
+			mem = fmt.Sprintf("%d MiB used", st.MemAfterMiB)
+		default:
+			gpus = fmt.Sprintf("freed %d/%d GPUs", st.GPUsFreed, st.GPUs)
+			mem = fmt.Sprintf("%d -> %d MiB", st.MemBeforeMiB, st.MemAfterMiB)
 		}
 		t := fmtDur(g.min)
 		if fmtDur(g.max) != t {

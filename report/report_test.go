@@ -52,6 +52,7 @@ func TestStreamingAndRecapFolding(t *testing.T) {
 		{Host: "gpu02", Status: StatusOK, Stats: freed, Elapsed: 1300 * time.Millisecond},
 		{Host: "gpu03", Status: StatusFailed, Error: "GPU 1: new-holder pid 42 (python3)", Elapsed: time.Second},
 		{Host: "gpu04", Status: StatusUnreachable, Error: "dial 127.0.0.1:1: connection refused"},
+		{Host: "gpu05", Status: StatusOK, Stats: Stats{HaveMem: true, GPUs: 8, MemBeforeMiB: 512, MemAfterMiB: 512}},
 	}
 	for _, r := range rs {
 		p.Done(r)
@@ -61,7 +62,8 @@ func TestStreamingAndRecapFolding(t *testing.T) {
 	for _, want := range []string{
 		"gpu01 | INFO stopped sglang.service\n",
 		"gpu02 | WARN slow\n",
-		"RECAP ok=3 failed=1 unreachable=1",
+		"RECAP ok=4 failed=1 unreachable=1",
+		"8 GPUs          512 MiB used",
 		"{gpu01+gpu02+gpu10}  ok",
 		"freed 2/2 GPUs  20480 -> 0 MiB  1.1s-1.3s",
 		"gpu03", "failed", "GPU 1: new-holder pid 42 (python3)",
