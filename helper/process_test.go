@@ -545,7 +545,7 @@ func TestKillTreeAndGroup(t *testing.T) {
 			h := newHost(t, 1)
 			p := h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "3", "--child-mem-mib", "6", "--ignore-term")
 			bystander := h.start("", "--dev", h.d("nvidia0"))
-			req := KillRequest{Config: h.cfg, Targets: []Identity{identity(t, p.pid)}, Grace: Duration(200 * time.Millisecond), Tree: mode == "tree", Group: mode == "group"}
+			req := KillRequest{Config: h.cfg, Targets: []Identity{identity(t, p.pid)}, Grace: Duration(time.Second), Tree: mode == "tree", Group: mode == "group"}
 			r, err := Kill(context.Background(), req)
 			if err != nil {
 				t.Fatal(err)
