@@ -19,6 +19,14 @@ import (
 
 	"github.com/gpush/gpush/lab"
 	"github.com/gpush/gpush/lab/sshd"
+
+	// Not used here, but what the gpush binary under test is made of: importing
+	// them makes `go test`'s cache rerun these tests when they change.
+	_ "github.com/gpush/gpush/helper"
+	_ "github.com/gpush/gpush/lua"
+	_ "github.com/gpush/gpush/remote"
+	_ "github.com/gpush/gpush/report"
+	_ "github.com/gpush/gpush/scripts"
 )
 
 var (

@@ -27,6 +27,10 @@ func runCommand() *cli.Command {
 		Name:      "run",
 		Usage:     "run a Lua script on every selected host at once",
 		ArgsUsage: "SCRIPT",
+		Description: "SCRIPT is a path, or a name looked up in ./scripts, $GPUSH_PATH, the config dir's\n" +
+			"gpush/scripts and the embedded library (gpush scripts lists them).\n\n" +
+			"Exit status: 0 every host ok; 2 a host failed; 4 a host unreachable (wins over 2);\n" +
+			"1 a usage or internal error.",
 		Flags: append(inventoryFlags(),
 			&cli.IntFlag{Name: "forks", Aliases: []string{"f"}, Value: 50, Usage: "hosts run at once"},
 			&cli.BoolFlag{Name: "check", Aliases: []string{"C"}, Usage: "change nothing: destructive calls say what they would do"},
