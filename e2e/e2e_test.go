@@ -150,6 +150,16 @@ func TestFreeGPUs(t *testing.T) {
 	victims := []string{lab.RoleWorker, lab.RoleOrphan, lab.RoleTermIgnorer}
 	bystanders := []string{lab.RolePersistenced, lab.RoleUnrelated}
 
+	t.Run("gpu_status fleet table", func(t *testing.T) {
+		r := gpush(t, l, "run", "gpu_status.lua", "--limit", "lab")
+		if r.code != 0 {
+			t.Errorf("exit %d, want 0", r.code)
+		}
+		// GPU 3 is idle on both hosts: one folded row; GPU 0 differs (pids).
+		requireContains(t, r.stdout, "HOST        GPU  NAME         USED_MIB  TOTAL_MIB  HOLDERS\n",
+			"lab[01-02]  3    NVIDIA H200  0         143771\n", "lab01       0    NVIDIA H200  10240     143771     ")
+	})
+
 	t.Run("check kills nothing", func(t *testing.T) {
 		r := gpush(t, l, "run", "free_gpus.lua", "--check", "--limit", "lab", "-e", "grace=1s")
 		if r.code != 0 {
