@@ -43,9 +43,13 @@ func checkLoaded(t *testing.T, inv *Inventory) {
 	if data, err := inv.List(nil); err == nil && !json.Valid(data) {
 		t.Fatalf("List gave invalid JSON: %s", data)
 	}
-	var b strings.Builder
-	if err := inv.Graph(&b); err != nil {
-		t.Fatal(err)
+	// The graph repeats a group under each parent, as Ansible's does, so
+	// chains of diamonds grow it exponentially: draw only small ones.
+	if len(inv.GroupNames()) <= 16 {
+		var b strings.Builder
+		if err := inv.Graph(&b); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -65,6 +65,7 @@ type group struct {
 	childPos map[string]Pos
 	parents  []string
 	hosts    []string
+	hostSet  map[string]bool // hosts as a set: groups of 100k hosts must load fast
 	depth    int
 }
 
@@ -98,29 +99,21 @@ func (inv *Inventory) warnf(at Pos, format string, args ...any) {
 func (inv *Inventory) group(name string, at Pos) *group {
 	g := inv.groups[name]
 	if g == nil {
-		g = &group{name: name, at: at, vars: map[string]any{}, varPos: map[string]Pos{}, childPos: map[string]Pos{}}
+		g = &group{name: name, at: at, vars: map[string]any{}, varPos: map[string]Pos{}, childPos: map[string]Pos{}, hostSet: map[string]bool{}, depth: -1}
 		inv.groups[name] = g
 		inv.groupOrder = append(inv.groupOrder, name)
 	}
 	return g
 }
 
-func appendUnique(list []string, s string) []string {
-	for _, x := range list {
-		if x == s {
-			return list
-		}
-	}
-	return append(list, s)
-}
-
 func (inv *Inventory) addChild(parent, child string, at Pos) {
 	p, c := inv.group(parent, at), inv.group(child, at)
-	if _, ok := p.childPos[child]; !ok {
-		p.childPos[child] = at
+	if _, ok := p.childPos[child]; ok {
+		return
 	}
-	p.children = appendUnique(p.children, child)
-	c.parents = appendUnique(c.parents, parent)
+	p.childPos[child] = at
+	p.children = append(p.children, child)
+	c.parents = append(c.parents, parent)
 }
 
 func (inv *Inventory) setGroupVar(name, key string, val any, at Pos) {
@@ -159,8 +152,11 @@ func (inv *Inventory) addHost(groupName, name string, vars map[string]any, at Po
 	}
 	if groupName != "" {
 		g := inv.group(groupName, at)
-		g.hosts = appendUnique(g.hosts, name)
-		h.groups = appendUnique(h.groups, groupName)
+		if !g.hostSet[name] {
+			g.hostSet[name] = true
+			g.hosts = append(g.hosts, name)
+			h.groups = append(h.groups, groupName)
+		}
 	}
 	return nil
 }
@@ -196,6 +192,7 @@ func (inv *Inventory) finalize() error {
 	}
 	inv.computeDepths()
 	ungrouped := inv.groups["ungrouped"]
+	ungrouped.hosts, ungrouped.hostSet = nil, map[string]bool{}
 	for _, name := range inv.hostOrder {
 		h := inv.hosts[name]
 		others := 0
@@ -204,11 +201,11 @@ func (inv *Inventory) finalize() error {
 				others++
 			}
 		}
+		removeString(&h.groups, "ungrouped")
 		if others == 0 {
-			ungrouped.hosts = appendUnique(ungrouped.hosts, name)
-			h.groups = appendUnique(h.groups, "ungrouped")
-		} else if removeString(&ungrouped.hosts, name) {
-			removeString(&h.groups, "ungrouped")
+			ungrouped.hosts = append(ungrouped.hosts, name)
+			ungrouped.hostSet[name] = true
+			h.groups = append(h.groups, "ungrouped")
 		}
 	}
 	inv.resolved = map[string]Host{}
@@ -277,20 +274,24 @@ func (inv *Inventory) checkCycles() error {
 }
 
 // computeDepths sets each group's depth to its longest distance from all,
-// as Ansible does; deeper groups' vars win.
+// as Ansible does; deeper groups' vars win. Memoized on parents, so shared
+// children (diamonds) cost nothing extra. Runs after checkCycles.
 func (inv *Inventory) computeDepths() {
-	var walk func(name string, d int)
-	walk = func(name string, d int) {
-		g := inv.groups[name]
-		if d < g.depth {
-			return
+	var depth func(g *group) int
+	depth = func(g *group) int {
+		if g.depth >= 0 {
+			return g.depth
+		}
+		d := 0
+		for _, p := range g.parents {
+			d = max(d, depth(inv.groups[p])+1)
 		}
 		g.depth = d
-		for _, c := range g.children {
-			walk(c, d+1)
-		}
+		return d
 	}
-	walk("all", 0)
+	for _, name := range inv.groupOrder {
+		depth(inv.groups[name])
+	}
 }
 
 // ancestors returns every group the host is in, directly or through a
@@ -574,9 +575,16 @@ func (inv *Inventory) GroupHosts(name string) ([]string, bool) {
 	if g == nil {
 		return nil, false
 	}
-	in := map[string]bool{}
+	if name == "all" {
+		return inv.HostNames(), true
+	}
+	in, visited := map[string]bool{}, map[string]bool{}
 	var walk func(g *group)
 	walk = func(g *group) {
+		if visited[g.name] {
+			return
+		}
+		visited[g.name] = true
 		for _, h := range g.hosts {
 			in[h] = true
 		}
@@ -585,9 +593,6 @@ func (inv *Inventory) GroupHosts(name string) ([]string, bool) {
 		}
 	}
 	walk(g)
-	if name == "all" {
-		return inv.HostNames(), true
-	}
 	var out []string
 	for _, h := range inv.hostOrder {
 		if in[h] {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -463,5 +464,29 @@ func writeFile(t *testing.T, path, data string) {
 	}
 	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestDiamondGroups(t *testing.T) {
+	// 30 levels of diamonds: g0 -> {a0, b0} -> g1 -> ... Every walk must be
+	// linear in the number of groups, and depth is the longest path.
+	var b strings.Builder
+	const levels = 30
+	for i := 0; i < levels; i++ {
+		b.WriteString("[g" + strconv.Itoa(i) + ":children]\na" + strconv.Itoa(i) + "\nb" + strconv.Itoa(i) + "\n")
+		b.WriteString("[a" + strconv.Itoa(i) + ":children]\ng" + strconv.Itoa(i+1) + "\n")
+		b.WriteString("[b" + strconv.Itoa(i) + ":children]\ng" + strconv.Itoa(i+1) + "\n")
+	}
+	b.WriteString("[g" + strconv.Itoa(levels) + "]\nleaf\n[g" + strconv.Itoa(levels) + ":vars]\nv=deepest\n[g0:vars]\nv=top\n")
+	inv, err := ParseINI("diamond.ini", []byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := inv.Host("leaf")
+	if h.Vars["v"] != "deepest" || len(h.Groups) != 3*levels+2 {
+		t.Errorf("leaf: v=%v, %d groups", h.Vars["v"], len(h.Groups))
+	}
+	if names, err := inv.SelectNames("g0:&b17"); err != nil || len(names) != 1 {
+		t.Errorf("g0:&b17 = %v, %v", names, err)
 	}
 }
