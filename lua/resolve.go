@@ -19,6 +19,10 @@ type Script struct {
 	Source []byte
 	// Dir is the script's folder, searched by require; "" for an embedded script.
 	Dir string
+	// FS, for an embedded script, is its folder in the embedded library,
+	// searched by require instead of Dir (so a library script can require
+	// its siblings). Nil for a script read from disk.
+	FS fs.FS
 }
 
 // ResolveOptions says where ResolveScript looks. Zero values mean the real
@@ -115,7 +119,11 @@ func ResolveScript(name string, o ResolveOptions) (*Script, error) {
 			}
 			src, err := fs.ReadFile(o.Embedded, c)
 			if err == nil {
-				return &Script{Name: path.Base(c), Path: "embedded:" + c, Source: src}, nil
+				sub, err := fs.Sub(o.Embedded, path.Dir(c))
+				if err != nil {
+					return nil, fmt.Errorf("embedded script %s: %w", c, err)
+				}
+				return &Script{Name: path.Base(c), Path: "embedded:" + c, Source: src, FS: sub}, nil
 			}
 		}
 	}

@@ -160,7 +160,7 @@ func runHost(parent context.Context, s *Script, h inventory.Host, o Options) (re
 		}
 		return res
 	}
-	L, err := newLState(ctx, hs, s.Dir)
+	L, err := newLState(ctx, hs, s.Dir, s.FS)
 	if err != nil {
 		res.Status, res.Error = StatusFailed, err.Error()
 		return res

@@ -349,6 +349,15 @@ func TestRequire(t *testing.T) {
 			t.Errorf("require(%q): %+v, want module not found", bad, r)
 		}
 	}
+	// An embedded script requires its siblings from the embedded library.
+	emb := fstestMap{"lib/main.lua": `return require("sib").v + require("util").sum({1})`, "lib/sib.lua": `return {v = 41}`}
+	es, err := ResolveScript("lib/main", ResolveOptions{WorkDir: t.TempDir(), SearchPath: []string{}, ConfigDir: t.TempDir(), Embedded: emb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := Run(t.Context(), es, hosts, Options{Dial: f.dial})[0]; r.Status != StatusOK || r.Value != float64(42) {
+		t.Errorf("embedded sibling require: %+v", r)
+	}
 	// An embedded script (no folder) still finds lib/.
 	r := Run(t.Context(), script(`return require("util").contains({"a"}, "a")`), hosts, Options{Dial: f.dial})[0]
 	if r.Status != StatusOK || r.Value != true {

@@ -31,7 +31,7 @@ func NewSession(h inventory.Host, dir string, o Options) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	L, err := newLState(context.Background(), hs, dir)
+	L, err := newLState(context.Background(), hs, dir, nil)
 	if err != nil {
 		return nil, err
 	}

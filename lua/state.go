@@ -33,8 +33,9 @@ type Event = modules.Event
 
 // newLState builds the Lua state of one host: safe standard libraries, the
 // globals of docs/lua-api.md, every registered module, and a require that
-// finds only modules, lib/ and the script's folder (dir, "" for none).
-func newLState(ctx context.Context, h *hostState, dir string) (*glua.LState, error) {
+// finds only modules, lib/ and the script's folder (dir on disk, or fsys for
+// an embedded script; both may be empty).
+func newLState(ctx context.Context, h *hostState, dir string, fsys fs.FS) (*glua.LState, error) {
 	L := glua.NewState(glua.Options{SkipOpenLibs: true})
 	for _, lib := range []struct {
 		name string
@@ -74,7 +75,7 @@ func newLState(ctx context.Context, h *hostState, dir string) (*glua.LState, err
 	}
 	// Replace the file-system searcher with ours; keep package.preload.
 	loaders := L.GetField(L.Get(glua.RegistryIndex), "_LOADERS").(*glua.LTable)
-	loaders.RawSetInt(2, L.NewFunction(requireLoader(dir)))
+	loaders.RawSetInt(2, L.NewFunction(requireLoader(dir, fsys)))
 	pkg := L.GetGlobal("package").(*glua.LTable)
 	pkg.RawSetString("path", glua.LString(""))
 	return L, nil
@@ -85,7 +86,7 @@ var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0
 // requireLoader finds NAME (a.b -> a/b.lua) in the script's folder, then in
 // lib/. Names cannot climb out (no "..", no "/"), and os.Root keeps
 // symlinks inside the script's folder.
-func requireLoader(dir string) glua.LGFunction {
+func requireLoader(dir string, fsys fs.FS) glua.LGFunction {
 	return func(L *glua.LState) int {
 		name := L.CheckString(1)
 		if !moduleName.MatchString(name) {
@@ -101,6 +102,12 @@ func requireLoader(dir string) glua.LGFunction {
 				return pushChunk(L, src, full)
 			} else if !os.IsNotExist(err) {
 				L.RaiseError("require %s: %v", name, err)
+			}
+		}
+		if fsys != nil {
+			tried = append(tried, rel+" (embedded script library)")
+			if src, err := fs.ReadFile(fsys, rel); err == nil {
+				return pushChunk(L, src, rel)
 			}
 		}
 		tried = append(tried, "lib/"+rel+" (built in)")
