@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -73,16 +72,6 @@ func runRun(c *cli.Context) error {
 	script, err := lua.ResolveScript(name, lua.ResolveOptions{Embedded: scripts.FS})
 	if err != nil {
 		return usagef("run: %w", err)
-	}
-	if script.Dir == "" {
-		// An embedded script's require() looks in its folder: give it the
-		// embedded library's, laid out in a private temporary folder.
-		dir, cleanup, err := extractLibrary()
-		if err != nil {
-			return err
-		}
-		defer cleanup()
-		script.Dir = dir
 	}
 	_, hosts, err := selectHosts(c)
 	if err != nil {
@@ -180,31 +169,4 @@ func toReport(r lua.HostResult) report.Result {
 		}
 	}
 	return out
-}
-
-// extractLibrary writes the embedded script library to a private temporary
-// folder, so that require() from an embedded script finds its siblings.
-func extractLibrary() (string, func(), error) {
-	dir, err := os.MkdirTemp("", "gpush-scripts-")
-	if err != nil {
-		return "", nil, fmt.Errorf("script library: %w", err)
-	}
-	cleanup := func() { os.RemoveAll(dir) }
-	entries, err := scripts.FS.ReadDir(".")
-	if err != nil {
-		cleanup()
-		return "", nil, fmt.Errorf("script library: %w", err)
-	}
-	for _, e := range entries {
-		b, err := scripts.FS.ReadFile(e.Name())
-		if err != nil {
-			cleanup()
-			return "", nil, fmt.Errorf("script library %s: %w", e.Name(), err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o600); err != nil {
-			cleanup()
-			return "", nil, fmt.Errorf("script library: %w", err)
-		}
-	}
-	return dir, cleanup, nil
 }
