@@ -347,7 +347,7 @@ func FoldNodeSet(names []string) string {
 		}
 		seen[n] = true
 		sh := splitName(n)
-		key := strings.Join(sh.texts, "\x00")
+		key := shapeKey(sh.texts)
 		if _, ok := shapes[key]; !ok {
 			shapeOrder = append(shapeOrder, key)
 		}
@@ -373,7 +373,7 @@ func FoldNodeSet(names []string) string {
 			}
 			prefix := joinShape(sh, 0, pos+1)
 			suffix := joinShape(sh, pos+1, len(sh.texts))
-			k := prefix + "\x00" + suffix
+			k := shapeKey([]string{prefix, suffix})
 			g := byRest[k]
 			if g == nil {
 				g = &group{prefix: prefix, suffix: suffix}
@@ -405,6 +405,18 @@ func FoldNodeSet(names []string) string {
 		}
 	}
 	return strings.Join(out, ",")
+}
+
+// shapeKey joins strings unambiguously (length-prefixed), whatever bytes
+// they hold.
+func shapeKey(parts []string) string {
+	var b strings.Builder
+	for _, p := range parts {
+		b.WriteString(strconv.Itoa(len(p)))
+		b.WriteByte(':')
+		b.WriteString(p)
+	}
+	return b.String()
 }
 
 func firstNum(nums []string) string {

@@ -35,7 +35,7 @@ var hostNameRE = regexp.MustCompile(`^(?:[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_
 // Resolve turns an --inventory value into an Inventory, trying in order:
 // a file path; inventory/SPEC.{yaml,yml,ini} under WorkDir, then under
 // ConfigDir; a comma-separated host list ("a,b" or "a,"); a single host
-// name, resolved through ssh_config as `ssh SPEC` would ("localhost" not in
+// ([user@]name[:port]), resolved through ssh_config as `ssh SPEC` would ("localhost" not in
 // any inventory is the local machine). Hosts are completed from ssh_config
 // where the inventory leaves HostName, Port, User, IdentityFile or
 // ProxyJump unsaid.
@@ -114,15 +114,25 @@ func resolveSpec(spec string, opts Options) (*Inventory, error) {
 	if strings.Contains(spec, ",") {
 		return hostList(spec)
 	}
-	if !hostNameRE.MatchString(spec) {
+	// One host, written as for ssh: [user@]host[:port].
+	vars := map[string]any{}
+	name := spec
+	if u, h, ok := strings.Cut(name, "@"); ok && u != "" && !strings.ContainsAny(u, ":@") {
+		vars["ansible_user"], name = u, h
+	}
+	names, port, err := parseHostPattern(name, false)
+	if err != nil || len(names) != 1 || !hostNameRE.MatchString(names[0]) {
 		return nil, fmt.Errorf("inventory %s: no such file, no inventory/%s.{yaml,yml,ini}, and not a host name", spec, spec)
 	}
-	inv := newInventory(spec, KindSingleHost)
-	vars := map[string]any{}
-	if spec == "localhost" {
+	name = names[0]
+	if port != "" {
+		vars["ansible_port"] = parseINIValue(port)
+	}
+	if name == "localhost" {
 		vars["ansible_connection"] = "local"
 	}
-	if err := inv.addHost("", spec, vars, Pos{}, nil); err != nil {
+	inv := newInventory(spec, KindSingleHost)
+	if err := inv.addHost("", name, vars, Pos{}, nil); err != nil {
 		return nil, err
 	}
 	if err := inv.finalize(); err != nil {

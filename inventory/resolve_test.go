@@ -57,6 +57,11 @@ func TestResolveSingleHostThroughSSHConfig(t *testing.T) {
 	if len(hosts) != 1 || !reflect.DeepEqual(hosts[0], want) {
 		t.Errorf("got  %+v\nwant %+v", hosts, want)
 	}
+	// user@host:port as for ssh: the given user and port win over ssh_config.
+	at := mustResolve(t, "admin@gpu01:2299", opts).Hosts()[0]
+	if at.Name != "gpu01" || at.Address != "10.1.0.1" || at.User != "admin" || at.Port != 2299 {
+		t.Errorf("admin@gpu01:2299: %+v", at)
+	}
 	lab := mustResolve(t, "a.lab", opts).Hosts()[0]
 	if lab.Address != "a.lab.example.net" || lab.ProxyJump != "jumpy" || lab.User != "fallback" {
 		t.Errorf("a.lab: %+v", lab)
@@ -143,7 +148,7 @@ func TestResolveOrder(t *testing.T) {
 	if !lh.IsLocal() {
 		t.Errorf("localhost in a list: %+v", lh)
 	}
-	for _, bad := range []string{"", "no/such/file.yaml", "bad name", ",", "h[1:x],"} {
+	for _, bad := range []string{"", "no/such/file.yaml", "bad name", ",", "h[1:x],", "gpu[1:2]", "@host", "h:0", "u@"} {
 		if _, err := Resolve(bad, opts); err == nil {
 			t.Errorf("Resolve(%q): no error", bad)
 		}
