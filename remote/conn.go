@@ -47,3 +47,15 @@ type Conn interface {
 	// Close ends the connection.
 	Close() error
 }
+
+// Deployer is implemented by the Conns of this package: DeployHelper puts
+// the helper on the host if needed (a no-op after the first call) and
+// returns its path there. `gpush hosts` and the lab use it to warm hosts.
+type Deployer interface {
+	DeployHelper(ctx context.Context) (string, error)
+}
+
+var (
+	_ Deployer = (*sshConn)(nil)
+	_ Deployer = (*localConn)(nil)
+)

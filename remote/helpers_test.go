@@ -36,7 +36,7 @@ func (l *logBuf) String() string {
 	return l.b.String()
 }
 
-func testLogger(t *testing.T) (*slog.Logger, *logBuf) {
+func testLogger(t testing.TB) (*slog.Logger, *logBuf) {
 	lb := &logBuf{}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -58,9 +58,14 @@ type env struct {
 	start time.Time
 }
 
-func newEnv(t *testing.T, so sshd.Options) *env {
+func newEnv(t testing.TB, so sshd.Options) *env {
 	t.Helper()
-	srv := sshd.StartT(t, so)
+	return envFor(t, sshd.StartT(t, so))
+}
+
+// envFor sets up known_hosts and dial options for srv.
+func envFor(t testing.TB, srv *sshd.Server) *env {
+	t.Helper()
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("sshd log:\n%s", srv.Logs())
