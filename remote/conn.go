@@ -35,7 +35,9 @@ type Conn interface {
 	Host() string
 	// Run runs an argument vector. Nothing is ever built into a shell
 	// string from user input: over SSH every element is quoted for the
-	// remote POSIX shell; locally argv is exec'd directly.
+	// remote POSIX shell; locally argv is exec'd directly. With Sudo, sudo
+	// refusing for want of a password is an error wrapping ErrSudoPassword
+	// (returned with the Result).
 	Run(ctx context.Context, argv []string, opts RunOptions) (*Result, error)
 	// Helper runs `gpush-helper <verb>` on the host (deploying it on first
 	// use), writes req as JSON to its stdin and decodes its stdout into resp.

@@ -260,6 +260,17 @@ func decodeHelper(host, verb, helperPath string, become bool, res *Result, resp 
 	return he
 }
 
+// sudoRunError is the error for a Run through sudo -n that sudo itself
+// refused for want of a password; nil otherwise.
+func sudoRunError(host string, argv []string, res *Result) error {
+	stderr := strings.TrimSpace(string(res.Stderr))
+	if res.ExitCode != 1 || !strings.HasPrefix(stderr, "sudo:") || !sudoWantsPassword(stderr) {
+		return nil
+	}
+	return fmt.Errorf("%s: sudo %s: %w: the host needs passwordless sudo (NOPASSWD) for this user, "+
+		"or run without sudo (sudo said: %s)", host, argv[0], ErrSudoPassword, stderr)
+}
+
 func sudoWantsPassword(stderr string) bool {
 	return strings.Contains(stderr, "a password is required") ||
 		strings.Contains(stderr, "a terminal is required") ||

@@ -286,3 +286,13 @@ func TestKeepaliveClosesADeadConnection(t *testing.T) {
 		t.Fatal("a call on a frozen connection never returned")
 	}
 }
+
+func TestUnknownHostKeyPolicyRefused(t *testing.T) {
+	o := hostileOpts(t)
+	o.HostKeyPolicy = "no"
+	_, err := Dial(context.Background(), inventory.Host{Name: "x", Address: "127.0.0.1", Connection: "ssh"}, o)
+	if de := dialErr(t, err); de.Stage != StageConfig {
+		t.Fatalf("stage %q: %v", de.Stage, err)
+	}
+	mustContain(t, err.Error(), `"no"`, HostKeyStrict, HostKeyAcceptNew)
+}

@@ -43,10 +43,15 @@ func (c *localConn) Run(ctx context.Context, argv []string, opts RunOptions) (*R
 	if len(argv) == 0 {
 		return nil, fmt.Errorf("%s: run: empty command", c.host.Name)
 	}
+	line := argv
 	if opts.Sudo {
-		argv = sudoArgv(argv)
+		line = sudoArgv(argv)
 	}
-	return c.exec(ctx, argv, opts.Stdin, opts.Timeout)
+	res, err := c.exec(ctx, line, opts.Stdin, opts.Timeout)
+	if err == nil && opts.Sudo {
+		err = sudoRunError(c.host.Name, argv, res)
+	}
+	return res, err
 }
 
 func (c *localConn) exec(ctx context.Context, argv []string, stdin io.Reader, timeout time.Duration) (*Result, error) {

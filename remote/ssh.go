@@ -195,10 +195,15 @@ func (c *sshConn) Run(ctx context.Context, argv []string, opts RunOptions) (*Res
 	if len(argv) == 0 {
 		return nil, fmt.Errorf("%s: run: empty command", c.host.Name)
 	}
+	line := argv
 	if opts.Sudo {
-		argv = sudoArgv(argv)
+		line = sudoArgv(argv)
 	}
-	return c.exec(ctx, argv[0], ShellJoin(argv), true, opts.Stdin, opts.Timeout)
+	res, err := c.exec(ctx, argv[0], ShellJoin(line), true, opts.Stdin, opts.Timeout)
+	if err == nil && opts.Sudo {
+		err = sudoRunError(c.host.Name, argv, res)
+	}
+	return res, err
 }
 
 func sudoArgv(argv []string) []string {

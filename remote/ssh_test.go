@@ -572,6 +572,15 @@ func TestBecome(t *testing.T) {
 		t.Fatalf("want ErrSudoPassword, got %v", err)
 	}
 	mustContain(t, err.Error(), "h1", "passwordless sudo", "ansible_become=false")
+	res, err := c.Run(context.Background(), []string{"id", "-u"}, RunOptions{Sudo: true})
+	if !errors.Is(err, ErrSudoPassword) || res == nil || res.ExitCode != 1 {
+		t.Fatalf("run through sudo: want ErrSudoPassword with the result, got %v %+v", err, res)
+	}
+	mustContain(t, err.Error(), "h1", "sudo id", "passwordless sudo")
+	// A command's own exit 1 without sudo is just a result.
+	if res, err := c.Run(context.Background(), []string{"false"}, RunOptions{}); err != nil || res.ExitCode != 1 {
+		t.Fatalf("false: %v %+v", err, res)
+	}
 	p, _ := c.DeployHelper(context.Background())
 	if !strings.HasPrefix(p, "/home/"+user+"/.cache/gpush/") {
 		t.Fatalf("helper deployed to %s, want the user's ~/.cache/gpush", p)
