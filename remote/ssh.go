@@ -147,12 +147,13 @@ func (c *sshConn) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
 		c.markDead(errors.New("connection closed by gpush"))
+		// The client first: it unblocks an SFTP setup holding sftpMu.
+		err = c.client.Close()
 		c.sftpMu.Lock()
 		if c.sftp != nil {
 			c.sftp.Close()
 		}
 		c.sftpMu.Unlock()
-		err = c.client.Close()
 		for i := len(c.hops) - 1; i >= 0; i-- {
 			c.hops[i].Close()
 		}
