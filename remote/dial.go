@@ -38,7 +38,11 @@ func Dial(ctx context.Context, h inventory.Host, opts Options) (Conn, error) {
 		return nil, &DialError{Host: h.Name, Addr: h.Address, Stage: StageConfig,
 			Err: fmt.Errorf("unsupported connection %q (want ssh or local)", h.Connection)}
 	}
-	return dialSSH(ctx, h, o)
+	c, err := dialSSH(ctx, h, o)
+	if err != nil {
+		return nil, err // never a typed nil *sshConn inside the interface
+	}
+	return c, nil
 }
 
 // target is one SSH endpoint: a jump host or the final host.

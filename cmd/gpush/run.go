@@ -124,12 +124,7 @@ func runRun(c *cli.Context) error {
 		Check:     c.Bool("check"),
 		ExtraVars: extra,
 		Dial: func(ctx context.Context, h inventory.Host) (remote.Conn, error) {
-			c, err := remote.Dial(ctx, h, ropts)
-			if err != nil {
-				// Never hand back a typed nil inside the interface.
-				return nil, err
-			}
-			return c, nil
+			return remote.Dial(ctx, h, ropts)
 		},
 		OnEvent: func(e lua.Event) {
 			switch e.Kind {
