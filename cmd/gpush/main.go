@@ -47,6 +47,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		},
 		Commands: []*cli.Command{
 			runCommand(),
+			replCommand(),
 			hostsCommand(),
 			scriptsCommand(),
 			docCommand(),

@@ -1,0 +1,317 @@
+package lua
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	glua "github.com/yuin/gopher-lua"
+	"github.com/yuin/gopher-lua/parse"
+
+	"github.com/gpush/gpush/inventory"
+)
+
+// This file is the REPL engine behind `gpush repl`: a Fleet of Sessions
+// (one per reachable host) that evaluates each input on every selected host
+// at once, plus the pieces a line editor needs (incomplete-chunk detection)
+// and the gathering of equal outputs.
+
+// Connect dials the session's host now instead of on first use, so that a
+// REPL can leave out the hosts it cannot reach before the first prompt.
+func (s *Session) Connect(ctx context.Context) error {
+	if _, err := s.hs.Conn(ctx); err != nil {
+		return fmt.Errorf("%s: %w", s.hs.inv.Name, err)
+	}
+	return nil
+}
+
+// Host is the name of the session's host.
+func (s *Session) Host() string { return s.hs.inv.Name }
+
+// Incomplete reports whether code is an unfinished chunk that more lines
+// could complete: it does not parse as an expression and its statement
+// parse fails at the end of input (an open block, string, comment or
+// bracket), which is how the stock Lua REPL decides to keep reading.
+func Incomplete(code string) bool {
+	if _, err := parse.Parse(strings.NewReader("return "+code), "="); err == nil {
+		return false
+	}
+	_, err := parse.Parse(strings.NewReader(code), "=")
+	var pe *parse.Error
+	return errors.As(err, &pe) && pe.Pos.Line == parse.EOF
+}
+
+// Fleet is the sessions of a REPL, one per reachable host, in inventory
+// order. Its methods are safe for one caller at a time.
+type Fleet struct {
+	forks    int
+	names    []string
+	sessions map[string]*Session
+}
+
+// OpenFleet opens a Session on every host (dir as for NewSession) and
+// connects them, at most o.Forks at once. Hosts that cannot be prepared or
+// reached are closed and returned as results with status "unreachable"
+// (or "failed" for a bad host var), in host order; the fleet holds the rest.
+// Cancelling ctx abandons the hosts not yet connected as unreachable.
+func OpenFleet(ctx context.Context, hosts []inventory.Host, dir string, o Options) (*Fleet, []HostResult) {
+	forks := o.Forks
+	if forks <= 0 {
+		forks = DefaultForks
+	}
+	sessions := make([]*Session, len(hosts))
+	errs := make([]HostResult, len(hosts))
+	sem := make(chan struct{}, forks)
+	var wg sync.WaitGroup
+	for i, h := range hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				errs[i] = HostResult{Host: h.Name, Status: StatusUnreachable, Error: "interrupted"}
+				return
+			}
+			defer func() { <-sem }()
+			s, err := NewSession(h, dir, o)
+			if err != nil {
+				errs[i] = HostResult{Host: h.Name, Status: StatusFailed, Error: err.Error()}
+				return
+			}
+			if _, err := s.hs.Conn(ctx); err != nil {
+				s.Close()
+				errs[i] = HostResult{Host: h.Name, Status: StatusUnreachable, Error: err.Error()}
+				return
+			}
+			sessions[i] = s
+		}()
+	}
+	wg.Wait()
+	f := &Fleet{forks: forks, sessions: map[string]*Session{}}
+	var bad []HostResult
+	for i, s := range sessions {
+		if s == nil {
+			bad = append(bad, errs[i])
+			continue
+		}
+		f.names = append(f.names, hosts[i].Name)
+		f.sessions[hosts[i].Name] = s
+	}
+	return f, bad
+}
+
+// Hosts lists the hosts of the fleet, in inventory order.
+func (f *Fleet) Hosts() []string { return append([]string(nil), f.names...) }
+
+// Session returns the session of host, or nil.
+func (f *Fleet) Session(host string) *Session { return f.sessions[host] }
+
+// EvalResult is what one input gave on one host.
+type EvalResult struct {
+	Host string
+	// Values are the chunk's results as Go data (none for a statement).
+	Values []any
+	// Err is the evaluation error, without the host name in front.
+	Err error
+}
+
+// Text is the result as the REPL shows it: the values (FormatValues) or
+// "error: ..." .
+func (r EvalResult) Text() string {
+	if r.Err != nil {
+		return "error: " + r.Err.Error()
+	}
+	return FormatValues(r.Values)
+}
+
+// Eval runs code on the named hosts of the fleet (all when hosts is nil),
+// at most forks at once, and returns one result per host in the order
+// given. Cancelling ctx interrupts every host's evaluation.
+func (f *Fleet) Eval(ctx context.Context, hosts []string, code string) []EvalResult {
+	if hosts == nil {
+		hosts = f.names
+	}
+	out := make([]EvalResult, len(hosts))
+	sem := make(chan struct{}, f.forks)
+	var wg sync.WaitGroup
+	for i, h := range hosts {
+		out[i].Host = h
+		s := f.sessions[h]
+		if s == nil {
+			out[i].Err = fmt.Errorf("host %s is not open in this REPL", h)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				out[i].Err = fmt.Errorf("interrupted: %w", ctx.Err())
+				return
+			}
+			defer func() { <-sem }()
+			vs, err := s.Eval(ctx, code)
+			if err != nil {
+				// Session errors start with the host, which the REPL shows
+				// itself (and which would keep equal errors from gathering).
+				msg := strings.TrimPrefix(err.Error(), h+": ")
+				err = &hostError{msg: strings.TrimSpace(msg), err: err}
+			}
+			out[i].Values, out[i].Err = vs, err
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// hostError is a session error shown without its host prefix; Unwrap keeps
+// the cause (context.Canceled, ...) reachable.
+type hostError struct {
+	msg string
+	err error
+}
+
+func (e *hostError) Error() string { return e.msg }
+func (e *hostError) Unwrap() error { return e.err }
+
+// Close closes every session.
+func (f *Fleet) Close() error {
+	var errs []error
+	for _, n := range f.names {
+		if err := f.sessions[n].Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close %s: %w", n, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Group is one distinct output and the hosts that gave it.
+type Group struct {
+	Hosts []string
+	Text  string
+	Err   bool
+}
+
+// Gather groups results with the same Text (errors apart from values), in
+// the order each text was first seen. Results with nothing to show (a
+// statement) are left out.
+func Gather(rs []EvalResult) []Group {
+	var out []Group
+	idx := map[string]int{}
+	for _, r := range rs {
+		text := r.Text()
+		if r.Err == nil && text == "" {
+			continue
+		}
+		key := strconv.FormatBool(r.Err != nil) + "\x00" + text
+		i, ok := idx[key]
+		if !ok {
+			i = len(out)
+			idx[key] = i
+			out = append(out, Group{Text: text, Err: r.Err != nil})
+		}
+		out[i].Hosts = append(out[i].Hosts, r.Host)
+	}
+	return out
+}
+
+// FormatValues renders a chunk's results the way the Lua REPL prints
+// them, tab-separated: nil, booleans, numbers (integers without ".0"),
+// strings as they are, tables as compact JSON with sorted keys.
+func FormatValues(vs []any) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = formatValue(v)
+	}
+	return strings.Join(parts, "\t")
+}
+
+func formatValue(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "nil"
+	case string:
+		return x
+	case bool:
+		return strconv.FormatBool(x)
+	case float64:
+		return formatNumber(x)
+	case int:
+		return strconv.Itoa(x)
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case map[string]any, []any:
+		b, err := json.Marshal(x)
+		if err != nil {
+			return fmt.Sprint(x)
+		}
+		return string(b)
+	default:
+		return fmt.Sprint(x)
+	}
+}
+
+func formatNumber(f float64) string {
+	switch {
+	case math.IsInf(f, 1):
+		return "inf"
+	case math.IsInf(f, -1):
+		return "-inf"
+	case math.IsNaN(f):
+		return "nan"
+	case f == math.Trunc(f) && math.Abs(f) < 1e15:
+		return strconv.FormatInt(int64(f), 10)
+	}
+	return strconv.FormatFloat(f, 'g', 14, 64)
+}
+
+// DotCommands are the REPL's own commands, for completion and .help.
+var DotCommands = []string{".all", ".exit", ".help", ".hosts", ".limit"}
+
+// Complete returns the completions of the identifier (dotted names allowed)
+// ending prefix, from the globals of the fleet's first session and the
+// fields of global tables. It is cheap enough for every Tab.
+func (f *Fleet) Complete(prefix string) []string {
+	if len(f.names) == 0 {
+		return nil
+	}
+	s := f.sessions[f.names[0]]
+	return s.complete(prefix)
+}
+
+func (s *Session) complete(prefix string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.L == nil {
+		return nil
+	}
+	var names []string
+	head, last := "", prefix
+	tbl := s.L.G.Global
+	if dot := strings.LastIndexByte(prefix, '.'); dot >= 0 {
+		head, last = prefix[:dot+1], prefix[dot+1:]
+		for _, part := range strings.Split(prefix[:dot], ".") {
+			t, ok := tbl.RawGetString(part).(*glua.LTable)
+			if !ok {
+				return nil
+			}
+			tbl = t
+		}
+	}
+	tbl.ForEach(func(k, _ glua.LValue) {
+		ks, ok := k.(glua.LString)
+		if ok && strings.HasPrefix(string(ks), last) && !strings.HasPrefix(string(ks), "_") {
+			names = append(names, head+string(ks))
+		}
+	})
+	sort.Strings(names)
+	return names
+}

@@ -1,0 +1,249 @@
+package lua
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/gpush/gpush/modules"
+)
+
+func TestIncomplete(t *testing.T) {
+	for _, tc := range []struct {
+		code string
+		want bool
+	}{
+		{"1 + 1", false},
+		{"x = 1", false},
+		{"gpu.mem()", false},
+		{"", false},
+		{"for i = 1, 3 do", true},
+		{"for i = 1, 3 do\n  x = i", true},
+		{"for i = 1, 3 do\n  x = i\nend", false},
+		{"function f()", true},
+		{"local t = {", true},
+		{"local t = {\n a = 1,", true},
+		{"local t = {\n a = 1,\n}", false},
+		{"x = ", true},
+		{"f(", true},
+		{`s = "abc`, true},
+		{"s = [[abc", true},
+		{"--[[ a comment", true},
+		{"if x then else", true},
+		{"return", false},
+		// Errors that more input cannot fix are complete: shown at once.
+		{"end", false},
+		{"x = = 1", false},
+		{"1 +* 2", false},
+		{"for i = 1, 3 do x = = 1", false},
+	} {
+		if got := Incomplete(tc.code); got != tc.want {
+			t.Errorf("Incomplete(%q) = %v, want %v", tc.code, got, tc.want)
+		}
+	}
+}
+
+func TestFormatValues(t *testing.T) {
+	for _, tc := range []struct {
+		vs   []any
+		want string
+	}{
+		{nil, ""},
+		{[]any{nil}, "nil"},
+		{[]any{float64(4)}, "4"},
+		{[]any{float64(-3)}, "-3"},
+		{[]any{1.5}, "1.5"},
+		{[]any{1e300}, "1e+300"},
+		{[]any{"a b"}, "a b"},
+		{[]any{true, false}, "true\tfalse"},
+		{[]any{map[string]any{"b": float64(1), "a": "x"}}, `{"a":"x","b":1}`},
+		{[]any{[]any{float64(1), "two"}}, `[1,"two"]`},
+		{[]any{float64(1), nil, "x"}, "1\tnil\tx"},
+	} {
+		if got := FormatValues(tc.vs); got != tc.want {
+			t.Errorf("FormatValues(%#v) = %q, want %q", tc.vs, got, tc.want)
+		}
+	}
+}
+
+func TestGather(t *testing.T) {
+	boom := errors.New("boom")
+	rs := []EvalResult{
+		{Host: "a", Values: []any{float64(4)}},
+		{Host: "b", Err: boom},
+		{Host: "c", Values: []any{float64(4)}},
+		{Host: "d"}, // a statement: nothing to show
+		{Host: "e", Values: []any{"error: boom"}},
+		{Host: "f", Err: boom},
+	}
+	got := Gather(rs)
+	want := []Group{
+		{Hosts: []string{"a", "c"}, Text: "4"},
+		{Hosts: []string{"b", "f"}, Text: "error: boom", Err: true},
+		// A value that reads like an error is still a value.
+		{Hosts: []string{"e"}, Text: "error: boom"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Gather:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestFleet(t *testing.T) {
+	f, hosts := newFleet("gpu01", "gpu02", "down01", "gpu03")
+	f.down["down01"] = errors.New("dial down01.lab:22: connection refused")
+	var events []Event
+	fl, bad := OpenFleet(t.Context(), hosts, "", Options{Dial: f.dial, Forks: 2, OnEvent: func(e Event) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		events = append(events, e)
+	}})
+	defer fl.Close()
+	if len(bad) != 1 || bad[0].Host != "down01" || bad[0].Status != StatusUnreachable || !strings.Contains(bad[0].Error, "connection refused") {
+		t.Fatalf("unreachable: %+v, want down01 unreachable naming the cause", bad)
+	}
+	if got := fl.Hosts(); !reflect.DeepEqual(got, []string{"gpu01", "gpu02", "gpu03"}) {
+		t.Fatalf("hosts %v", got)
+	}
+	// Dialled up front, before any evaluation.
+	for _, h := range []string{"gpu01", "gpu02", "gpu03"} {
+		if !f.dialed[h] {
+			t.Errorf("%s not dialled by OpenFleet", h)
+		}
+	}
+
+	texts := func(rs []EvalResult) string {
+		var parts []string
+		for _, r := range rs {
+			parts = append(parts, r.Host+"="+r.Text())
+		}
+		return strings.Join(parts, " ")
+	}
+	// Expressions show their value, statements nothing, globals persist.
+	for _, tc := range []struct{ code, want string }{
+		{"1 + 1", "gpu01=2 gpu02=2 gpu03=2"},
+		{"n = #gpu.mem()", "gpu01= gpu02= gpu03="},
+		{"n, host.name", "gpu01=2\tgpu01 gpu02=2\tgpu02 gpu03=2\tgpu03"},
+		{"for i = 1, 3 do\n  n = n + i\nend\nreturn n", "gpu01=8 gpu02=8 gpu03=8"},
+		{"error('boom')", "gpu01=error: <string>:1: boom gpu02=error: <string>:1: boom gpu03=error: <string>:1: boom"},
+		{"x = = 1", ""},
+	} {
+		rs := fl.Eval(t.Context(), nil, tc.code)
+		got := texts(rs)
+		if tc.want == "" {
+			for _, r := range rs {
+				if r.Err == nil || !strings.Contains(r.Err.Error(), "near '='") || strings.HasPrefix(r.Err.Error(), r.Host) {
+					t.Errorf("%q on %s: %v, want a syntax error without the host in front", tc.code, r.Host, r.Err)
+				}
+			}
+			continue
+		}
+		if got != tc.want {
+			t.Errorf("%q:\n got %s\nwant %s", tc.code, got, tc.want)
+		}
+	}
+	// A subset, in the order asked.
+	rs := fl.Eval(t.Context(), []string{"gpu03", "gpu01"}, "host.name")
+	if got := texts(rs); got != "gpu03=gpu03 gpu01=gpu01" {
+		t.Errorf("subset: %s", got)
+	}
+	if rs := fl.Eval(t.Context(), []string{"down01"}, "1"); rs[0].Err == nil || !strings.Contains(rs[0].Err.Error(), "not open") {
+		t.Errorf("unopened host: %+v", rs[0])
+	}
+	// Gathered: equal outputs fold, distinct ones stay apart.
+	g := Gather(fl.Eval(t.Context(), nil, "host.name == 'gpu02' and 'odd' or 'even'"))
+	if len(g) != 2 || !reflect.DeepEqual(g[0].Hosts, []string{"gpu01", "gpu03"}) || g[0].Text != "even" || g[1].Text != "odd" {
+		t.Errorf("gather: %+v", g)
+	}
+	// print goes to OnEvent as a log line of the host.
+	fl.Eval(t.Context(), []string{"gpu02"}, "print('hello', 42)")
+	f.mu.Lock()
+	var logged []string
+	for _, e := range events {
+		if e.Kind == modules.EventLog {
+			logged = append(logged, e.Host+":"+e.Message)
+		}
+	}
+	f.mu.Unlock()
+	if !reflect.DeepEqual(logged, []string{"gpu02:hello\t42"}) {
+		t.Errorf("log events %q", logged)
+	}
+}
+
+// Cancelling the context interrupts every host, and the sessions stay
+// usable for the next input.
+func TestFleetInterrupt(t *testing.T) {
+	f, hosts := newFleet("gpu01", "gpu02")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	started := make(chan string, 2)
+	fl, bad := OpenFleet(t.Context(), hosts, "", Options{Dial: f.dial, OnEvent: func(e Event) {
+		if e.Kind == modules.EventLog && e.Message == "sleeping" {
+			started <- e.Host
+		}
+	}})
+	defer fl.Close()
+	if len(bad) != 0 {
+		t.Fatalf("unreachable: %+v", bad)
+	}
+	go func() {
+		<-started
+		<-started
+		cancel()
+	}()
+	rs := fl.Eval(ctx, nil, "print('sleeping'); sleep('1h'); return 1")
+	for _, r := range rs {
+		if r.Err == nil || !errors.Is(r.Err, context.Canceled) || !strings.Contains(r.Err.Error(), "interrupted") {
+			t.Errorf("%s: %v, want interrupted (context.Canceled)", r.Host, r.Err)
+		}
+	}
+	rs = fl.Eval(t.Context(), nil, "'still here'")
+	for _, r := range rs {
+		if r.Text() != "still here" {
+			t.Errorf("%s after interrupt: %q", r.Host, r.Text())
+		}
+	}
+	// An already cancelled context runs nothing.
+	rs = fl.Eval(ctx, nil, "print('sleeping'); return 1")
+	for _, r := range rs {
+		if r.Err == nil {
+			t.Errorf("%s: ran with a cancelled context", r.Host)
+		}
+	}
+}
+
+func TestOpenFleetBadVar(t *testing.T) {
+	f, hosts := newFleet("gpu01", "gpu02")
+	hosts[1].Vars["gpush_dev_dir"] = 7
+	fl, bad := OpenFleet(t.Context(), hosts, "", Options{Dial: f.dial})
+	defer fl.Close()
+	if len(bad) != 1 || bad[0].Status != StatusFailed || !strings.Contains(bad[0].Error, "gpush_dev_dir") {
+		t.Errorf("bad var: %+v", bad)
+	}
+	if f.dialed["gpu02"] {
+		t.Error("a host with a bad var was dialled")
+	}
+}
+
+func TestComplete(t *testing.T) {
+	f, hosts := newFleet("gpu01")
+	fl, _ := OpenFleet(t.Context(), hosts, "", Options{Dial: f.dial})
+	defer fl.Close()
+	fl.Eval(t.Context(), nil, "gpx_mine = 1")
+	got := fl.Complete("gp")
+	if !reflect.DeepEqual(got, []string{"gpu", "gpx_mine"}) {
+		t.Errorf("Complete(gp) = %q", got)
+	}
+	got = fl.Complete("gpu.me")
+	if !reflect.DeepEqual(got, []string{"gpu.mem"}) {
+		t.Errorf("Complete(gpu.me) = %q", got)
+	}
+	if got := fl.Complete("nosuch.x"); got != nil {
+		t.Errorf("Complete(nosuch.x) = %q", got)
+	}
+	if got := fmt.Sprint(fl.Complete("string.up")); got != "[string.upper]" {
+		t.Errorf("Complete(string.up) = %s", got)
+	}
+}
