@@ -1,0 +1,348 @@
+// Package labsystemd is the code shared by the lab's systemd stand-in
+// (lab/cmd/fake-systemctl) and the lab that configures and cleans it up:
+// the config format, where the cgroup hierarchies are, and how to empty and
+// remove a cgroup tree. Cgroups are real: a unit's processes are placed in
+// /<base>/system.slice/<unit> of every systemd-relevant hierarchy, the way
+// systemd does it on pure cgroup v2, hybrid and legacy hosts. The helper
+// knows nothing of this package.
+package labsystemd
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Kill modes, as systemd's KillMode=.
+const (
+	KillControlGroup = "control-group" // TERM every process of the cgroup, KILL what is left after the timeout
+	KillProcess      = "process"       // TERM the main process only: the rest stays (leftovers)
+	KillMixed        = "mixed"         // TERM the main process, then KILL the rest of the cgroup
+)
+
+// DefaultStopTimeout is systemd's DefaultTimeoutStopSec.
+const DefaultStopTimeout = 90 * time.Second
+
+// Unit is one service of the fake.
+type Unit struct {
+	// Exec is ExecStart as an argument vector; Exec[0] is an absolute path.
+	Exec []string `json:"exec"`
+	// KillMode: control-group (default), process or mixed.
+	KillMode string `json:"kill_mode,omitempty"`
+	// StopTimeout is TimeoutStopSec ("5s"; default 90s).
+	StopTimeout string `json:"stop_timeout,omitempty"`
+	// Description shows in `status`.
+	Description string `json:"description,omitempty"`
+}
+
+// Timeout returns the parsed StopTimeout.
+func (u Unit) Timeout() (time.Duration, error) {
+	if u.StopTimeout == "" {
+		return DefaultStopTimeout, nil
+	}
+	d, err := time.ParseDuration(u.StopTimeout)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("stop_timeout %q: want a positive duration like \"5s\"", u.StopTimeout)
+	}
+	return d, nil
+}
+
+// Mode returns KillMode with its default.
+func (u Unit) Mode() string {
+	if u.KillMode == "" {
+		return KillControlGroup
+	}
+	return u.KillMode
+}
+
+// Config is fake-systemctl.json.
+type Config struct {
+	// Units by full name ("sglang-qwen.service").
+	Units map[string]Unit `json:"units"`
+	// CgroupBase is where this fake's units live inside each hierarchy
+	// ("/gpush-lab/x/lab01"): ControlGroup = CgroupBase/system.slice/UNIT.
+	CgroupBase string `json:"cgroup_base"`
+	// CgroupRoot is where cgroupfs is mounted (default /sys/fs/cgroup).
+	CgroupRoot string `json:"cgroup_root,omitempty"`
+	// StateDir keeps unit state and logs (default: "state" beside the config).
+	StateDir string `json:"state_dir,omitempty"`
+}
+
+// ConfigName is the file looked for beside the executable.
+const ConfigName = "fake-systemctl.json"
+
+// ConfigEnv names a config file explicitly.
+const ConfigEnv = "FAKE_SYSTEMCTL_CONFIG"
+
+// DefaultCgroupRoot is where cgroupfs is mounted on Linux hosts.
+const DefaultCgroupRoot = "/sys/fs/cgroup"
+
+// Load reads and checks a config file; relative StateDir is taken from the
+// config's folder.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("fake systemctl config: %w", err)
+	}
+	var c Config
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("fake systemctl config %s: %w", path, err)
+	}
+	if c.CgroupRoot == "" {
+		c.CgroupRoot = DefaultCgroupRoot
+	}
+	if c.StateDir == "" {
+		c.StateDir = "state"
+	}
+	if !filepath.IsAbs(c.StateDir) {
+		c.StateDir = filepath.Join(filepath.Dir(path), c.StateDir)
+	}
+	if !strings.HasPrefix(c.CgroupBase, "/") || strings.Contains(c.CgroupBase, "..") {
+		return nil, fmt.Errorf("fake systemctl config %s: cgroup_base %q must be an absolute path without ..", path, c.CgroupBase)
+	}
+	for name, u := range c.Units {
+		if len(u.Exec) == 0 || !filepath.IsAbs(u.Exec[0]) {
+			return nil, fmt.Errorf("fake systemctl config %s: unit %s: exec must start with an absolute path, got %q", path, name, u.Exec)
+		}
+		switch u.Mode() {
+		case KillControlGroup, KillProcess, KillMixed:
+		default:
+			return nil, fmt.Errorf("fake systemctl config %s: unit %s: kill_mode %q (want control-group, process or mixed)", path, name, u.KillMode)
+		}
+		if _, err := u.Timeout(); err != nil {
+			return nil, fmt.Errorf("fake systemctl config %s: unit %s: %w", path, name, err)
+		}
+		if strings.ContainsAny(name, "/") || !strings.Contains(name, ".") {
+			return nil, fmt.Errorf("fake systemctl config %s: unit name %q: want a full name like x.service", path, name)
+		}
+	}
+	return &c, nil
+}
+
+// Save writes the config.
+func (c *Config) Save(path string) error {
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("fake systemctl config: %w", err)
+	}
+	return nil
+}
+
+// UnitCgroup is a unit's ControlGroup path.
+func (c *Config) UnitCgroup(unit string) string {
+	return strings.TrimSuffix(c.CgroupBase, "/") + "/system.slice/" + unit
+}
+
+// Filesystem magic numbers (statfs f_type).
+const (
+	cgroup2Magic = 0x63677270
+	cgroup1Magic = 0x27e0eb
+)
+
+// Hierarchies returns the mounted hierarchies systemd places units in:
+// root itself on a pure cgroup v2 host; root/unified (v2) and root/systemd
+// (name=systemd, v1) on a hybrid host; root/systemd on a legacy host.
+func Hierarchies(root string) ([]string, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(root, &st); err != nil {
+		return nil, fmt.Errorf("cgroup root %s: %w", root, err)
+	}
+	if st.Type == cgroup2Magic {
+		return []string{root}, nil
+	}
+	var out []string
+	for _, sub := range []struct {
+		name  string
+		magic int64
+	}{{"unified", cgroup2Magic}, {"systemd", cgroup1Magic}} {
+		p := filepath.Join(root, sub.name)
+		if err := unix.Statfs(p, &st); err == nil && int64(st.Type) == sub.magic {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("cgroup root %s: neither cgroup2 nor a name=systemd hierarchy (unified/, systemd/) is mounted there", root)
+	}
+	return out, nil
+}
+
+// Writable reports why cgroups under base cannot be created (nil when they
+// can): it creates and removes a probe cgroup in every hierarchy.
+func Writable(root, base string) error {
+	hs, err := Hierarchies(root)
+	if err != nil {
+		return err
+	}
+	for _, h := range hs {
+		probe := filepath.Join(h, base, fmt.Sprintf(".probe-%d", os.Getpid()))
+		if err := os.MkdirAll(probe, 0o755); err != nil {
+			return fmt.Errorf("cgroups not writable (need root and a read-write cgroupfs): %w", err)
+		}
+		// A probe that cannot be joined is no use either.
+		if _, err := os.Stat(filepath.Join(probe, "cgroup.procs")); err != nil {
+			unix.Rmdir(probe)
+			return fmt.Errorf("cgroup %s has no cgroup.procs: %w", probe, err)
+		}
+		if err := os.Remove(probe); err != nil {
+			return fmt.Errorf("remove probe cgroup %s: %w", probe, err)
+		}
+	}
+	return nil
+}
+
+// Procs lists the pids in cgroup dir and its sub-cgroups (deduplicated,
+// sorted); nil when dir does not exist.
+func Procs(dir string) []int {
+	if _, err := os.Stat(dir); err != nil {
+		return nil
+	}
+	seen := map[int]bool{}
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				seen[n] = true
+			}
+		}
+		return nil
+	})
+	out := make([]int, 0, len(seen))
+	for p := range seen {
+		out = append(out, p)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// Live reports whether pid exists and is not a zombie (a zombie has let go
+// of everything; nobody may reap it when its parent is gone).
+func Live(pid int) bool {
+	st, ok := State(pid)
+	return ok && st != "Z" && st != "X"
+}
+
+// State returns the state letter of /proc/PID/stat.
+func State(pid int) (string, bool) {
+	f, err := StatFields(pid)
+	if err != nil || len(f) == 0 {
+		return "", false
+	}
+	return f[0], true
+}
+
+// StartTime returns field 22 of /proc/PID/stat.
+func StartTime(pid int) (uint64, error) {
+	f, err := StatFields(pid)
+	if err != nil {
+		return 0, err
+	}
+	if len(f) < 20 {
+		return 0, fmt.Errorf("/proc/%d/stat: short", pid)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// StatFields returns the fields of /proc/PID/stat after the comm.
+func StatFields(pid int) ([]string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, err
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return nil, fmt.Errorf("/proc/%d/stat: no comm", pid)
+	}
+	return strings.Fields(string(b[i+1:])), nil
+}
+
+// LivePids filters pids down to the live ones.
+func LivePids(pids []int) []int {
+	var out []int
+	for _, p := range pids {
+		if Live(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// KillTree sends KILL to every live process in base of each hierarchy and
+// waits (up to wait) for them to be gone; it returns the pids still alive.
+// Only members of the cgroup are hit: membership is the identity here.
+func KillTree(hs []string, base string, wait time.Duration) []int {
+	members := func() []int {
+		var all []int
+		for _, h := range hs {
+			all = append(all, Procs(filepath.Join(h, base))...)
+		}
+		return LivePids(all)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		left := members()
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return left
+		}
+		for _, p := range left {
+			if p > 1 && p != os.Getpid() {
+				_ = syscall.Kill(p, syscall.SIGKILL)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// RemoveTree removes the cgroup dir base of hierarchy h and every cgroup
+// below it, deepest first; cgroups still holding processes stay (EBUSY).
+func RemoveTree(h, base string) error {
+	top := filepath.Join(h, base)
+	var dirs []string
+	_ = filepath.WalkDir(top, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	var errs []error
+	for i := len(dirs) - 1; i >= 0; i-- {
+		// cgroupfs dirs are removed with rmdir even though they list files.
+		if err := unix.Rmdir(dirs[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", dirs[i], err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Prune removes dir if it is an empty cgroup (no processes, no children),
+// then its parents up to (not including) stop, while they are empty too.
+func Prune(dir, stop string) {
+	for dir != stop && strings.HasPrefix(dir, stop+"/") {
+		if err := unix.Rmdir(dir); err != nil {
+			return
+		}
+		dir = filepath.Dir(dir)
+	}
+}
