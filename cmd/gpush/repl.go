@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 	"unicode"
 
 	"github.com/chzyer/readline"
@@ -62,6 +63,7 @@ func replCommand() *cli.Command {
 			&cli.IntFlag{Name: "forks", Aliases: []string{"f"}, Value: 50, Usage: "hosts evaluated at once"},
 			&cli.BoolFlag{Name: "check", Aliases: []string{"C"}, Usage: "change nothing: destructive calls say what they would do"},
 			&cli.StringSliceFlag{Name: "extra-vars", Aliases: []string{"e"}, Usage: "vars: k=v, @file.yaml or {\"k\": ...} (repeatable; later wins)"},
+			&cli.DurationFlag{Name: "timeout", Usage: "time limit of each input on each host (0: none; Ctrl-C always interrupts)"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "show debug lines and connection logs (on stderr)"},
 			&cli.StringFlag{Name: "known-hosts", Usage: "known_hosts file (default ~/.ssh/known_hosts)", EnvVars: []string{"GPUSH_KNOWN_HOSTS"}},
 			&cli.StringFlag{Name: "host-key-policy", Value: remote.HostKeyStrict, Usage: "strict (unknown hosts refused) or accept-new (learn unknown, refuse changed)"},
@@ -80,6 +82,7 @@ type repl struct {
 	out, errw   io.Writer
 	color       bool
 	interactive bool
+	timeout     time.Duration
 
 	mu         sync.Mutex
 	evalCancel context.CancelFunc // the running evaluation (or dial), if any
@@ -93,6 +96,9 @@ func runRepl(c *cli.Context) error {
 	forks := c.Int("forks")
 	if forks < 1 {
 		return usagef("--forks %d: must be at least 1", forks)
+	}
+	if c.Duration("timeout") < 0 {
+		return usagef("--timeout %v: must not be negative", c.Duration("timeout"))
 	}
 	policy := c.String("host-key-policy")
 	if c.Bool("accept-new-host-keys") {
@@ -134,6 +140,7 @@ func runRepl(c *cli.Context) error {
 		inv: inv, out: c.App.Writer, errw: c.App.ErrWriter,
 		color:       outF != nil && report.UseColor(outF),
 		interactive: inF != nil && report.IsTerminal(inF),
+		timeout:     c.Duration("timeout"),
 	}
 	p := report.New(report.Options{Out: r.out, Err: r.errw, Color: r.color, Verbose: c.Bool("verbose"), Fold: inventory.FoldNodeSet})
 
@@ -465,8 +472,21 @@ func (r *repl) paint(code, s string) string {
 // the results.
 func (r *repl) eval(root context.Context, code string) {
 	ctx, cancel := r.track(root)
+	if r.timeout > 0 {
+		// One deadline for the input, set before any host starts.
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeout(ctx, r.timeout)
+		defer stop()
+	}
 	rs := r.fleet.Eval(ctx, r.cur, code)
 	r.untrack(cancel)
+	if r.timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		for i := range rs {
+			if rs[i].Err != nil && errors.Is(rs[i].Err, context.DeadlineExceeded) {
+				rs[i].Err = fmt.Errorf("timed out after %s", r.timeout)
+			}
+		}
+	}
 	r.show(rs)
 }
 

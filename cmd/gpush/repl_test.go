@@ -425,6 +425,11 @@ func TestReplPiped(t *testing.T) {
 	if code != 0 || out != "lab01: lab01\nlab01: true\nlab[02-03]: false\n" {
 		t.Errorf("exit %d, stdout %q", code, out)
 	}
+	// --timeout bounds each input on each host; the sessions go on.
+	code, out, _ = runPiped(t, "host.name == 'lab02' and sleep('1h')\n'next'\n", "-i", inv, "--limit", "lab", "--timeout", "300ms")
+	if code != 2 || out != "lab[01,03]: false\nlab02: error: timed out after 300ms\nlab[01-03]: next\n" {
+		t.Errorf("--timeout: exit %d, stdout %q", code, out)
+	}
 	// --check reaches the state.
 	code, out, _ = runPiped(t, "check\n", "-i", inv, "--limit", "lab01", "--check")
 	if code != 0 || out != "lab01: true\n" {
@@ -479,6 +484,7 @@ func TestReplUsage(t *testing.T) {
 		{[]string{"repl", "-i", inv, "--host-key-policy", "yolo"}, "--host-key-policy"},
 		{[]string{"repl", "-i", inv, "--limit", "nomatch*"}, "--limit"},
 		{[]string{"repl", "-i", inv, "-e", "oops"}, "-e"},
+		{[]string{"repl", "-i", inv, "--timeout", "-1s"}, "--timeout"},
 	} {
 		code, _, stderr := gpush(t, c.args...)
 		if code != 1 || !strings.Contains(stderr, c.want) {
