@@ -73,7 +73,17 @@ func NormalizeUnit(name string) (string, error) {
 }
 
 // findSystemd returns systemctl's path, or why systemd cannot be driven.
-func findSystemd() (string, string) {
+func findSystemd(cfg Config) (string, string) {
+	if cfg.Systemctl != "" {
+		fi, err := os.Stat(cfg.Systemctl)
+		if err != nil {
+			return "", fmt.Sprintf("systemctl %q (gpush_systemctl): %v", cfg.Systemctl, err)
+		}
+		if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			return "", fmt.Sprintf("systemctl %q (gpush_systemctl) is not an executable file", cfg.Systemctl)
+		}
+		return cfg.Systemctl, ""
+	}
 	if fi, err := os.Stat(systemdRunDir); err != nil || !fi.IsDir() {
 		return "", "systemd is not running on this host (no " + systemdRunDir + ")"
 	}
@@ -104,7 +114,7 @@ func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 	}
 	resp := &UnitResponse{Version: Version, Unit: name, Action: req.Action}
 	defer func() { resp.Elapsed = Duration(time.Since(start)) }()
-	systemctl, why := findSystemd()
+	systemctl, why := findSystemd(req.Config)
 	if systemctl == "" {
 		resp.Reason = why
 		return resp, nil
@@ -134,11 +144,12 @@ func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 		}
 	}
 	switch {
-	case actionErr != nil:
-		resp.Reason = actionErr.Error()
+	// Before actionErr: systemctl stop of an unknown unit exits 5 ("not loaded").
 	case props["LoadState"] == "not-found":
 		resp.Reason = "unit " + name + " not found"
 		resp.OK = req.Action == UnitStop // stopping a unit that does not exist leaves it stopped
+	case actionErr != nil:
+		resp.Reason = actionErr.Error()
 	case req.Action == UnitStop:
 		resp.OK = (resp.ActiveState == "inactive" || resp.ActiveState == "failed") && len(resp.Remaining) == 0 && len(resp.GPUHolders) == 0
 		if !resp.OK {
@@ -174,13 +185,7 @@ func fillUnitLeftovers(ctx context.Context, cfg Config, resp *UnitResponse) erro
 		return err
 	}
 	if resp.ControlGroup != "" {
-		var pids []int
-		// cgroup v2, hybrid (unified/), then v1's named systemd hierarchy.
-		for _, sub := range []string{"", "unified", "systemd"} {
-			if pids = cgroupProcs(filepath.Join(cgroupRoot, sub, resp.ControlGroup)); pids != nil {
-				break
-			}
-		}
+		pids := unitCgroupProcs(cgroupRoot, resp.ControlGroup)
 		if pids == nil {
 			pids = s.pidsInCgroup(resp.ControlGroup)
 		}
@@ -211,6 +216,36 @@ func fillUnitLeftovers(ctx context.Context, cfg Config, resp *UnitResponse) erro
 func inCgroup(path, cg string) bool {
 	cg = strings.TrimSuffix(cg, "/")
 	return cg != "" && (path == cg || strings.HasPrefix(path, cg+"/"))
+}
+
+// unitCgroupProcs lists the processes of a unit's ControlGroup in every
+// hierarchy where it exists: root itself on pure cgroup v2, root/unified and
+// root/systemd (name=systemd) on a hybrid host, root/systemd on a legacy v1
+// host. A hybrid host has the unit in both, and a process moved by hand may
+// be in only one, so the lists are merged. nil when the cgroup is in none.
+func unitCgroupProcs(root, cg string) []int {
+	var pids []int
+	seen := map[int]bool{}
+	found := false // an existing empty cgroup gives [], not nil
+	for _, sub := range []string{"", "unified", "systemd"} {
+		ps := cgroupProcs(filepath.Join(root, sub, cg))
+		if ps == nil {
+			continue
+		}
+		if !found {
+			found, pids = true, []int{}
+		}
+		for _, p := range ps {
+			if !seen[p] {
+				seen[p] = true
+				pids = append(pids, p)
+			}
+		}
+	}
+	if !found {
+		return nil
+	}
+	return pids
 }
 
 // cgroupProcs reads cgroup.procs of dir and its sub-cgroups (cgroup v2);

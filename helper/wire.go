@@ -70,6 +70,11 @@ type Config struct {
 	Protected []string `json:"protected,omitempty"`
 	// SMITimeout bounds every nvidia-smi call (default 10s).
 	SMITimeout Duration `json:"smi_timeout,omitempty"`
+	// Systemctl is the systemctl to run for the unit verb. When set, it is
+	// used as is and /run/systemd/system is not required (an operator's
+	// override; the lab points it at its stand-in). Default: systemctl on
+	// PATH, then /usr/bin, /bin, on a host that runs systemd.
+	Systemctl string `json:"systemctl,omitempty"`
 }
 
 // GPU is one device as nvidia-smi reports it. Memory is in MiB; -1 means the

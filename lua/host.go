@@ -77,6 +77,9 @@ func helperConfig(vars map[string]any) (helper.Config, error) {
 	if c.NvidiaSMI, err = str("gpush_nvidia_smi"); err != nil {
 		return c, err
 	}
+	if c.Systemctl, err = str("gpush_systemctl"); err != nil {
+		return c, err
+	}
 	switch v := vars["gpush_protected"].(type) {
 	case nil:
 	case string: // "a,b" as -e gives it
