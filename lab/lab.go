@@ -2,9 +2,11 @@
 // end-to-end tests and the benchmark: one real OpenSSH sshd on loopback
 // serves every lab host; each host is an inventory entry with its own fake
 // device folder (gpush_dev_dir), its own fake nvidia-smi (gpush_nvidia_smi)
-// and its own holder processes mimicking what a stopped GPU service leaves
-// behind. Nothing outside this package knows it is a lab: gpush reaches lab
-// hosts through the same inventory vars a real cluster can set.
+// its own systemctl stand-in (gpush_systemctl, lab/cmd/fake-systemctl) whose
+// services run in real cgroups, and its own holder processes mimicking what
+// a stopped GPU service leaves behind. Nothing outside this package knows it
+// is a lab: gpush reaches lab hosts through the same inventory vars a real
+// cluster can set.
 package lab
 
 import (
@@ -27,6 +29,7 @@ import (
 	"time"
 
 	"github.com/gpush/gpush/lab/labgpu"
+	"github.com/gpush/gpush/lab/labsystemd"
 	"github.com/gpush/gpush/lab/sshd"
 	"gopkg.in/yaml.v3"
 )
@@ -36,14 +39,26 @@ const (
 	// ScenarioIdle: every GPU free, only the protected daemon and an
 	// unrelated process around.
 	ScenarioIdle = "idle"
-	// ScenarioLeftovers: a stopped service's leftovers: a plain worker on
-	// GPU 0, an orphaned worker (its parent was killed) on GPU 1, a worker
-	// that ignores SIGTERM on GPU 2; GPU 3 free; plus nvidia-persistenced
+	// ScenarioLeftovers: GPU services and a stopped service's leftovers:
+	// on GPU 0 the service vllm-embed.service (KillMode=control-group: its
+	// stop alone frees the GPU), an orphaned worker (its parent was killed)
+	// on GPU 1, a worker that ignores SIGTERM on GPU 2, and on GPU 3 the
+	// service sglang-qwen.service (KillMode=process) whose worker outlives
+	// `systemctl stop`, in the unit's cgroup; plus nvidia-persistenced
 	// holding nvidiactl and an unrelated process, both to be left alone.
+	// Where cgroups cannot be written (Lab.NoServices says why) there are no
+	// services: GPU 0 holds a plain worker and GPU 3 is free.
 	ScenarioLeftovers = "leftovers"
-	// ScenarioRespawn: the leftovers, and GPU 3 held by a worker that a
-	// supervisor restarts whenever it dies (a new holder keeps coming back).
+	// ScenarioRespawn: the leftovers without sglang-qwen.service, and GPU 3
+	// held by a worker that a supervisor restarts whenever it dies (a new
+	// holder keeps coming back).
 	ScenarioRespawn = "respawn"
+)
+
+// The lab's services (systemd units run by fake-systemctl).
+const (
+	UnitVLLM   = "vllm-embed.service"  // GPU 0, KillMode=control-group
+	UnitSGLang = "sglang-qwen.service" // GPU 3, KillMode=process: leaves its worker
 )
 
 // Process roles.
@@ -53,6 +68,8 @@ const (
 	RoleOrphan       = "orphan"        // its child, re-parented, holds a GPU
 	RoleTermIgnorer  = "term-ignorer"  // holds a GPU, ignores TERM
 	RoleRespawner    = "respawner"     // holds a GPU, restarted when it dies
+	RoleServiceMain  = "service-main"  // a service's main process (Proc.Unit), holds a GPU
+	RoleServiceChild = "service-child" // a worker the main process forked, in the unit's cgroup
 	RolePersistenced = "persistenced"  // protected daemon holding nvidiactl
 	RoleUnrelated    = "unrelated"     // holds a non-NVIDIA file; never a target
 )
@@ -60,8 +77,9 @@ const (
 // Binaries are the lab's executables. Empty fields are built by Start with
 // `go build` into Dir/bin (needs the gpush module source).
 type Binaries struct {
-	Holder  string // lab/cmd/gpu-holder
-	FakeSMI string // lab/cmd/fake-nvidia-smi
+	Holder        string // lab/cmd/gpu-holder
+	FakeSMI       string // lab/cmd/fake-nvidia-smi
+	FakeSystemctl string // lab/cmd/fake-systemctl
 }
 
 // Options tunes Start.
@@ -97,6 +115,8 @@ type Proc struct {
 	GPU       int    `json:"gpu"` // -1: holds no GPU
 	PID       int    `json:"pid"`
 	StartTime uint64 `json:"start_time"`
+	// Unit is the service whose cgroup it was started in.
+	Unit string `json:"unit,omitempty"`
 }
 
 // Host is one lab host.
@@ -105,6 +125,10 @@ type Host struct {
 	Scenario string `json:"scenario"`
 	DevDir   string `json:"dev_dir"`
 	SMI      string `json:"nvidia_smi"`
+	// Systemctl is the host's fake-systemctl (gpush_systemctl).
+	Systemctl string `json:"systemctl"`
+	// Services are the host's units (the inventory's `services`), started.
+	Services []string `json:"services,omitempty"`
 }
 
 // Lab is a running set of lab hosts.
@@ -117,6 +141,14 @@ type Lab struct {
 	User       string
 	Hosts      []Host
 	SSHD       *sshd.Server
+	// NoServices says why the hosts run no services (cgroups not
+	// writable); empty when they do.
+	NoServices string
+
+	// cgroupBase holds every lab cgroup (CGROUP/gpush-lab/ID/HOST/...);
+	// cgroups lists the hierarchies it was created in.
+	cgroupBase string
+	cgroups    []string
 
 	bin    Binaries
 	opts   Options
@@ -200,6 +232,7 @@ func Start(ctx context.Context, o Options) (l *Lab, err error) {
 		return l, fmt.Errorf("lab: %w", err)
 	}
 	l.ClientKey = l.SSHD.ClientKeyPath
+	l.setupCgroups()
 	for i := 0; i < o.Hosts; i++ {
 		sc := o.Scenario
 		if o.HostScenario != nil {
@@ -224,7 +257,7 @@ func Start(ctx context.Context, o Options) (l *Lab, err error) {
 }
 
 // Build returns the lab binaries, building with `go build` into binDir
-// those that have.Holder/FakeSMI do not name.
+// those that have does not name.
 func Build(ctx context.Context, binDir string, have Binaries) (Binaries, error) {
 	b := have
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
@@ -237,6 +270,7 @@ func Build(ctx context.Context, binDir string, have Binaries) (Binaries, error) 
 	}{
 		{&b.Holder, "github.com/gpush/gpush/lab/cmd/gpu-holder", "gpu-holder"},
 		{&b.FakeSMI, "github.com/gpush/gpush/lab/cmd/fake-nvidia-smi", "fake-nvidia-smi"},
+		{&b.FakeSystemctl, "github.com/gpush/gpush/lab/cmd/fake-systemctl", "fake-systemctl"},
 	} {
 		if *t.field != "" {
 			continue
@@ -307,7 +341,119 @@ func (l *Lab) layoutHost(name, scenario string) (Host, error) {
 	if err := cfg.Save(filepath.Join(filepath.Dir(h.SMI), labgpu.ConfigName)); err != nil {
 		return h, fmt.Errorf("lab host %s: %w", name, err)
 	}
+	// The systemctl stand-in, like the fake nvidia-smi, reads its config
+	// (the host's units) beside the path it runs as.
+	h.Systemctl = filepath.Join(base, "systemd", "systemctl")
+	if err := os.MkdirAll(filepath.Dir(h.Systemctl), 0o755); err != nil {
+		return h, fmt.Errorf("lab host %s: %w", name, err)
+	}
+	if err := linkOrCopy(l.bin.FakeSystemctl, h.Systemctl); err != nil {
+		return h, fmt.Errorf("lab host %s: %w", name, err)
+	}
+	units, err := l.hostUnits(h)
+	if err != nil {
+		return h, fmt.Errorf("lab host %s: %w", name, err)
+	}
+	for _, u := range []string{UnitVLLM, UnitSGLang} {
+		if _, ok := units[u]; ok {
+			h.Services = append(h.Services, u)
+		}
+	}
+	sc := labsystemd.Config{Units: units, CgroupBase: l.cgroupBase + "/" + name}
+	if err := sc.Save(filepath.Join(filepath.Dir(h.Systemctl), labsystemd.ConfigName)); err != nil {
+		return h, fmt.Errorf("lab host %s: %w", name, err)
+	}
 	return h, nil
+}
+
+// hostUnits are the services of a host: none when idle or without cgroups.
+func (l *Lab) hostUnits(h Host) (map[string]labsystemd.Unit, error) {
+	units := map[string]labsystemd.Unit{}
+	if l.NoServices != "" || h.Scenario == ScenarioIdle {
+		return units, nil
+	}
+	py, err := l.holderAs("python3")
+	if err != nil {
+		return nil, err
+	}
+	dev := func(n string) string { return filepath.Join(h.DevDir, n) }
+	units[UnitVLLM] = labsystemd.Unit{
+		Description: "vLLM embedding server (lab)",
+		Exec:        []string{py, "--dev", dev("nvidia0"), "--dev", dev("nvidiactl"), "--dev", dev("nvidia-uvm"), "--mem-mib", "10240"},
+		KillMode:    labsystemd.KillControlGroup, StopTimeout: "10s",
+	}
+	if h.Scenario == ScenarioLeftovers {
+		units[UnitSGLang] = labsystemd.Unit{
+			Description: "SGLang Qwen server (lab)",
+			Exec:        []string{py, "--dev", dev("nvidia3"), "--dev", dev("nvidiactl"), "--mem-mib", "2048", "--child-mem-mib", "8192"},
+			KillMode:    labsystemd.KillProcess, StopTimeout: "10s",
+		}
+	}
+	return units, nil
+}
+
+// unitGPU is the GPU a lab unit holds.
+var unitGPU = map[string]int{UnitVLLM: 0, UnitSGLang: 3}
+
+// setupCgroups picks the lab's cgroup base and checks that cgroups can be
+// created there; when they cannot, the hosts run no services.
+func (l *Lab) setupCgroups() {
+	id := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
+			return r
+		}
+		return '_'
+	}, filepath.Base(l.Dir))
+	l.cgroupBase = fmt.Sprintf("/gpush-lab/%s-%d", id, os.Getpid())
+	if err := labsystemd.Writable(labsystemd.DefaultCgroupRoot, l.cgroupBase); err != nil {
+		l.NoServices = err.Error()
+		fmt.Fprintf(l.opts.Log, "lab: hosts run no services: %v\n", err)
+		return
+	}
+	l.cgroups, _ = labsystemd.Hierarchies(labsystemd.DefaultCgroupRoot)
+}
+
+// startUnit starts a host's service through its systemctl and records the
+// main process and its worker once they say ready in the unit's log.
+func (l *Lab) startUnit(ctx context.Context, h Host, unit string) error {
+	if out, err := exec.CommandContext(ctx, h.Systemctl, "start", unit).CombinedOutput(); err != nil {
+		return fmt.Errorf("lab host %s: systemctl start %s: %w: %s", h.Name, unit, err, strings.TrimSpace(string(out)))
+	}
+	want := 1
+	if unit == UnitSGLang {
+		want = 2
+	}
+	logPath := filepath.Join(filepath.Dir(h.Systemctl), "state", unit+".log")
+	var pids []int
+	for {
+		b, _ := os.ReadFile(logPath)
+		pids = pids[:0]
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == "ready" {
+				if pid, err := strconv.Atoi(f[1]); err == nil {
+					pids = append(pids, pid)
+				}
+			}
+		}
+		if len(pids) >= want {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("lab host %s: %s not ready (%d of %d ready lines in %s): %w", h.Name, unit, len(pids), want, logPath, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	for i, pid := range pids[:want] {
+		role := RoleServiceMain
+		if i > 0 {
+			role = RoleServiceChild
+		}
+		p := &proc{Proc: Proc{Host: h.Name, Role: role, GPU: unitGPU[unit], PID: pid, Unit: unit}}
+		p.StartTime, _ = StartTime(pid)
+		l.add(p)
+	}
+	return nil
 }
 
 func linkOrCopy(src, dst string) error {
@@ -354,9 +500,11 @@ func (l *Lab) startProcs(ctx context.Context, h Host) error {
 		{RolePersistenced, "nvidia-persistenced", -1, []string{"--dev", dev("nvidiactl")}},
 		{RoleUnrelated, "log-shipper", -1, []string{"--dev", filepath.Join(filepath.Dir(h.DevDir), "unrelated.log")}},
 	}
+	if h.Scenario != ScenarioIdle && len(h.Services) == 0 {
+		specs = append(specs, spec{RoleWorker, "python3", 0, []string{"--dev", gpuDev(0), "--dev", dev("nvidiactl"), "--dev", dev("nvidia-uvm"), "--mem-mib", "10240"}})
+	}
 	if h.Scenario != ScenarioIdle {
 		specs = append(specs,
-			spec{RoleWorker, "python3", 0, []string{"--dev", gpuDev(0), "--dev", dev("nvidiactl"), "--dev", dev("nvidia-uvm"), "--mem-mib", "10240"}},
 			spec{RoleOrphanParent, "python3", 1, []string{"--dev", gpuDev(1), "--dev", dev("nvidiactl"), "--mem-mib", "3072", "--child-mem-mib", "6144"}},
 			spec{RoleTermIgnorer, "python3", 2, []string{"--dev", gpuDev(2), "--dev", dev("nvidiactl"), "--mem-mib", "4096", "--ignore-term"}},
 		)
@@ -391,6 +539,11 @@ func (l *Lab) startProcs(ctx context.Context, h Host) error {
 		case RoleRespawner:
 			l.wg.Add(1)
 			go l.respawn(p, bin, s.args)
+		}
+	}
+	for _, u := range h.Services {
+		if err := l.startUnit(ctx, h, u); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -571,7 +724,11 @@ func (l *Lab) writeFiles(unreachable int) error {
 		hosts[h.Name] = map[string]any{
 			"gpush_dev_dir":    h.DevDir,
 			"gpush_nvidia_smi": h.SMI,
+			"gpush_systemctl":  h.Systemctl,
 			"lab_scenario":     h.Scenario,
+		}
+		if len(h.Services) > 0 {
+			hosts[h.Name].(map[string]any)["services"] = h.Services
 		}
 	}
 	children := map[string]any{"lab": map[string]any{"hosts": hosts}}
@@ -632,7 +789,9 @@ func closedPort() (int, error) {
 }
 
 // Stop kills every process the lab started (by identity, so a reused pid is
-// never hit), stops the sshd and keeps Dir for inspection.
+// never hit) and whatever is left in the lab's cgroups (a service restarted
+// during the run), removes those cgroups, stops the sshd and keeps Dir for
+// inspection.
 func (l *Lab) Stop() error {
 	var errs []error
 	l.stop.Do(func() {
@@ -647,6 +806,18 @@ func (l *Lab) Stop() error {
 			}
 			if p.exited != nil {
 				<-p.exited
+			}
+		}
+		if len(l.cgroups) > 0 {
+			if left := labsystemd.KillTree(l.cgroups, l.cgroupBase, 10*time.Second); len(left) > 0 {
+				errs = append(errs, fmt.Errorf("lab: processes %v still alive in cgroup %s", left, l.cgroupBase))
+			}
+			for _, h := range l.cgroups {
+				if err := labsystemd.RemoveTree(h, l.cgroupBase); err != nil {
+					errs = append(errs, fmt.Errorf("lab: %w", err))
+				}
+				// The shared parent goes too when no other lab uses it.
+				labsystemd.Prune(filepath.Join(h, filepath.Dir(l.cgroupBase)), h)
 			}
 		}
 		if l.SSHD != nil {

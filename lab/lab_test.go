@@ -46,7 +46,11 @@ func TestLeftoversLab(t *testing.T) {
 	if len(lines) != 4 || lines[0] != "0, 10240" || lines[2] != "2, 4096" || lines[3] != "3, 2048" {
 		t.Errorf("nvidia-smi memory:\n%s", out)
 	}
-	for _, role := range []string{RoleWorker, RoleOrphan, RoleTermIgnorer, RoleRespawner, RolePersistenced, RoleUnrelated} {
+	gpu0 := RoleServiceMain // vllm-embed.service, or a plain worker without cgroups
+	if l.NoServices != "" {
+		gpu0 = RoleWorker
+	}
+	for _, role := range []string{gpu0, RoleOrphan, RoleTermIgnorer, RoleRespawner, RolePersistenced, RoleUnrelated} {
 		ps := l.Find("lab02", role)
 		if len(ps) != 1 || !Alive(ps[0]) {
 			t.Errorf("%s: %v not alive", role, ps)
@@ -99,6 +103,86 @@ func TestLeftoversLab(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(l.Dir, "inventory.yaml")); err != nil {
 		t.Errorf("Stop must keep the lab folder: %v", err)
+	}
+}
+
+// The leftovers scenario with its services: both units active under the
+// host's systemctl, their processes in the units' cgroups; stopping
+// sglang-qwen.service leaves its worker holding GPU 3; Stop ends it all
+// and removes the lab's cgroups.
+func TestLeftoversServices(t *testing.T) {
+	if _, err := sshd.FindBinary(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: the lab's sshd needs root")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	l, err := Start(ctx, Options{Hosts: 1, Dir: t.TempDir()})
+	if err != nil {
+		if l != nil {
+			l.Stop()
+		}
+		t.Fatal(err)
+	}
+	defer l.Stop()
+	if l.NoServices != "" {
+		t.Skipf("skipping, the lab runs no services here: %s", l.NoServices)
+	}
+	h := l.Hosts[0]
+	if strings.Join(h.Services, ",") != UnitVLLM+","+UnitSGLang {
+		t.Errorf("services %v", h.Services)
+	}
+	inv, _ := os.ReadFile(l.Inventory)
+	for _, want := range []string{"gpush_systemctl: " + h.Systemctl, "- " + UnitSGLang} {
+		if !strings.Contains(string(inv), want) {
+			t.Errorf("inventory lacks %q:\n%s", want, inv)
+		}
+	}
+	systemctl := func(args ...string) string {
+		out, _ := exec.Command(h.Systemctl, args...).CombinedOutput()
+		return string(out)
+	}
+	if got := systemctl("is-active", UnitVLLM, UnitSGLang); got != "active\nactive\n" {
+		t.Errorf("is-active: %q", got)
+	}
+	mains, children := l.Find("lab01", RoleServiceMain), l.Find("lab01", RoleServiceChild)
+	if len(mains) != 2 || len(children) != 1 || children[0].Unit != UnitSGLang || children[0].GPU != 3 {
+		t.Fatalf("service procs: mains %v children %v", mains, children)
+	}
+	for _, p := range append(mains, children...) {
+		cg, _ := os.ReadFile("/proc/" + itoa(p.PID) + "/cgroup")
+		if !strings.Contains(string(cg), "/system.slice/"+p.Unit+"\n") {
+			t.Errorf("%s pid %d not in its unit's cgroup:\n%s", p.Role, p.PID, cg)
+		}
+	}
+	out, _ := exec.Command(h.SMI, "--query-gpu=index,memory.used", "--format=csv,noheader,nounits").CombinedOutput()
+	if lines := strings.Split(strings.TrimSpace(string(out)), "\n"); len(lines) != 4 || lines[0] != "0, 10240" || lines[3] != "3, 10240" {
+		t.Errorf("nvidia-smi memory:\n%s", out)
+	}
+	if out, err := exec.Command(h.Systemctl, "stop", UnitSGLang).CombinedOutput(); err != nil {
+		t.Fatalf("stop: %v %s", err, out)
+	}
+	if !Alive(children[0]) {
+		t.Error("sglang's worker must outlive the stop (KillMode=process)")
+	}
+	if got := systemctl("show", "-p", "ActiveState", "-p", "ControlGroup", "--value", UnitSGLang); got != "/gpush-lab/"+filepath.Base(l.Dir)+"-"+itoa(os.Getpid())+"/lab01/system.slice/"+UnitSGLang+"\ninactive\n" {
+		t.Errorf("after stop: %q", got)
+	}
+	procs := l.Procs()
+	if err := l.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		if Alive(p) {
+			t.Errorf("%s %s pid %d alive after Stop", p.Host, p.Role, p.PID)
+		}
+	}
+	for _, hier := range l.cgroups {
+		if _, err := os.Stat(filepath.Join(hier, l.cgroupBase)); err == nil {
+			t.Errorf("cgroup %s left in %s", l.cgroupBase, hier)
+		}
 	}
 }
 
