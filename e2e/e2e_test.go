@@ -132,6 +132,19 @@ func alive(l *lab.Lab, host, role string) (n, live int) {
 	return
 }
 
+// requireRow wants a line of out whose fields are those of row (table
+// columns are padded to the widest cell).
+func requireRow(t *testing.T, out, row string) {
+	t.Helper()
+	want := strings.Join(strings.Fields(row), " ")
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Join(strings.Fields(line), " ") == want {
+			return
+		}
+	}
+	t.Errorf("output lacks the row %q", want)
+}
+
 func requireContains(t *testing.T, s string, want ...string) {
 	t.Helper()
 	for _, w := range want {
@@ -141,13 +154,27 @@ func requireContains(t *testing.T, s string, want ...string) {
 	}
 }
 
-// The main job: two hosts with a stopped service's leftovers and a host that
-// cannot be reached. --check first (kills nothing), then the real run (exit
-// 4 for the unreachable host, the others freed), then a --json run of the
-// reachable ones (already free, exit 0).
+// systemctl runs a lab host's systemctl stand-in (what the helper runs).
+func systemctl(t *testing.T, h lab.Host, args ...string) string {
+	t.Helper()
+	out, _ := exec.Command(h.Systemctl, args...).CombinedOutput()
+	return string(out)
+}
+
+// The main job: two hosts with GPU services, a stopped service's leftovers
+// and a host that cannot be reached. --check first (stops and kills
+// nothing), then the real run (exit 4 for the unreachable host; on the
+// others the services are stopped, what sglang-qwen.service left behind is
+// found by its cgroup and killed, with the rest of the leftovers), then a
+// --json run of the reachable ones (already free, exit 0).
 func TestFreeGPUs(t *testing.T) {
 	l := startLab(t, lab.Options{Hosts: 2, Scenario: lab.ScenarioLeftovers, Unreachable: 1})
-	victims := []string{lab.RoleWorker, lab.RoleOrphan, lab.RoleTermIgnorer}
+	victims := []string{lab.RoleOrphan, lab.RoleTermIgnorer, lab.RoleServiceMain, lab.RoleServiceChild}
+	services := l.NoServices == ""
+	if !services {
+		t.Logf("the lab runs no services here (%s): the service steps are not checked", l.NoServices)
+		victims = []string{lab.RoleWorker, lab.RoleOrphan, lab.RoleTermIgnorer}
+	}
 	bystanders := []string{lab.RolePersistenced, lab.RoleUnrelated}
 
 	t.Run("gpu_status fleet table", func(t *testing.T) {
@@ -155,9 +182,19 @@ func TestFreeGPUs(t *testing.T) {
 		if r.code != 0 {
 			t.Errorf("exit %d, want 0", r.code)
 		}
-		// GPU 3 is idle on both hosts: one folded row; GPU 0 differs (pids).
-		requireContains(t, r.stdout, "HOST        GPU  NAME         USED_MIB  TOTAL_MIB  HOLDERS\n",
-			"lab[01-02]  3    NVIDIA H200  0         143771\n", "lab01       0    NVIDIA H200  10240     143771     ")
+		requireRow(t, r.stdout, "HOST GPU NAME USED_MIB TOTAL_MIB HOLDERS")
+		if services {
+			// Holders carry their unit, from their cgroup.
+			for _, h := range l.Hosts {
+				m, c := l.Find(h.Name, lab.RoleServiceMain), l.Find(h.Name, lab.RoleServiceChild)
+				requireRow(t, r.stdout, fmt.Sprintf("%s 0 NVIDIA H200 10240 143771 %d %s python3 (vllm-embed.service)", h.Name, m[0].PID, l.User))
+				requireRow(t, r.stdout, fmt.Sprintf("%s 3 NVIDIA H200 10240 143771 %d %s python3 (sglang-qwen.service), %d %s python3 (sglang-qwen.service)",
+					h.Name, m[1].PID, l.User, c[0].PID, l.User))
+			}
+		} else {
+			// GPU 3 is idle on both hosts: one folded row; GPU 0 differs (pids).
+			requireContains(t, r.stdout, "lab[01-02]  3    NVIDIA H200  0         143771\n", "lab01       0    NVIDIA H200  10240     143771     ")
+		}
 	})
 
 	t.Run("check kills nothing", func(t *testing.T) {
@@ -175,6 +212,14 @@ func TestFreeGPUs(t *testing.T) {
 		requireContains(t, r.stdout, "would kill pid", "would-kill")
 		for _, p := range l.Find("lab01", lab.RoleTermIgnorer) {
 			requireContains(t, r.stdout, fmt.Sprintf("would kill pid %d", p.PID))
+		}
+		if services {
+			requireContains(t, r.stdout, "would stop vllm-embed.service", "would stop sglang-qwen.service")
+			for _, h := range l.Hosts {
+				if got := systemctl(t, h, "is-active", lab.UnitVLLM, lab.UnitSGLang); got != "active\nactive\n" {
+					t.Errorf("%s: units after --check: %q, want both active", h.Name, got)
+				}
+			}
 		}
 	})
 
@@ -195,7 +240,30 @@ func TestFreeGPUs(t *testing.T) {
 				}
 			}
 		}
-		requireContains(t, r.stdout, "ok=2 failed=0 unreachable=1", "down01", "unreachable", "kill", "already-free")
+		requireContains(t, r.stdout, "ok=2 failed=0 unreachable=1", "down01", "unreachable", "kill")
+		if !services {
+			requireContains(t, r.stdout, "already-free")
+			return
+		}
+		for _, h := range l.Hosts {
+			child := l.Find(h.Name, lab.RoleServiceChild)
+			if len(child) != 1 {
+				t.Fatalf("%s: sglang worker %v", h.Name, child)
+			}
+			// The stop is reported with what it left; the leftover is killed
+			// with its unit named; each row says which step freed the GPU.
+			requireContains(t, r.stdout,
+				h.Name+" | INFO stopped vllm-embed.service\n",
+				fmt.Sprintf("%s | WARN stopped sglang-qwen.service, but it left 1 process(es) in its cgroup: pid %d (python3) on GPU 3\n", h.Name, child[0].PID),
+				fmt.Sprintf("%s | INFO exited pid %d (python3) after TERM\n", h.Name, child[0].PID),
+				fmt.Sprintf("pid %d (python3, sglang-qwen.service)", child[0].PID))
+			m := l.Find(h.Name, lab.RoleServiceMain)
+			requireRow(t, r.stdout, fmt.Sprintf("%s 0 service-stop true 10240 0 pid %d (python3, vllm-embed.service)", h.Name, m[0].PID))
+			requireRow(t, r.stdout, fmt.Sprintf("%s 3 kill true 10240 0 pid %d (python3, sglang-qwen.service); pid %d (python3, sglang-qwen.service)", h.Name, m[1].PID, child[0].PID))
+			if got := systemctl(t, h, "show", "-p", "ActiveState", "-p", "ControlGroup", "--value", lab.UnitVLLM, lab.UnitSGLang); got != "\ninactive\n\ninactive\n" {
+				t.Errorf("%s: units after the run (ControlGroup, ActiveState): %q, want inactive with no cgroup left", h.Name, got)
+			}
+		}
 	})
 
 	t.Run("json", func(t *testing.T) {

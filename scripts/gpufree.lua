@@ -133,9 +133,13 @@ function M.free(opts)
 
   local result = first
   local stopped = {}
+  -- GPUs held by what a stopped unit left in its cgroup (KillMode=process
+  -- workers): waiting will not free them, the kill step will.
+  local leftover_gpus = {}
   if not first.ok and #services > 0 then
     for _, unit in ipairs(services) do
       local s = systemd.stop(unit)
+      local down = s.active_state == "inactive" or s.active_state == "failed"
       if s.would then
         log.info("would stop %s", unit)
       elseif not s.systemd then
@@ -143,14 +147,62 @@ function M.free(opts)
       elseif s.ok then
         log.info("stopped %s", unit)
         stopped[#stopped + 1] = unit
+      elseif down and (#(s.remaining or {}) > 0 or #(s.gpu_holders or {}) > 0) then
+        local on = {}
+        for _, h in ipairs(s.gpu_holders or {}) do
+          local gs = {}
+          for _, g in ipairs(h.gpus or {}) do
+            gs[#gs + 1] = tostring(g)
+            leftover_gpus[g] = true
+          end
+          on[h.pid] = #gs > 0 and (" on GPU " .. table.concat(gs, ",")) or ""
+        end
+        local who = {}
+        for _, p in ipairs(s.remaining or {}) do
+          who[#who + 1] = string.format("pid %d (%s)%s", p.pid, p.comm, on[p.pid] or "")
+        end
+        for _, h in ipairs(s.gpu_holders or {}) do
+          local listed = false
+          for _, p in ipairs(s.remaining or {}) do listed = listed or p.pid == h.pid end
+          if not listed then who[#who + 1] = string.format("pid %d (%s)%s", h.pid, h.comm, on[h.pid]) end
+        end
+        log.warn("stopped %s, but it left %d process(es) in its cgroup: %s", unit, #who, table.concat(who, ", "))
+        stopped[#stopped + 1] = unit
       else
         log.warn("stop %s: %s", unit, s.reason or s.active_state or "failed")
       end
     end
     if #stopped > 0 then
-      result = wait(release_timeout)
-      if result.ok then
-        log.info("GPUs released %.1fs after the service stop", result.elapsed or 0)
+      -- Wait for the GPUs the stopped units held (by the holders' cgroups),
+      -- not for those held by unrelated leftovers: the kill step is for them.
+      -- Without unit attribution, wait for every busy GPU.
+      local was_stopped, unit_gpus = {}, {}
+      for _, u in ipairs(stopped) do was_stopped[u] = true end
+      for _, h in ipairs(first.holders or {}) do
+        if h.unit and was_stopped[h.unit] then
+          for _, g in ipairs(h.gpus or {}) do unit_gpus[g] = true end
+        end
+      end
+      local attributed = next(unit_gpus) ~= nil
+      local waitfor = {}
+      for _, i in ipairs(order) do
+        if busy[i] and not leftover_gpus[i] and (unit_gpus[i] or not attributed) then
+          waitfor[#waitfor + 1] = i
+        end
+      end
+      if next(leftover_gpus) == nil and not attributed then
+        result = wait(release_timeout)
+        if result.ok then
+          log.info("GPUs released %.1fs after the service stop", result.elapsed or 0)
+        end
+      else
+        if #waitfor > 0 then
+          local r = wait(release_timeout, waitfor)
+          if r.ok then
+            log.info("GPU %s released %.1fs after the service stop", table.concat(waitfor, ","), r.elapsed or 0)
+          end
+        end
+        result = wait("1ms") -- every chosen GPU again, for the kill step
       end
     end
   end
