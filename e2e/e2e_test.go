@@ -255,7 +255,7 @@ func TestFreeGPUs(t *testing.T) {
 			requireContains(t, r.stdout,
 				h.Name+" | INFO stopped vllm-embed.service\n",
 				fmt.Sprintf("%s | WARN stopped sglang-qwen.service, but it left 1 process(es) in its cgroup: pid %d (python3) on GPU 3\n", h.Name, child[0].PID),
-				fmt.Sprintf("%s | INFO exited pid %d (python3) after TERM\n", h.Name, child[0].PID),
+				fmt.Sprintf("%s | INFO exited pid %d (python3, sglang-qwen.service) after TERM\n", h.Name, child[0].PID),
 				fmt.Sprintf("pid %d (python3, sglang-qwen.service)", child[0].PID))
 			m := l.Find(h.Name, lab.RoleServiceMain)
 			requireRow(t, r.stdout, fmt.Sprintf("%s 0 service-stop true 10240 0 pid %d (python3, vllm-embed.service)", h.Name, m[0].PID))

@@ -230,15 +230,20 @@ function M.free(opts)
     end
     if #targets > 0 then
       local k = gpu.kill(targets, {grace = grace, group = group, force = force})
+      -- Name each process as the holders list did (with its unit or
+      -- container); group and tree members were not in it.
+      local target_of = {}
+      for _, h in ipairs(targets) do target_of[h.pid] = h end
       for _, r in ipairs(k.results or {}) do
         killed[r.pid] = r
+        local who = target_of[r.pid] and describe(target_of[r.pid])
+                    or string.format("pid %d (%s)", r.pid, r.comm or "?")
         if r.outcome == "would-kill" then
-          log.info("would kill pid %d (%s)", r.pid, r.comm or "?")
+          log.info("would kill %s", who)
         elseif r.outcome == "killed" or r.outcome == "exited" then
-          log.info("%s pid %d (%s) after %s", r.outcome, r.pid, r.comm or "?",
-                   table.concat(r.signals or {}, "+"))
+          log.info("%s %s after %s", r.outcome, who, table.concat(r.signals or {}, "+"))
         else
-          log.warn("%s pid %d (%s): %s", r.outcome, r.pid, r.comm or "?", r.reason or "")
+          log.warn("%s %s: %s", r.outcome, who, r.reason or "")
         end
       end
       if check then

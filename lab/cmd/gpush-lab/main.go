@@ -262,12 +262,18 @@ func demo(args []string) error {
 		return err
 	}
 	defer l.Stop()
+	h0 := l.Hosts[0]
 	for _, p := range l.Procs() {
-		if p.Host == l.Hosts[0].Name {
-			fmt.Printf("   %s pid %-7d %-14s gpu %s\n", p.Host, p.PID, p.Role, gpuStr(p.GPU))
+		if p.Host == h0.Name {
+			fmt.Printf("   %s pid %-7d %-14s gpu %s  %s\n", p.Host, p.PID, p.Role, gpuStr(p.GPU), p.Unit)
 		}
 	}
-	fmt.Printf("   (same on the other hosts)\n\n")
+	units(h0)
+	fmt.Printf("   (same on the other hosts)\n")
+	if l.NoServices != "" {
+		fmt.Printf("   no services: %s\n", l.NoServices)
+	}
+	fmt.Println()
 	argv := []string{"run", "free_gpus.lua", "-i", l.Inventory, "--known-hosts", l.KnownHosts, "-e", "grace=1s"}
 	fmt.Printf("== gpush %s\n", strings.Join(argv, " "))
 	cmd := exec.CommandContext(ctx, gpush, argv...)
@@ -282,10 +288,11 @@ func demo(args []string) error {
 		if lab.Alive(p) {
 			st = "alive"
 		}
-		if p.Host == l.Hosts[0].Name {
-			fmt.Printf("   %s pid %-7d %-14s %s\n", p.Host, p.PID, p.Role, st)
+		if p.Host == h0.Name {
+			fmt.Printf("   %s pid %-7d %-14s %-5s  %s\n", p.Host, p.PID, p.Role, st, p.Unit)
 		}
 	}
+	units(h0)
 	code := 0
 	var x *exec.ExitError
 	if errors.As(runErr, &x) {
@@ -295,6 +302,24 @@ func demo(args []string) error {
 	}
 	fmt.Printf("   gpush exit status %d\n", code)
 	return runErr
+}
+
+// units prints the state of a host's services as its systemctl reports it.
+func units(h lab.Host) {
+	for _, u := range h.Services {
+		out, _ := exec.Command(h.Systemctl, "show", "-p", "ActiveState", "-p", "SubState", "-p", "MainPID", "-p", "ControlGroup", "--value", u).Output()
+		// Values come in systemctl's order: MainPID, ControlGroup, ActiveState, SubState.
+		v := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+		if len(v) != 4 {
+			fmt.Printf("   %s %s: systemctl show said %q\n", h.Name, u, out)
+			continue
+		}
+		cg := v[1]
+		if cg == "" {
+			cg = "-"
+		}
+		fmt.Printf("   %s %-20s %s (%s)  main pid %s  cgroup %s\n", h.Name, u, v[2], v[3], v[0], cg)
+	}
 }
 
 func gpuStr(i int) string {
