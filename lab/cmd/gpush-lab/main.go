@@ -235,6 +235,9 @@ func demo(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// `gpush-lab demo | head` must not kill us before the lab is stopped:
+	// with SIGPIPE caught, writes fail with EPIPE and the deferred Stop runs.
+	signal.Ignore(syscall.SIGPIPE)
 	if f.dir == "" {
 		d, err := os.MkdirTemp("", "gpush-lab-")
 		if err != nil {
