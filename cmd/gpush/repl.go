@@ -23,7 +23,6 @@ import (
 	"github.com/gpush/gpush/lua"
 	"github.com/gpush/gpush/modules"
 	"github.com/gpush/gpush/remote"
-	"github.com/gpush/gpush/remote/helperbin"
 	"github.com/gpush/gpush/report"
 )
 
@@ -59,17 +58,8 @@ func replCommand() *cli.Command {
 		Name:        "repl",
 		Usage:       "evaluate Lua interactively on every selected host at once",
 		Description: replHelp,
-		Flags: append(inventoryFlags(),
-			&cli.IntFlag{Name: "forks", Aliases: []string{"f"}, Value: 50, Usage: "hosts evaluated at once"},
-			&cli.BoolFlag{Name: "check", Aliases: []string{"C"}, Usage: "change nothing: destructive calls say what they would do"},
-			&cli.StringSliceFlag{Name: "extra-vars", Aliases: []string{"e"}, Usage: "vars: k=v, @file.yaml or {\"k\": ...} (repeatable; later wins)"},
-			&cli.DurationFlag{Name: "timeout", Usage: "time limit of each input on each host (0: none; Ctrl-C always interrupts)"},
-			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "show debug lines and connection logs (on stderr)"},
-			&cli.StringFlag{Name: "known-hosts", Usage: "known_hosts file (default ~/.ssh/known_hosts)", EnvVars: []string{"GPUSH_KNOWN_HOSTS"}},
-			&cli.StringFlag{Name: "host-key-policy", Value: remote.HostKeyStrict, Usage: "strict (unknown hosts refused) or accept-new (learn unknown, refuse changed)"},
-			&cli.BoolFlag{Name: "accept-new-host-keys", Usage: "same as --host-key-policy accept-new"},
-		),
-		Action: runRepl,
+		Flags:       fleetFlags("hosts evaluated at once", "time limit of each input on each host (0: none; Ctrl-C always interrupts)"),
+		Action:      runRepl,
 	}
 }
 
@@ -93,43 +83,16 @@ func runRepl(c *cli.Context) error {
 	if c.Args().Len() > 0 {
 		return usagef("repl: unexpected argument %q (inputs are read from stdin)", c.Args().First())
 	}
-	forks := c.Int("forks")
-	if forks < 1 {
-		return usagef("--forks %d: must be at least 1", forks)
-	}
-	if c.Duration("timeout") < 0 {
-		return usagef("--timeout %v: must not be negative", c.Duration("timeout"))
-	}
-	policy := c.String("host-key-policy")
-	if c.Bool("accept-new-host-keys") {
-		policy = remote.HostKeyAcceptNew
-	}
-	if policy != remote.HostKeyStrict && policy != remote.HostKeyAcceptNew {
-		return usagef("--host-key-policy %q: want %s or %s", policy, remote.HostKeyStrict, remote.HostKeyAcceptNew)
-	}
-	extra, err := parseExtraVars(c.StringSlice("extra-vars"))
+	f, err := parseFleet(c)
 	if err != nil {
 		return err
 	}
-	inv, hosts, err := selectHosts(c)
-	if err != nil {
-		return err
-	}
+	inv, hosts := f.inv, f.hosts
 	cwd, err := os.Getwd()
 	if err != nil {
 		return fmt.Errorf("repl: current directory (for require): %w", err)
 	}
 
-	logger := slog.New(slog.DiscardHandler)
-	if c.Bool("verbose") {
-		logger = slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	ropts := remote.Options{
-		KnownHostsFile: c.String("known-hosts"),
-		HostKeyPolicy:  policy,
-		HelperSource:   helperbin.Source,
-		Logger:         logger,
-	}
 	in := c.App.Reader
 	if in == nil {
 		in = os.Stdin
@@ -140,7 +103,7 @@ func runRepl(c *cli.Context) error {
 		inv: inv, out: c.App.Writer, errw: c.App.ErrWriter,
 		color:       outF != nil && report.UseColor(outF),
 		interactive: inF != nil && report.IsTerminal(inF),
-		timeout:     c.Duration("timeout"),
+		timeout:     f.timeout,
 	}
 	p := report.New(report.Options{Out: r.out, Err: r.errw, Color: r.color, Verbose: c.Bool("verbose"), Fold: inventory.FoldNodeSet})
 
@@ -172,11 +135,11 @@ func runRepl(c *cli.Context) error {
 
 	dctx, dcancel := r.track(root)
 	fleet, left := lua.OpenFleet(dctx, hosts, cwd, lua.Options{
-		Forks:     forks,
-		Check:     c.Bool("check"),
-		ExtraVars: extra,
+		Forks:     f.forks,
+		Check:     f.check,
+		ExtraVars: f.extra,
 		Dial: func(ctx context.Context, h inventory.Host) (remote.Conn, error) {
-			return remote.Dial(ctx, h, ropts)
+			return remote.Dial(ctx, h, f.remote)
 		},
 		OnEvent: func(e lua.Event) {
 			if e.Kind == modules.EventStart || e.Kind == modules.EventDone {
@@ -184,7 +147,7 @@ func runRepl(c *cli.Context) error {
 			}
 			p.Event(report.Event{Host: e.Host, Time: e.Time, Kind: e.Kind, Level: e.Level, Message: e.Message})
 		},
-		Logger: logger,
+		Logger: f.logger,
 	})
 	interrupted := dctx.Err() != nil
 	r.untrack(dcancel)
@@ -204,7 +167,7 @@ func runRepl(c *cli.Context) error {
 
 	var lr lineReader
 	if r.interactive {
-		rl, err := r.newReadline(inF, logger)
+		rl, err := r.newReadline(inF, f.logger)
 		if err != nil {
 			return err
 		}
