@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 
 	glua "github.com/yuin/gopher-lua"
 	"github.com/yuin/gopher-lua/parse"
@@ -67,33 +66,22 @@ func OpenFleet(ctx context.Context, hosts []inventory.Host, dir string, o Option
 	}
 	sessions := make([]*Session, len(hosts))
 	errs := make([]HostResult, len(hosts))
-	sem := make(chan struct{}, forks)
-	var wg sync.WaitGroup
-	for i, h := range hosts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				errs[i] = HostResult{Host: h.Name, Status: StatusUnreachable, Error: "interrupted"}
-				return
-			}
-			defer func() { <-sem }()
-			s, err := NewSession(h, dir, o)
-			if err != nil {
-				errs[i] = HostResult{Host: h.Name, Status: StatusFailed, Error: err.Error()}
-				return
-			}
-			if _, err := s.hs.Conn(ctx); err != nil {
-				s.Close()
-				errs[i] = HostResult{Host: h.Name, Status: StatusUnreachable, Error: err.Error()}
-				return
-			}
-			sessions[i] = s
-		}()
-	}
-	wg.Wait()
+	fanOut(ctx, len(hosts), forks, func(i int) {
+		h := hosts[i]
+		s, err := NewSession(h, dir, o)
+		if err != nil {
+			errs[i] = HostResult{Host: h.Name, Status: StatusFailed, Error: err.Error()}
+			return
+		}
+		if _, err := s.hs.Conn(ctx); err != nil {
+			s.Close()
+			errs[i] = HostResult{Host: h.Name, Status: StatusUnreachable, Error: err.Error()}
+			return
+		}
+		sessions[i] = s
+	}, func(i int) {
+		errs[i] = HostResult{Host: hosts[i].Name, Status: StatusUnreachable, Error: "interrupted"}
+	})
 	f := &Fleet{forks: forks, sessions: map[string]*Session{}}
 	var bad []HostResult
 	for i, s := range sessions {
@@ -139,36 +127,27 @@ func (f *Fleet) Eval(ctx context.Context, hosts []string, code string) []EvalRes
 		hosts = f.names
 	}
 	out := make([]EvalResult, len(hosts))
-	sem := make(chan struct{}, f.forks)
-	var wg sync.WaitGroup
 	for i, h := range hosts {
 		out[i].Host = h
+	}
+	fanOut(ctx, len(hosts), f.forks, func(i int) {
+		h := hosts[i]
 		s := f.sessions[h]
 		if s == nil {
 			out[i].Err = fmt.Errorf("host %s is not open in this REPL", h)
-			continue
+			return
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				out[i].Err = fmt.Errorf("interrupted: %w", ctx.Err())
-				return
-			}
-			defer func() { <-sem }()
-			vs, err := s.Eval(ctx, code)
-			if err != nil {
-				// Session errors start with the host, which the REPL shows
-				// itself (and which would keep equal errors from gathering).
-				msg := strings.TrimPrefix(err.Error(), h+": ")
-				err = &hostError{msg: strings.TrimSpace(msg), err: err}
-			}
-			out[i].Values, out[i].Err = vs, err
-		}()
-	}
-	wg.Wait()
+		vs, err := s.Eval(ctx, code)
+		if err != nil {
+			// Session errors start with the host, which the REPL shows
+			// itself (and which would keep equal errors from gathering).
+			msg := strings.TrimPrefix(err.Error(), h+": ")
+			err = &hostError{msg: strings.TrimSpace(msg), err: err}
+		}
+		out[i].Values, out[i].Err = vs, err
+	}, func(i int) {
+		out[i].Err = fmt.Errorf("interrupted: %w", ctx.Err())
+	})
 	return out
 }
 

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	glua "github.com/yuin/gopher-lua"
@@ -67,29 +66,13 @@ type HostResult struct {
 // result per host in the order of hosts. Cancelling ctx (Ctrl-C) ends every
 // host promptly as failed "interrupted".
 func Run(ctx context.Context, s *Script, hosts []inventory.Host, o Options) []HostResult {
-	forks := o.Forks
-	if forks <= 0 {
-		forks = DefaultForks
-	}
 	results := make([]HostResult, len(hosts))
-	sem := make(chan struct{}, forks)
-	var wg sync.WaitGroup
-	for i, h := range hosts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				results[i] = HostResult{Host: h.Name, Status: StatusFailed, Error: "interrupted"}
-				emitDone(o, results[i])
-				return
-			}
-			defer func() { <-sem }()
-			results[i] = runHost(ctx, s, h, o)
-		}()
-	}
-	wg.Wait()
+	fanOut(ctx, len(hosts), o.Forks, func(i int) {
+		results[i] = runHost(ctx, s, hosts[i], o)
+	}, func(i int) {
+		results[i] = HostResult{Host: hosts[i].Name, Status: StatusFailed, Error: "interrupted"}
+		emitDone(o, results[i])
+	})
 	return results
 }
 
