@@ -37,7 +37,7 @@ helpers:
 	done
 
 gpush: helpers
-	$(GO) build -trimpath -ldflags '-X github.com/gpush/gpush/helper.Version=$(VERSION)' -o bin/gpush ./cmd/gpush
+	$(GO) build -trimpath -ldflags '-X github.com/gpush/gpush/helper.Version=$(VERSION) -X main.version=$(VERSION)' -o bin/gpush ./cmd/gpush
 
 build: helpers gpush
 

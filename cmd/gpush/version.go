@@ -19,10 +19,14 @@ func versionCommand() *cli.Command {
 	}
 }
 
+// version is stamped by `make build` (-X main.version=...); a plain
+// `go build` falls back to the module's build info.
+var version string
+
 func versionRun(c *cli.Context) error {
 	w := c.App.Writer
 	v, rev := "(devel)", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
+	if bi, ok := debug.ReadBuildInfo(); ok && version == "" {
 		if bi.Main.Version != "" {
 			v = bi.Main.Version
 		}
@@ -31,6 +35,9 @@ func versionRun(c *cli.Context) error {
 				rev = s.Value
 			}
 		}
+	}
+	if version != "" {
+		v = version
 	}
 	fmt.Fprintf(w, "gpush %s", v)
 	if rev != "" {
