@@ -55,25 +55,14 @@ end
 local function key(h) return tostring(h.pid) .. "/" .. tostring(h.start_time) end
 
 -- free_set says which GPUs of a wait_free result are free: no GPU holder and
--- used memory at or under the threshold the helper used (the idle baseline).
--- When the result carries no per-GPU threshold and is not ok as a whole, a
--- GPU without holders is asked about alone (probe), so that memory held
--- with no holder is told apart from a free GPU.
-local function free_set(r, probe)
+-- used memory at or under the threshold the helper judged each GPU by (the
+-- idle baseline unless threshold_mib was given).
+local function free_set(r)
   local held = holders_by_gpu(r.holders)
   local free = {}
   for _, g in ipairs(r.gpus or {}) do
-    if g.free ~= nil then
-      free[g.index] = g.free
-    elseif held[g.index] then
-      free[g.index] = false
-    elseif g.threshold_mib ~= nil then
-      free[g.index] = g.used_mib >= 0 and g.used_mib <= g.threshold_mib
-    elseif r.ok then
-      free[g.index] = true
-    else
-      free[g.index] = probe(g.index)
-    end
+    -- As the helper judges: an unknown reading (-1) does not hold a GPU busy.
+    free[g.index] = not held[g.index] and (g.used_mib < 0 or g.used_mib <= g.threshold_mib)
   end
   return free
 end
@@ -93,7 +82,6 @@ function M.free(opts)
     return gpu.wait_free{gpus = gpus or chosen, timeout = timeout, threshold_mib = threshold,
                          ignore_shared = true}
   end
-  local function probe(i) return wait("1ms", {i}).ok end
 
   -- One poll now (a zero timeout would mean the helper's default); its
   -- readings are the GPUs' state before anything is touched.
@@ -124,7 +112,7 @@ function M.free(opts)
       rows[i].holders = table.concat(names, "; ")
       busy[i] = true
     end
-    for i, free in pairs(free_set(first, probe)) do
+    for i, free in pairs(free_set(first)) do
       if rows[i] and free then
         rows[i].step = "already-free"; rows[i].freed = true; busy[i] = nil
       end
@@ -207,7 +195,7 @@ function M.free(opts)
     end
   end
 
-  local released = free_set(result, probe)
+  local released = free_set(result)
   for i in pairs(busy) do
     if #stopped > 0 and released[i] then
       rows[i].step = "service-stop"; rows[i].freed = true; busy[i] = nil
@@ -262,7 +250,7 @@ function M.free(opts)
 
   -- Verify: attribute what is still held, and why.
   local left = holders_by_gpu(result.holders)
-  local done = free_set(result, probe)
+  local done = free_set(result)
   for _, g in ipairs(result.gpus or {}) do
     if rows[g.index] then rows[g.index].after_mib = g.used_mib end
   end

@@ -288,7 +288,15 @@ func (m *mod) waitFree(L *glua.LState) int {
 	luaconv.SetStr(t, "reason", resp.Reason)
 	t.RawSetString("elapsed", glua.LNumber(resp.Elapsed.D().Seconds()))
 	t.RawSetString("polls", glua.LNumber(resp.Polls))
-	t.RawSetString("gpus", gpuList(L, resp.GPUs))
+	gpus := gpuList(L, resp.GPUs)
+	// Each GPU carries the threshold the helper judged it by, so a script
+	// can tell which GPUs are free without asking about each one again.
+	for i, g := range resp.GPUs {
+		if th, ok := resp.ThresholdMiB[g.Index]; ok {
+			gpus.RawGetInt(i+1).(*glua.LTable).RawSetString("threshold_mib", glua.LNumber(th))
+		}
+	}
+	t.RawSetString("gpus", gpus)
 	t.RawSetString("holders", holderList(L, resp.Holders))
 	L.Push(t)
 	return 1

@@ -34,6 +34,7 @@ r = gpu.wait_free{gpus = {0}, timeout = "300ms"}
 assert.eq(r.outcome, "memory-held")
 r = gpu.wait_free{gpus = {0}, threshold_mib = 512}
 assert.eq(r.outcome, "freed")
+assert.eq(r.gpus[1].threshold_mib, 512, "each GPU carries the threshold it was judged by")
 req = fake.calls("wait-free")
 assert.eq(req[#req].threshold_mib, 512)
 
