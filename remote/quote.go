@@ -3,8 +3,9 @@ package remote
 import "strings"
 
 // ShellQuote quotes one word for a POSIX shell: it is wrapped in single
-// quotes, inside which nothing is special, and every ' becomes '\” (close,
-// escaped quote, reopen). The result always reads back as exactly s.
+// quotes, inside which nothing is special, and every single quote inside
+// becomes: a closing quote, a backslash-escaped quote, an opening quote.
+// The result always reads back as exactly s.
 // Words made only of safe characters stay bare so logs stay readable; '='
 // is not safe (a leading NAME=value word is an assignment).
 func ShellQuote(s string) string {
