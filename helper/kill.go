@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -296,6 +297,14 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 		v.done = true
 	}
 
+	// An interrupted request signals nothing: a cancelled run must not
+	// start a kill it can no longer see through.
+	if len(active) > 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("nothing signalled: %w", err)
+		}
+	}
+
 	// First signal.
 	var waiting []*victim
 	for _, v := range active {
@@ -316,22 +325,11 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 		waiting = s.waitGone(ctx, waiting, killWait, OutcomeKilled)
 	} else {
 		waiting = s.waitGone(ctx, waiting, grace, OutcomeExited)
-		// KILL whatever ignored the first signal.
-		var killed []*victim
-		for _, v := range waiting {
-			sent, why := s.signal(v, unix.SIGKILL, "KILL")
-			switch {
-			case sent:
-				killed = append(killed, v)
-			case why == "gone" || why == "pid reused":
-				// It exited between the last poll and now.
-				v.res.Outcome, v.done = OutcomeExited, true
-			default:
-				v.res.Outcome, v.res.Reason, v.done = OutcomeSurvived, why, true
-				v.res.State = s.stateOf(v.res.Identity)
-			}
+		// KILL whatever ignored the first signal, unless the grace period
+		// was cut short: an interrupt is no licence to skip it.
+		if ctx.Err() == nil {
+			waiting = s.killSurvivors(ctx, waiting)
 		}
-		waiting = s.waitGone(ctx, killed, killWait, OutcomeKilled)
 	}
 	for _, v := range waiting {
 		v.res.Outcome = OutcomeSurvived
@@ -342,6 +340,9 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 		}
 		if ctx.Err() != nil {
 			v.res.Reason += "; wait cut short: " + ctx.Err().Error()
+			if !slices.Contains(v.res.Signals, "KILL") {
+				v.res.Reason += "; KILL not sent"
+			}
 		}
 	}
 	resp := &KillResponse{Version: Version, Results: make([]KillResult, 0, len(victims))}
@@ -350,6 +351,26 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 	}
 	resp.Elapsed = Duration(time.Since(start))
 	return resp, nil
+}
+
+// killSurvivors sends KILL to what outlived the first signal and waits for
+// it to vanish; it returns the processes still alive.
+func (s *scanner) killSurvivors(ctx context.Context, vs []*victim) []*victim {
+	var killed []*victim
+	for _, v := range vs {
+		sent, why := s.signal(v, unix.SIGKILL, "KILL")
+		switch {
+		case sent:
+			killed = append(killed, v)
+		case why == "gone" || why == "pid reused":
+			// It exited between the last poll and now.
+			v.res.Outcome, v.done = OutcomeExited, true
+		default:
+			v.res.Outcome, v.res.Reason, v.done = OutcomeSurvived, why, true
+			v.res.State = s.stateOf(v.res.Identity)
+		}
+	}
+	return s.waitGone(ctx, killed, killWait, OutcomeKilled)
 }
 
 func (s *scanner) stateOf(id Identity) string {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -645,4 +646,45 @@ func TestKillSkippedTargetDoesNotExpand(t *testing.T) {
 	if len(r.Results) != 1 || r.Results[0].Outcome != OutcomeSkipped || !alive(p.pid) || !alive(p.child) {
 		t.Errorf("results %+v, alive %v %v", r.Results, alive(p.pid), alive(p.child))
 	}
+}
+
+// An interrupted kill never escalates: a cancelled request signals nothing,
+// and one cancelled during the grace period does not send KILL.
+func TestKillInterruptedDoesNotEscalate(t *testing.T) {
+	h := newHost(t, 1)
+	p := h.start("", "--dev", h.d("nvidia0"), "--ignore-term")
+	id := identity(t, p.pid)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if r, err := Kill(ctx, KillRequest{Config: h.cfg, Targets: []Identity{id}}); err == nil || !strings.Contains(err.Error(), "nothing signalled") {
+		t.Errorf("cancelled before: response %+v err %v, want a 'nothing signalled' error", r, err)
+	}
+
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	r, err := Kill(&cancelOnWait{Context: ctx, cancel: cancel}, KillRequest{Config: h.cfg, Targets: []Identity{id}, Grace: Duration(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := result(t, r, p.pid)
+	if x.Outcome != OutcomeSurvived || strings.Join(x.Signals, ",") != "TERM" || !strings.Contains(x.Reason, "KILL not sent") {
+		t.Errorf("result %+v", x)
+	}
+	if !alive(p.pid) {
+		t.Error("holder was killed after the request was cancelled")
+	}
+}
+
+// cancelOnWait is cancelled the first time someone waits on it: Kill waits
+// only once TERM is out, so the cancel lands inside the grace period.
+type cancelOnWait struct {
+	context.Context
+	once   sync.Once
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnWait) Done() <-chan struct{} {
+	c.once.Do(c.cancel)
+	return c.Context.Done()
 }
