@@ -212,3 +212,27 @@ func TestNaturalLessAndSummary(t *testing.T) {
 		t.Errorf("summary %q", s)
 	}
 }
+
+func TestIsRecords(t *testing.T) {
+	for _, c := range []struct {
+		v    any
+		want bool
+	}{
+		{[]any{map[string]any{"gpu": 0.0, "used_mib": 12.0}}, true},
+		{[]any{map[string]any{"gpu": 0.0}, map[string]any{"gpu": 1.0, "holders": nil}}, true},
+		{[]any{}, false},
+		{[]any{map[string]any{}}, false},
+		{[]any{map[string]any{"gpus": []any{0.0}}}, false},
+		{[]any{"a", "b"}, false},
+		{map[string]any{"gpu": 0.0}, false},
+		{nil, false},
+	} {
+		if got := IsRecords(c.v); got != c.want {
+			t.Errorf("IsRecords(%#v) = %v, want %v", c.v, got, c.want)
+		}
+		// The REPL shows records through FleetTable: the two must agree.
+		if tbl := FleetTable([]Result{{Host: "h", Status: StatusOK, Value: c.v}}, nil); (tbl != nil) != c.want {
+			t.Errorf("FleetTable(%#v) table = %v, IsRecords says %v", c.v, tbl != nil, c.want)
+		}
+	}
+}

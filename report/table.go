@@ -140,6 +140,17 @@ func FleetTable(rs []Result, fold func([]string) string) *Table {
 	return t
 }
 
+// IsRecords reports whether v is what FleetTable shows as rows: a non-empty
+// list of non-empty tables of scalars.
+func IsRecords(v any) bool {
+	list, ok := v.([]any)
+	if !ok || len(list) == 0 {
+		return false
+	}
+	_, ok = records(list)
+	return ok
+}
+
 // records returns the list as flat records, or false when an element is not
 // a table of scalars.
 func records(list []any) ([]map[string]any, bool) {

@@ -464,7 +464,7 @@ func (r *repl) show(rs []lua.EvalResult) {
 			r.failed = true
 			r.mu.Unlock()
 		}
-		if x.Err == nil && len(x.Values) == 1 && isRecords(x.Values[0]) {
+		if x.Err == nil && len(x.Values) == 1 && report.IsRecords(x.Values[0]) {
 			table = append(table, report.Result{Host: x.Host, Status: report.StatusOK, Value: x.Values[0]})
 			continue
 		}
@@ -485,27 +485,6 @@ func (r *repl) show(rs []lua.EvalResult) {
 			fmt.Fprintf(r.out, "%s %s\n", hosts, text)
 		}
 	}
-}
-
-// isRecords: a non-empty list of tables of scalars (what FleetTable shows).
-func isRecords(v any) bool {
-	list, ok := v.([]any)
-	if !ok || len(list) == 0 {
-		return false
-	}
-	for _, e := range list {
-		m, ok := e.(map[string]any)
-		if !ok || len(m) == 0 {
-			return false
-		}
-		for _, f := range m {
-			switch f.(type) {
-			case map[string]any, []any:
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // showLeftOut reports the hosts OpenFleet could not open, equal causes
