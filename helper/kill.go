@@ -198,7 +198,10 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 		}
 	}()
 
-	var all []procStat // every process, read once when Group/Tree need it
+	// Every process and the parent -> children map, read once when Group or
+	// Tree need them.
+	var all []procStat
+	children := map[int][]procStat{}
 	if req.Group || req.Tree {
 		pids, err := s.proc.pids()
 		if err != nil {
@@ -207,6 +210,7 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 		for _, pid := range pids {
 			if st, err := s.proc.stat(pid); err == nil {
 				all = append(all, st)
+				children[st.PPID] = append(children[st.PPID], st)
 			}
 		}
 	}
@@ -254,10 +258,6 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 			}
 		}
 		if req.Tree {
-			children := map[int][]procStat{}
-			for _, o := range all {
-				children[o.PPID] = append(children[o.PPID], o)
-			}
 			queue := []int{id.PID}
 			for len(queue) > 0 {
 				p := queue[0]
@@ -374,10 +374,8 @@ func (s *scanner) killSurvivors(ctx context.Context, vs []*victim) []*victim {
 }
 
 func (s *scanner) stateOf(id Identity) string {
-	if _, _, state := s.liveness(id); state != "" {
-		return state
-	}
-	return ""
+	_, _, state := s.liveness(id)
+	return state
 }
 
 // waitGone polls every killPoll until each victim is gone or d passes;
