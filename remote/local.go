@@ -69,7 +69,9 @@ func (c *localConn) exec(ctx context.Context, argv []string, stdin io.Reader, ti
 	start := time.Now()
 	err := cmd.Run()
 	res := &Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Elapsed: time.Since(start)}
-	if ctx.Err() != nil {
+	// A command that exited on its own just before ctx ended keeps its
+	// result (err is nil then); a cancelled one always has err set.
+	if err != nil && ctx.Err() != nil {
 		if timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, fmt.Errorf("%s: %s: timed out after %s: %w", c.host.Name, argv[0], timeout, ctx.Err())
 		}
@@ -115,12 +117,13 @@ func (c *localConn) Helper(ctx context.Context, verb string, req, resp any) erro
 		return err
 	}
 	if !c.host.Become {
+		// Shaped like a run of the binary so that errors read the same.
 		var out bytes.Buffer
+		res := &Result{}
 		if err := helper.Serve(ctx, verb, bytes.NewReader(body), &out); err != nil {
-			res := &Result{Stdout: out.Bytes(), Stderr: []byte(err.Error()), ExitCode: 1}
-			return decodeHelper(c.host.Name, verb, "(in-process)", false, res, resp)
+			res.Stderr, res.ExitCode = []byte(err.Error()), 1
 		}
-		res := &Result{Stdout: out.Bytes()}
+		res.Stdout = out.Bytes()
 		return decodeHelper(c.host.Name, verb, "(in-process)", false, res, resp)
 	}
 	p, err := c.DeployHelper(ctx)
