@@ -106,7 +106,8 @@ type EvalResult struct {
 	Host string
 	// Values are the chunk's results as Go data (none for a statement).
 	Values []any
-	// Err is the evaluation error, without the host name in front.
+	// Err is the evaluation error, without the host name in front (the
+	// REPL shows the host, and equal errors gather across hosts).
 	Err error
 }
 
@@ -137,29 +138,12 @@ func (f *Fleet) Eval(ctx context.Context, hosts []string, code string) []EvalRes
 			out[i].Err = fmt.Errorf("host %s is not open in this REPL", h)
 			return
 		}
-		vs, err := s.Eval(ctx, code)
-		if err != nil {
-			// Session errors start with the host, which the REPL shows
-			// itself (and which would keep equal errors from gathering).
-			msg := strings.TrimPrefix(err.Error(), h+": ")
-			err = &hostError{msg: strings.TrimSpace(msg), err: err}
-		}
-		out[i].Values, out[i].Err = vs, err
+		out[i].Values, out[i].Err = s.eval(ctx, code)
 	}, func(i int) {
 		out[i].Err = fmt.Errorf("interrupted: %w", ctx.Err())
 	})
 	return out
 }
-
-// hostError is a session error shown without its host prefix; Unwrap keeps
-// the cause (context.Canceled, ...) reachable.
-type hostError struct {
-	msg string
-	err error
-}
-
-func (e *hostError) Error() string { return e.msg }
-func (e *hostError) Unwrap() error { return e.err }
 
 // Close closes every session.
 func (f *Fleet) Close() error {

@@ -41,7 +41,18 @@ func NewSession(h inventory.Host, dir string, o Options) (*Session, error) {
 // Eval runs code; an expression is evaluated as `return <code>`. It returns
 // the results as Go data (values with no data form, e.g. functions, come
 // back as their tostring). ctx bounds the call: cancelling it interrupts.
+// Errors start with the host's name.
 func (s *Session) Eval(ctx context.Context, code string) ([]any, error) {
+	vs, err := s.eval(ctx, code)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.hs.inv.Name, err)
+	}
+	return vs, nil
+}
+
+// eval is Eval with errors that do not name the host, for a caller (the
+// REPL's Fleet) that shows the host itself.
+func (s *Session) eval(ctx context.Context, code string) ([]any, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.L == nil {
@@ -53,7 +64,7 @@ func (s *Session) Eval(ctx context.Context, code string) ([]any, error) {
 	fn, err := L.LoadString("return " + code)
 	if err != nil {
 		if fn, err = L.LoadString(code); err != nil {
-			return nil, fmt.Errorf("%s: %w", s.hs.inv.Name, err)
+			return nil, err
 		}
 	}
 	L.SetTop(0)
@@ -61,17 +72,17 @@ func (s *Session) Eval(ctx context.Context, code string) ([]any, error) {
 	callErr := L.PCall(0, glua.MultRet, nil)
 	defer L.SetTop(0)
 	if failed, msg := s.hs.failure(true); failed {
-		return nil, fmt.Errorf("%s: fail: %s", s.hs.inv.Name, msg)
+		return nil, fmt.Errorf("fail: %s", msg)
 	}
 	if callErr != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%s: interrupted: %w", s.hs.inv.Name, ctx.Err())
+			return nil, fmt.Errorf("interrupted: %w", ctx.Err())
 		}
 		var apiErr *glua.ApiError
 		if errors.As(callErr, &apiErr) {
-			return nil, fmt.Errorf("%s: %s", s.hs.inv.Name, apiErr.Object.String())
+			return nil, errors.New(strings.TrimSpace(apiErr.Object.String()))
 		}
-		return nil, fmt.Errorf("%s: %w", s.hs.inv.Name, callErr)
+		return nil, callErr
 	}
 	out := make([]any, 0, L.GetTop())
 	for i := 1; i <= L.GetTop(); i++ {
