@@ -374,9 +374,14 @@ func TakeSnapshot(ctx context.Context, cfg Config) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.snapshot(ctx)
+}
+
+// snapshot is TakeSnapshot on a scanner a caller already has.
+func (s *scanner) snapshot(ctx context.Context) (*Snapshot, error) {
 	snap := &Snapshot{Version: Version, BootID: s.bootID, Time: time.Now().UTC(), GPUs: []GPU{}, Holders: []Holder{}}
 	snap.Hostname, _ = os.Hostname()
-	smi, findErr := newSMIRunner(cfg)
+	smi, findErr := newSMIRunner(s.cfg)
 	gs, smiErr := s.readGPUs(ctx, smi, findErr)
 	if smiErr != nil {
 		gs.warns = append(gs.warns, "nvidia-smi failed: "+smiErr.Error())

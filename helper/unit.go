@@ -200,7 +200,7 @@ func fillUnitLeftovers(ctx context.Context, cfg Config, resp *UnitResponse) erro
 			})
 		}
 	}
-	snap, err := TakeSnapshot(ctx, cfg)
+	snap, err := s.snapshot(ctx)
 	if err != nil {
 		return fmt.Errorf("unit %s: %w", resp.Unit, err)
 	}
