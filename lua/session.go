@@ -64,7 +64,8 @@ func (s *Session) eval(ctx context.Context, code string) ([]any, error) {
 	fn, err := L.LoadString("return " + code)
 	if err != nil {
 		if fn, err = L.LoadString(code); err != nil {
-			return nil, err
+			// The parser's message ends in a newline; one line reads better.
+			return nil, errors.New(strings.TrimSpace(err.Error()))
 		}
 	}
 	L.SetTop(0)
