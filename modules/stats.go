@@ -64,9 +64,6 @@ func (s *Stats) ObserveGPUs(gpus []helper.GPU, thresholds map[int]int64) {
 			s.gpus[g.Index] = st
 		}
 		st.UUID, st.TotalMiB, st.AfterMiB = g.UUID, g.MemTotalMiB, g.MemUsedMiB
-		if t, ok := thresholds[g.Index]; ok {
-			st.ThresholdMiB = t
-		}
 	}
 	for idx, t := range thresholds {
 		if st, ok := s.gpus[idx]; ok {
