@@ -40,33 +40,33 @@ func Serve(ctx context.Context, verb string, stdin io.Reader, stdout io.Writer) 
 func serve(ctx context.Context, verb string, stdin io.Reader) (any, error) {
 	data, err := io.ReadAll(io.LimitReader(stdin, maxRequest+1))
 	if err != nil {
-		return nil, fmt.Errorf("read %s request: %w", verb, err)
+		return nil, fmt.Errorf("read request: %w", err)
 	}
 	if len(data) > maxRequest {
-		return nil, fmt.Errorf("%s request larger than %d bytes", verb, maxRequest)
+		return nil, fmt.Errorf("request larger than %d bytes", maxRequest)
 	}
 	switch verb {
 	case VerbSnapshot:
 		var req SnapshotRequest
-		if err := decode(verb, data, &req); err != nil {
+		if err := decode(data, &req); err != nil {
 			return nil, err
 		}
 		return TakeSnapshot(ctx, req.Config)
 	case VerbKill:
 		var req KillRequest
-		if err := decode(verb, data, &req); err != nil {
+		if err := decode(data, &req); err != nil {
 			return nil, err
 		}
 		return Kill(ctx, req)
 	case VerbWaitFree:
 		var req WaitFreeRequest
-		if err := decode(verb, data, &req); err != nil {
+		if err := decode(data, &req); err != nil {
 			return nil, err
 		}
 		return WaitFree(ctx, req)
 	case VerbUnit:
 		var req UnitRequest
-		if err := decode(verb, data, &req); err != nil {
+		if err := decode(data, &req); err != nil {
 			return nil, err
 		}
 		return Unit(ctx, req)
@@ -75,18 +75,19 @@ func serve(ctx context.Context, verb string, stdin io.Reader) (any, error) {
 }
 
 // decode is strict: an unknown field is a typo or a version mismatch, and
-// either must not be silently ignored by a tool that kills processes.
-func decode(verb string, data []byte, v any) error {
+// either must not be silently ignored by a tool that kills processes. Its
+// errors do not name the verb: every caller already does.
+func decode(data []byte, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%s request: %w", verb, err)
+		return fmt.Errorf("bad request: %w", err)
 	}
 	if dec.More() {
-		return fmt.Errorf("%s request: more than one JSON value on stdin", verb)
+		return errors.New("bad request: more than one JSON value on stdin")
 	}
 	return nil
 }

@@ -77,13 +77,29 @@ func runBounded(ctx context.Context, timeout time.Duration, argv []string) (stdo
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	err = cmd.Run()
-	if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	switch ctxErr := ctx.Err(); {
+	case errors.Is(ctxErr, context.DeadlineExceeded):
 		return out.Bytes(), errb.Bytes(), fmt.Errorf("%s: timed out after %s (process group killed)", argv[0], timeout)
+	case ctxErr != nil:
+		return out.Bytes(), errb.Bytes(), fmt.Errorf("%s: interrupted (process group killed): %w", argv[0], ctxErr)
 	}
 	if err != nil {
 		return out.Bytes(), errb.Bytes(), fmt.Errorf("%s %s: %w", argv[0], strings.Join(argv[1:], " "), err)
 	}
 	return out.Bytes(), errb.Bytes(), nil
+}
+
+// withOutput adds what a failed command printed to its error (capped: a
+// wedged tool can print pages); err alone when it printed nothing.
+func withOutput(err error, out ...[]byte) error {
+	msg := strings.TrimSpace(string(bytes.Join(out, []byte("\n"))))
+	if msg == "" {
+		return err
+	}
+	if len(msg) > 300 {
+		msg = msg[:300] + "..."
+	}
+	return fmt.Errorf("%w: %s", err, msg)
 }
 
 // smiRunner runs one resolved nvidia-smi with the configured deadline.
@@ -109,18 +125,11 @@ func (r *smiRunner) query(ctx context.Context, arg string) (out []byte, noDevice
 	out, errb, err := runBounded(ctx, r.timeout, []string{r.path, arg, csvFormat})
 	if err != nil {
 		var ee *exec.ExitError
-		both := string(out) + string(errb)
-		if errors.As(err, &ee) && ee.ExitCode() == smiNoDevicesExit && strings.Contains(both, smiNoDevicesText) {
+		if errors.As(err, &ee) && ee.ExitCode() == smiNoDevicesExit && (bytes.Contains(out, []byte(smiNoDevicesText)) || bytes.Contains(errb, []byte(smiNoDevicesText))) {
 			return nil, true, nil
 		}
-		msg := strings.TrimSpace(both)
-		if len(msg) > 300 {
-			msg = msg[:300] + "..."
-		}
-		if msg != "" {
-			return nil, false, fmt.Errorf("%w: %s", err, msg)
-		}
-		return nil, false, err
+		// nvidia-smi tells what went wrong on stdout as often as on stderr.
+		return nil, false, withOutput(err, out, errb)
 	}
 	return out, false, nil
 }

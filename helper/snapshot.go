@@ -406,7 +406,7 @@ func (s *scanner) snapshot(ctx context.Context) (*Snapshot, error) {
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("snapshot: %w", err)
+		return nil, fmt.Errorf("interrupted: %w", err)
 	}
 	return snap, nil
 }

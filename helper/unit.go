@@ -128,12 +128,12 @@ func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 	if req.Action != UnitStatus {
 		_, errb, err := runBounded(ctx, timeout, []string{systemctl, req.Action, "--", name})
 		if err != nil {
-			actionErr = fmt.Errorf("%w: %s", err, strings.TrimSpace(string(errb)))
+			actionErr = withOutput(err, errb)
 		}
 	}
 	out, errb, err := runBounded(ctx, timeout, []string{systemctl, "show", "-p", "LoadState", "-p", "ActiveState", "-p", "SubState", "-p", "MainPID", "-p", "ControlGroup", "--", name})
 	if err != nil {
-		return nil, fmt.Errorf("systemctl show %s: %w: %s", name, err, strings.TrimSpace(string(errb)))
+		return nil, withOutput(err, errb)
 	}
 	props := parseShow(out)
 	resp.ActiveState, resp.SubState, resp.ControlGroup = props["ActiveState"], props["SubState"], props["ControlGroup"]

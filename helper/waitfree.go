@@ -66,7 +66,7 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("wait-free: %w", ctx.Err())
+			return nil, fmt.Errorf("interrupted after %d polls: %w", resp.Polls, ctx.Err())
 		case <-timer.C:
 		}
 		pollStart := time.Now()
@@ -186,7 +186,7 @@ func chooseGPUs(req WaitFreeRequest, gs gpuState) (map[int]bool, []string, error
 	}
 	for _, i := range req.GPUs {
 		if len(gs.gpus) > 0 && !have[i] {
-			return nil, nil, fmt.Errorf("wait-free: gpu %d: host has GPUs %v", i, sortedKeys(have))
+			return nil, nil, fmt.Errorf("gpu %d: no such GPU on this host (it has %v)", i, sortedKeys(have))
 		}
 		want[i] = true
 	}
