@@ -71,12 +71,14 @@ func Conn(L *glua.LState, h Host, fn string) remote.Conn {
 	return c
 }
 
-// CallHelper runs one helper verb on the host, raising a Lua error naming
-// the function, the verb and the host when it fails.
+// CallHelper runs one helper verb on the host, raising a Lua error
+// "fn: err" when it fails; a Conn's Helper errors already name the host and
+// the verb ("gpu01: helper snapshot failed (exit 1): ..."), so they are not
+// named again.
 func CallHelper(L *glua.LState, h Host, fn, verb string, req, resp any) {
 	c := Conn(L, h, fn)
 	h.Logger().Debug("helper call", "verb", verb, "func", fn)
 	if err := c.Helper(Ctx(L), verb, req, resp); err != nil {
-		Raise(L, h, fn, fmt.Errorf("helper %s on %s: %w", verb, h.Name(), err))
+		Raise(L, h, fn, err)
 	}
 }

@@ -128,8 +128,14 @@ func (c *Conn) begin(ctx context.Context, call Call) error {
 	return ctx.Err()
 }
 
-// Helper serves one helper verb from the model.
-func (c *Conn) Helper(ctx context.Context, verb string, req, resp any) error {
+// Helper serves one helper verb from the model. Its errors start
+// "HOST: helper VERB: ", as remote's Conns' do.
+func (c *Conn) Helper(ctx context.Context, verb string, req, resp any) (err error) {
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%s: helper %s: %w", c.name, verb, err)
+		}
+	}()
 	raw, err := json.Marshal(req)
 	if err != nil {
 		return fmt.Errorf("encode %s request: %w", verb, err)
