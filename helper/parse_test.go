@@ -1,6 +1,7 @@
 package helper
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -360,5 +361,42 @@ func TestDurationJSON(t *testing.T) {
 	}
 	if err := d.UnmarshalJSON([]byte(`"soon"`)); err == nil {
 		t.Error("soon: want an error")
+	}
+}
+
+// Without nvidia-smi the driver's GPUs are numbered in bus order, and one
+// unreadable information file costs only that GPU, with a warning.
+func TestReadGPUsFromDriverOnly(t *testing.T) {
+	proc := t.TempDir()
+	info := map[string]string{
+		// Directory order is not bus order: the bus decides the index.
+		"0000:0a:00.0": "Model: NVIDIA H200\nDevice Minor: 5\nBus Location: 0000:0a:00.0\nGPU UUID: GPU-b\n",
+		"0000:05:00.0": "Model: NVIDIA H200\nDevice Minor: 2\nBus Location: 0000:05:00.0\nGPU UUID: GPU-a\n",
+		"0000:01:00.0": "Model: NVIDIA H200\nBus Location: 0000:01:00.0\n", // no Device Minor, read first
+	}
+	for bus, text := range info {
+		dir := filepath.Join(proc, "driver/nvidia/gpus", bus)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "information"), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := &scanner{proc: procFS{dir: proc}}
+	st, err := s.readGPUs(context.Background(), nil, errNoSMI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.smiOK || len(st.gpus) != 2 || st.gpus[0].UUID != "GPU-a" || st.gpus[0].Minor != 2 || st.gpus[1].UUID != "GPU-b" || st.gpus[1].Minor != 5 {
+		t.Fatalf("gpus %+v", st.gpus)
+	}
+	for minor, want := range map[int]int{2: 0, 5: 1} {
+		if i, ok := st.mapping.index(minor); !ok || i != want {
+			t.Errorf("minor %d -> %d %v, want GPU %d", minor, i, ok, want)
+		}
+	}
+	if w := strings.Join(st.warns, "\n"); !strings.Contains(w, "0000:01:00.0/information: no Device Minor") {
+		t.Errorf("warnings %q: want the broken information file named", w)
 	}
 }

@@ -398,7 +398,8 @@ func normBusID(s string) string {
 }
 
 // readDriverGPUs reads every GPU the kernel driver knows; ok is false when
-// the driver's proc folder is absent.
+// the driver's proc folder is absent. An unreadable information file is
+// reported and skipped: the other GPUs' minors are still worth having.
 func (p procFS) readDriverGPUs() (gpus []driverGPU, ok bool, err error) {
 	dir := filepath.Join(p.dir, "driver/nvidia/gpus")
 	ents, err := os.ReadDir(dir)
@@ -408,17 +409,20 @@ func (p procFS) readDriverGPUs() (gpus []driverGPU, ok bool, err error) {
 		}
 		return nil, false, fmt.Errorf("read %s: %w", dir, err)
 	}
+	var errs []error
 	for _, e := range ents {
 		f := filepath.Join(dir, e.Name(), "information")
 		b, err := os.ReadFile(f)
 		if err != nil {
-			return gpus, true, fmt.Errorf("read %s: %w", f, err)
+			errs = append(errs, fmt.Errorf("read %s: %w", f, err))
+			continue
 		}
 		g, err := parseDriverInfo(b)
 		if err != nil {
-			return gpus, true, fmt.Errorf("%s: %w", f, err)
+			errs = append(errs, fmt.Errorf("%s: %w", f, err))
+			continue
 		}
 		gpus = append(gpus, g)
 	}
-	return gpus, true, nil
+	return gpus, true, errors.Join(errs...)
 }

@@ -228,11 +228,10 @@ func mapGPUs(gpus []GPU, drv []driverGPU, drvOK bool, smiOK bool) (gpuMapping, [
 		return m, warns
 	}
 	if drvOK && len(drv) > 0 && !smiOK {
-		// nvidia-smi numbers GPUs in PCI bus order; do the same.
-		sorted := append([]driverGPU{}, drv...)
-		sort.Slice(sorted, func(a, b int) bool { return sorted[a].BusID < sorted[b].BusID })
-		for i, d := range sorted {
-			m.minorToIndex[d.Minor] = i
+		// readGPUs listed the driver's GPUs in PCI bus order, the order
+		// nvidia-smi numbers them in.
+		for _, g := range gpus {
+			m.minorToIndex[g.Minor] = g.Index
 		}
 		warns = append(warns, "GPU indices taken from PCI bus order of /proc/driver/nvidia/gpus (no nvidia-smi)")
 		return m, warns
