@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
 )
 
 // ErrNotInstalled is returned (wrapped) by Start when no sshd binary is found.
@@ -374,27 +375,15 @@ func (s *Server) KnownHostsLine(names ...string) string {
 	if len(names) == 0 {
 		names = []string{s.Host}
 	}
-	var pats []string
+	addrs := make([]string, 0, len(names))
 	for _, n := range names {
 		if _, _, err := net.SplitHostPort(n); err != nil {
 			n = net.JoinHostPort(n, strconv.Itoa(s.Port))
 		}
-		pats = append(pats, normalize(n))
+		addrs = append(addrs, n)
 	}
-	return strings.Join(pats, ",") + " " + strings.TrimSpace(string(ssh.MarshalAuthorizedKey(s.HostKey)))
-}
-
-// normalize writes host:port as known_hosts does: bare host for port 22,
-// [host]:port otherwise.
-func normalize(hostport string) string {
-	h, p, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return strings.Trim(hostport, "[]")
-	}
-	if p == "22" {
-		return h
-	}
-	return "[" + h + "]:" + p
+	// knownhosts.Line writes each address as ssh does (bare for port 22).
+	return knownhosts.Line(addrs, s.HostKey)
 }
 
 // WriteKnownHosts writes a known_hosts file holding KnownHostsLine(names...).
