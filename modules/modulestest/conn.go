@@ -111,10 +111,10 @@ func (c *Conn) begin(ctx context.Context, call Call) error {
 	lost, closed := c.lost, c.closed
 	c.mu.Unlock()
 	if closed {
-		return fmt.Errorf("fake conn %s: use after Close", c.name)
+		return errors.New("fake conn: use after Close")
 	}
 	if lost {
-		return fmt.Errorf("fake conn %s: %w", c.name, ErrConnLost)
+		return ErrConnLost
 	}
 	if c.Latency > 0 {
 		t := time.NewTimer(c.Latency)
@@ -201,21 +201,22 @@ func decodeStrict(b []byte, v any) error {
 	return d.Decode(v)
 }
 
-// Run records the command and answers through RunFunc.
+// Run records the command and answers through RunFunc. Its errors start
+// "HOST: ARGV0: ", as remote's Conns' do.
 func (c *Conn) Run(ctx context.Context, argv []string, opts remote.RunOptions) (*remote.Result, error) {
+	if len(argv) == 0 {
+		return nil, fmt.Errorf("%s: run: empty command", c.name)
+	}
 	var stdin string
 	if opts.Stdin != nil {
 		b, err := io.ReadAll(opts.Stdin)
 		if err != nil {
-			return nil, fmt.Errorf("read stdin: %w", err)
+			return nil, fmt.Errorf("%s: %s: read stdin: %w", c.name, argv[0], err)
 		}
 		stdin = string(b)
 	}
-	if len(argv) == 0 {
-		return nil, errors.New("run: empty argv")
-	}
 	if err := c.begin(ctx, Call{Method: "run", Argv: append([]string(nil), argv...), Opts: opts, Stdin: stdin}); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %s: %w", c.name, argv[0], err)
 	}
 	if c.RunFunc == nil {
 		return &remote.Result{}, nil
@@ -227,10 +228,10 @@ func (c *Conn) Run(ctx context.Context, argv []string, opts remote.RunOptions) (
 func (c *Conn) Put(ctx context.Context, path string, data io.Reader, mode os.FileMode) error {
 	b, err := io.ReadAll(data)
 	if err != nil {
-		return fmt.Errorf("put %s: %w", path, err)
+		return fmt.Errorf("%s: put %s: %w", c.name, path, err)
 	}
 	if err := c.begin(ctx, Call{Method: "put", Path: path, Data: string(b), Mode: mode}); err != nil {
-		return err
+		return fmt.Errorf("%s: put %s: %w", c.name, path, err)
 	}
 	c.SetFile(path, b)
 	return nil
@@ -239,11 +240,11 @@ func (c *Conn) Put(ctx context.Context, path string, data io.Reader, mode os.Fil
 // Get reads what Put or SetFile stored.
 func (c *Conn) Get(ctx context.Context, path string) ([]byte, error) {
 	if err := c.begin(ctx, Call{Method: "get", Path: path}); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: get %s: %w", c.name, path, err)
 	}
 	b, ok := c.File(path)
 	if !ok {
-		return nil, fmt.Errorf("get %s: %w", path, os.ErrNotExist)
+		return nil, fmt.Errorf("%s: get %s: %w", c.name, path, os.ErrNotExist)
 	}
 	return b, nil
 }

@@ -1,5 +1,6 @@
 // Package ssh is the `ssh` Lua module: run commands on the host and move
-// files over the host's connection. See README.md.
+// files over the host's connection. See README.md. A Conn's errors name the
+// host and the command or path, so calls raise them as "ssh.fn: err".
 package ssh
 
 import (
@@ -80,7 +81,7 @@ func (m *mod) run(L *glua.LState) int {
 	c := modules.Conn(L, m.h, fn)
 	res, err := c.Run(modules.Ctx(L), argv, opts)
 	if err != nil {
-		modules.Raise(L, m.h, fn, fmt.Errorf("%s on %s: %w", argv[0], m.h.Name(), err))
+		modules.Raise(L, m.h, fn, err)
 	}
 	t.RawSetString("ok", glua.LBool(res.ExitCode == 0))
 	t.RawSetString("code", glua.LNumber(res.ExitCode))
@@ -113,7 +114,7 @@ func (m *mod) put(L *glua.LState) int {
 	}
 	c := modules.Conn(L, m.h, fn)
 	if err := c.Put(modules.Ctx(L), p, strings.NewReader(content), os.FileMode(mode)); err != nil {
-		modules.Raise(L, m.h, fn, fmt.Errorf("%s on %s: %w", p, m.h.Name(), err))
+		modules.Raise(L, m.h, fn, err)
 	}
 	return 0
 }
@@ -124,7 +125,7 @@ func (m *mod) get(L *glua.LState) int {
 	c := modules.Conn(L, m.h, fn)
 	b, err := c.Get(modules.Ctx(L), p)
 	if err != nil {
-		modules.Raise(L, m.h, fn, fmt.Errorf("%s on %s: %w", p, m.h.Name(), err))
+		modules.Raise(L, m.h, fn, err)
 	}
 	L.Push(glua.LString(b))
 	return 1

@@ -1,6 +1,6 @@
 ssh.put("/etc/gpush.conf", "x=1\n", {mode = 384})
 assert.eq(fake.file("/etc/gpush.conf"), "x=1\n")
 assert.eq(ssh.get("/etc/gpush.conf"), "x=1\n")
-assert.error(function() ssh.get("/nope") end, "ssh.get: /nope on gpu03")
+assert.error(function() ssh.get("/nope") end, "ssh.get: gpu03: get /nope")
 assert.error(function() ssh.put("", "x") end, "invalid remote path")
 assert.error(function() ssh.put("/x", "x", {mode = 99999}) end, "not a file mode")
