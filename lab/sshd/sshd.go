@@ -179,7 +179,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			return s, nil
 		}
 		lastErr = err
-		if ctx.Err() != nil || !s.exitedEarly() {
+		// Only a lost race for the port is worth a retry; a bad config
+		// would fail the same way five times.
+		if ctx.Err() != nil || !s.exitedEarly() || !strings.Contains(s.logBuf.String(), "Address already in use") {
 			break
 		}
 		s.done = make(chan struct{})
@@ -347,7 +349,8 @@ func (s *Server) run(ctx context.Context, bin string, opts Options) error {
 			return fmt.Errorf("sshd %s -f %s exited before accepting on %s (%v): %s",
 				bin, s.ConfigPath, s.Addr, s.waitErr, strings.TrimSpace(s.logBuf.String()))
 		case <-wctx.Done():
-			s.kill()
+			// Gone before returning: the caller removes its folder next.
+			s.terminate()
 			return fmt.Errorf("sshd on %s did not accept within %s: %w; log: %s",
 				s.Addr, timeout, wctx.Err(), strings.TrimSpace(s.logBuf.String()))
 		case <-time.After(20 * time.Millisecond):
@@ -405,11 +408,20 @@ func (s *Server) PID() int {
 	return s.cmd.Process.Pid
 }
 
-func (s *Server) kill() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		// Negative pid: the whole group, so per-connection sshd children
-		// die with the listener.
-		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
+// terminate sends TERM to sshd's whole process group (negative pid, so
+// per-connection sshd children die with the listener), KILL if it is still
+// there 5s later, and waits for it to exit.
+func (s *Server) terminate() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	pgid := s.cmd.Process.Pid
+	syscall.Kill(-pgid, syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(5 * time.Second):
+		syscall.Kill(-pgid, syscall.SIGKILL)
+		<-s.done
 	}
 }
 
@@ -418,15 +430,7 @@ func (s *Server) kill() {
 func (s *Server) Stop() error {
 	var err error
 	s.once.Do(func() {
-		s.kill()
-		select {
-		case <-s.done:
-		case <-time.After(5 * time.Second):
-			if s.cmd != nil && s.cmd.Process != nil {
-				syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-			}
-			<-s.done
-		}
+		s.terminate()
 		// Session children were spawned in sshd's group, but a session may
 		// have started its own; those are the test's to clean.
 		if s.ownsDir {

@@ -1,6 +1,7 @@
 package sshd
 
 import (
+	"context"
 	"net"
 	"os"
 	"path/filepath"
@@ -110,4 +111,20 @@ func mustKey(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// A config sshd rejects fails Start with sshd's own complaint, and leaves
+// no folder behind.
+func TestStartBadConfig(t *testing.T) {
+	if _, err := FindBinary(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	_, err := Start(context.Background(), Options{ExtraConfig: []string{"NoSuchKeyword yes"}})
+	if err == nil || !strings.Contains(err.Error(), "NoSuchKeyword") {
+		t.Fatalf("want an error quoting the bad option, got %v", err)
+	}
+	dir := strings.Fields(err.Error())[3] // "sshd BIN -f DIR/sshd_config ..."
+	if _, serr := os.Stat(filepath.Dir(dir)); !os.IsNotExist(serr) {
+		t.Fatalf("folder %s left behind (stat: %v)", filepath.Dir(dir), serr)
+	}
 }
