@@ -66,6 +66,7 @@ type fakeConfig struct {
 	GPUs         []fakeGPU `json:"gpus"`
 	ReleaseDelay string    `json:"release_delay,omitempty"`
 	Fault        string    `json:"fault,omitempty"`
+	FaultOn      []string  `json:"fault_on,omitempty"`
 }
 
 // host is one simulated GPU host: fake device files and a fake nvidia-smi.

@@ -138,13 +138,6 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		}
 		timer.Reset(time.Until(next))
 	}
-	if len(notes) > 0 {
-		if resp.Reason != "" {
-			resp.Reason += "; "
-		}
-		resp.Reason += strings.Join(notes, "; ")
-	}
-	resp.Elapsed = Duration(time.Since(start))
 	resp.GPUs = []GPU{}
 	for _, g := range last.gpus {
 		if want[g.Index] {
@@ -157,10 +150,19 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 	}
 	if len(block) > 0 && last.smiOK {
 		// Memory per holder only when someone will read it.
-		if apps, err := smi.queryApps(ctx); err == nil {
+		if apps, err := smi.queryApps(ctx); err != nil {
+			notes = append(notes, "holders' memory unknown: "+err.Error())
+		} else {
 			mergeApps(resp.Holders, apps)
 		}
 	}
+	if len(notes) > 0 {
+		if resp.Reason != "" {
+			resp.Reason += "; "
+		}
+		resp.Reason += strings.Join(notes, "; ")
+	}
+	resp.Elapsed = Duration(time.Since(start))
 	return resp, nil
 }
 

@@ -193,3 +193,16 @@ func BenchmarkWaitFreeDetection(b *testing.B) {
 	}
 	b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms-to-freed")
 }
+
+// A failing --query-compute-apps at the end costs the holders' memory, and
+// the reason says so instead of reporting 0 MiB as if known.
+func TestWaitFreeAppsFailureIsNoted(t *testing.T) {
+	h := newHost(t, 1)
+	h.fake.Fault, h.fake.FaultOn = "fail", []string{"compute-apps"}
+	h.save()
+	p := h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "700")
+	r := waitFree(t, WaitFreeRequest{Config: h.cfg, Timeout: Duration(200 * time.Millisecond)})
+	if r.Outcome != WaitTimedOut || len(r.Holders) != 1 || r.Holders[0].PID != p.pid || !strings.Contains(r.Reason, "holders' memory unknown") {
+		t.Errorf("outcome %s holders %+v reason %q", r.Outcome, r.Holders, r.Reason)
+	}
+}
