@@ -370,10 +370,10 @@ func (r *repl) dot(t string) bool {
 	case ".exit":
 		return true
 	case ".help":
-		fmt.Fprintln(r.out, "  .hosts            the open hosts, the current selection, the hosts left out")
-		fmt.Fprintln(r.out, "  .limit PATTERN    evaluate on the open hosts PATTERN selects (as --limit)")
-		fmt.Fprintln(r.out, "  .all              back to every open host")
-		fmt.Fprintln(r.out, "  .exit             leave (also Ctrl-D)")
+		// One text for --help and .help: the "Commands:" block of replHelp.
+		_, cmds, _ := strings.Cut(replHelp, "Commands:\n")
+		cmds, _, _ = strings.Cut(cmds, "\n\n")
+		fmt.Fprintln(r.out, cmds)
 		fmt.Fprintln(r.out, "  An expression shows its value; Ctrl-C interrupts the evaluation.")
 	case ".hosts":
 		fmt.Fprintf(r.out, "open: %s (%d)\n", inventory.FoldNodeSet(r.all), len(r.all))
