@@ -16,7 +16,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -286,9 +285,54 @@ func LivePids(pids []int) []int {
 	return out
 }
 
+// SignalMember sends sig to pid only while pid is in cgroup cg (a path
+// inside the hierarchies, such as a unit's ControlGroup) or below it. A pid
+// read from cgroup.procs may exit and be reused by an unrelated process
+// before the signal: the pidfd pins the process, and the membership read
+// after opening it proves it is still the one that was listed. pid <= 1 and
+// the caller itself are never signalled.
+func SignalMember(pid int, cg string, sig unix.Signal) bool {
+	if pid <= 1 || pid == os.Getpid() {
+		return false
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil && !errors.Is(err, unix.ENOSYS) {
+		return false // gone (ESRCH), or not ours to signal
+	}
+	if err == nil {
+		defer unix.Close(fd)
+	}
+	if !InCgroup(pid, cg) {
+		return false
+	}
+	if err == nil {
+		return unix.PidfdSendSignal(fd, sig, nil, 0) == nil
+	}
+	// No pidfd (kernel < 5.3): the membership was re-read just now.
+	return unix.Kill(pid, sig) == nil
+}
+
+// InCgroup reports whether /proc/PID/cgroup places pid in cg or below it,
+// in any hierarchy.
+func InCgroup(pid int, cg string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return false
+	}
+	cg = strings.TrimSuffix(cg, "/")
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) == 3 && (parts[2] == cg || strings.HasPrefix(parts[2], cg+"/")) {
+			return true
+		}
+	}
+	return false
+}
+
 // KillTree sends KILL to every live process in base of each hierarchy and
 // waits (up to wait) for them to be gone; it returns the pids still alive.
-// Only members of the cgroup are hit: membership is the identity here.
+// Only members of the cgroup are hit, each re-checked as it is signalled
+// (SignalMember).
 func KillTree(hs []string, base string, wait time.Duration) []int {
 	members := func() []int {
 		var all []int
@@ -307,9 +351,7 @@ func KillTree(hs []string, base string, wait time.Duration) []int {
 			return left
 		}
 		for _, p := range left {
-			if p > 1 && p != os.Getpid() {
-				_ = syscall.Kill(p, syscall.SIGKILL)
-			}
+			SignalMember(p, base, unix.SIGKILL)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -489,8 +489,8 @@ func (m *manager) start(u string) int {
 	return 0
 }
 
-// signal sends sig to pid, then CONT (as systemd does after TERM, so that a
-// stopped process can act on it).
+// signal sends sig to the unit's main process, then CONT (as systemd does
+// after TERM, so that a stopped process can act on it).
 func signal(pid int, sig syscall.Signal) {
 	if pid <= 1 || pid == os.Getpid() {
 		return
@@ -498,6 +498,14 @@ func signal(pid int, sig syscall.Signal) {
 	_ = syscall.Kill(pid, sig)
 	if sig == syscall.SIGTERM {
 		_ = syscall.Kill(pid, syscall.SIGCONT)
+	}
+}
+
+// signalMember is signal for a pid read from the unit's cgroup.procs: it is
+// signalled only while it is still in the unit's cgroup.
+func (m *manager) signalMember(u string, pid int, sig syscall.Signal) {
+	if labsystemd.SignalMember(pid, m.cfg.UnitCgroup(u), sig) && sig == syscall.SIGTERM {
+		labsystemd.SignalMember(pid, m.cfg.UnitCgroup(u), syscall.SIGCONT)
 	}
 }
 
@@ -546,7 +554,7 @@ func (m *manager) stop(u string) int {
 				}
 				continue
 			}
-			signal(p, syscall.SIGTERM)
+			m.signalMember(u, p, syscall.SIGTERM)
 		}
 		if !waitUntil(timeout, func() bool { return mainGone() && len(m.members(u)) == 0 }) {
 			killedMain = !mainGone()
@@ -554,7 +562,7 @@ func (m *manager) stop(u string) int {
 				signal(main, syscall.SIGKILL)
 			}
 			for _, p := range m.members(u) {
-				signal(p, syscall.SIGKILL)
+				m.signalMember(u, p, syscall.SIGKILL)
 			}
 			waitUntil(finalKillWait, func() bool { return mainGone() && len(m.members(u)) == 0 })
 		}
@@ -569,7 +577,7 @@ func (m *manager) stop(u string) int {
 		}
 		if unit.Mode() == labsystemd.KillMixed {
 			for _, p := range m.members(u) {
-				signal(p, syscall.SIGKILL)
+				m.signalMember(u, p, syscall.SIGKILL)
 			}
 			waitUntil(finalKillWait, func() bool { return len(m.members(u)) == 0 })
 		}
