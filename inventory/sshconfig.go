@@ -64,6 +64,30 @@ func loadSSHConfig(paths []string, lenient map[string]bool, home string) (*sshCo
 	return sc, warnings, nil
 }
 
+// SSHConfig is a set of ssh_config files, read once, completing hosts as
+// `ssh` would. remote uses it for ProxyJump hops, so that a hop name is
+// resolved exactly like an inventory host. Safe for concurrent use.
+type SSHConfig struct{ sc *sshConfig }
+
+// LoadSSHConfig reads files in order (for each keyword the first value
+// found wins). A missing file is skipped; an unreadable or malformed one is
+// an error naming it. home expands ~ ("" = os.UserHomeDir()).
+func LoadSSHConfig(files []string, home string) (*SSHConfig, error) {
+	if home == "" {
+		home, _ = os.UserHomeDir()
+	}
+	sc, _, err := loadSSHConfig(files, nil, home)
+	if err != nil {
+		return nil, err
+	}
+	return &SSHConfig{sc}, nil
+}
+
+// Complete fills what h leaves unsaid (Address, Port, User, IdentityFiles,
+// ProxyJump) from the files; what h already says wins. h.Address, or else
+// h.Name, is the name looked up.
+func (c *SSHConfig) Complete(h *Host) error { return c.sc.complete(h) }
+
 func (sc *sshConfig) get(alias, key string) (string, string, error) {
 	for _, f := range sc.files {
 		v, err := f.cfg.Get(alias, key)

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/gpush/gpush/inventory"
-	"github.com/kevinburke/ssh_config"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
 )
@@ -153,23 +152,14 @@ func parseHop(spec string, o Options) (target, error) {
 		t.port = p
 	}
 	if cfg := loadSSHConfig(o); cfg != nil {
-		if v, _ := cfg.Get(host, "HostName"); v != "" {
-			t.host = v
+		// Completed as an inventory host would be: HostName (with its %
+		// tokens), Port, User and IdentityFile; the hop's own spec wins.
+		hop := inventory.Host{Name: host, Port: t.port, User: t.user}
+		if err := cfg.Complete(&hop); err != nil {
+			return target{}, fmt.Errorf("ProxyJump hop %q: %w", spec, err)
 		}
-		if t.port == 0 {
-			if v, _ := cfg.Get(host, "Port"); v != "" {
-				if p, err := strconv.Atoi(v); err == nil {
-					t.port = p
-				}
-			}
-		}
-		if t.user == "" {
-			t.user, _ = cfg.Get(host, "User")
-		}
-		ids, _ := cfg.GetAll(host, "IdentityFile")
-		for _, id := range ids {
-			t.keys = append(t.keys, expandHome(id))
-		}
+		t.host, t.port, t.user = hop.Address, hop.Port, hop.User
+		t.keys = append(t.keys, hop.IdentityFiles...)
 	}
 	if t.port == 0 {
 		t.port = 22
@@ -180,23 +170,20 @@ func parseHop(spec string, o Options) (target, error) {
 	return t, nil
 }
 
-var sshConfigCache sync.Map // path -> *ssh_config.Config
+var sshConfigCache sync.Map // path -> *inventory.SSHConfig
 
-func loadSSHConfig(o Options) *ssh_config.Config {
+// loadSSHConfig reads o.SSHConfigFile once per process; nil when disabled,
+// missing or unreadable (hop names are then dialled as written).
+func loadSSHConfig(o Options) *inventory.SSHConfig {
 	if o.SSHConfigFile == "none" {
 		return nil
 	}
 	if c, ok := sshConfigCache.Load(o.SSHConfigFile); ok {
-		return c.(*ssh_config.Config)
+		return c.(*inventory.SSHConfig)
 	}
-	f, err := os.Open(o.SSHConfigFile)
+	cfg, err := inventory.LoadSSHConfig([]string{o.SSHConfigFile}, "")
 	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	cfg, err := ssh_config.Decode(f)
-	if err != nil {
-		o.Logger.Warn("ignoring unreadable ssh config", "file", o.SSHConfigFile, "err", err)
+		o.Logger.Warn("ignoring unreadable ssh config for ProxyJump hops", "file", o.SSHConfigFile, "err", err)
 		return nil
 	}
 	sshConfigCache.Store(o.SSHConfigFile, cfg)
