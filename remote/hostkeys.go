@@ -24,30 +24,44 @@ import (
 // lock, but it appends whole lines).
 var learnMu sync.Mutex
 
-// hostKeys checks host keys against one known_hosts file.
+// hostKeys checks host keys against one known_hosts file. One is made per
+// Dial and shared by its hops.
 type hostKeys struct {
 	file   string
 	policy string
 	log    *slog.Logger
+
+	// The file as read by this dial: algorithms and check both need it.
+	mu     sync.Mutex
+	loaded bool
+	cached *knownhosts.HostKeyDB
+	err    error
 }
 
-// db reads known_hosts afresh; a missing file is an empty database (nil).
-func (k *hostKeys) db() (*knownhosts.HostKeyDB, error) {
+// db returns known_hosts, read once per dial unless fresh (learn re-reads
+// it under its lock); a missing file is an empty database (nil).
+func (k *hostKeys) db(fresh bool) (*knownhosts.HostKeyDB, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.loaded && !fresh {
+		return k.cached, k.err
+	}
 	db, err := knownhosts.NewDB(k.file)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		db, err = nil, nil
+	case err != nil:
+		db, err = nil, fmt.Errorf("read known_hosts %s: %w", k.file, err)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("read known_hosts %s: %w", k.file, err)
-	}
-	return db, nil
+	k.loaded, k.cached, k.err = true, db, err
+	return db, err
 }
 
 // algorithms orders host key algorithms after what known_hosts holds for
 // hostport, so that a host known by its RSA key is not asked for ed25519
 // first (which x/crypto would then report as a changed key).
 func (k *hostKeys) algorithms(hostport string) []string {
-	db, err := k.db()
+	db, err := k.db(false)
 	if err != nil || db == nil {
 		return nil
 	}
@@ -60,7 +74,7 @@ func fingerprint(key ssh.PublicKey) string {
 
 // check verifies key for hostport (as dialed) under the policy.
 func (k *hostKeys) check(hostport string, remote net.Addr, key ssh.PublicKey) error {
-	err := k.lookup(hostport, remote, key)
+	err := k.lookup(hostport, remote, key, false)
 	var hke *HostKeyError
 	if err == nil || !errors.As(err, &hke) || hke.Changed || hke.LookupError != nil {
 		return err
@@ -71,11 +85,12 @@ func (k *hostKeys) check(hostport string, remote net.Addr, key ssh.PublicKey) er
 	return k.learn(hostport, remote, key)
 }
 
-// lookup returns nil for a known key, else a *HostKeyError.
-func (k *hostKeys) lookup(hostport string, remote net.Addr, key ssh.PublicKey) error {
+// lookup returns nil for a known key, else a *HostKeyError; fresh re-reads
+// known_hosts first.
+func (k *hostKeys) lookup(hostport string, remote net.Addr, key ssh.PublicKey, fresh bool) error {
 	norm := knownhosts.Normalize(hostport)
 	base := &HostKeyError{Addr: norm, File: k.file, OfferedKey: fingerprint(key)}
-	db, err := k.db()
+	db, err := k.db(fresh)
 	if err != nil {
 		base.LookupError = err
 		return base
@@ -129,7 +144,7 @@ func (k *hostKeys) learn(hostport string, remote net.Addr, key ssh.PublicKey) er
 	}
 	defer lock.Unlock()
 
-	err = k.lookup(hostport, remote, key)
+	err = k.lookup(hostport, remote, key, true)
 	var hke *HostKeyError
 	if err == nil || !errors.As(err, &hke) || hke.Changed || hke.LookupError != nil {
 		return err
