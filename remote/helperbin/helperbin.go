@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 )
 
 //go:embed bin
@@ -51,21 +52,33 @@ var builds sync.Map // goarch -> *buildResult
 // Source returns the helper for linux/goarch: the embedded one, else one
 // built once per process from the module source. Its signature fits
 // remote.Options.HelperSource.
+//
+// Test binaries build from the source even when helpers are embedded:
+// binaries left in bin/ by an earlier `make build` would otherwise have
+// the tests exercise stale helper code. Only a test binary run away from
+// the source falls back to the embedded helper.
 func Source(goarch string) ([]byte, error) {
 	if !supported(goarch) {
 		return nil, fmt.Errorf("no gpush-helper for linux/%s (built for %s only)", goarch, strings.Join(Arches, ", "))
 	}
-	if b, ok := Embedded(goarch); ok {
-		return b, nil
+	emb, hasEmb := Embedded(goarch)
+	if hasEmb && !testing.Testing() {
+		return emb, nil
 	}
 	v, _ := builds.LoadOrStore(goarch, &buildResult{})
 	r := v.(*buildResult)
 	r.once.Do(func() { r.b, r.err = build(goarch) })
-	if r.err != nil {
-		return nil, fmt.Errorf("gpush-helper for linux/%s is not embedded in this gpush and could not be built "+
-			"from source (%w); run `make build`", goarch, r.err)
+	switch {
+	case r.err == nil:
+		return r.b, nil
+	case hasEmb && errors.Is(r.err, errNoSource):
+		return emb, nil
+	case hasEmb:
+		return nil, fmt.Errorf("gpush-helper for linux/%s: building it from the module source failed (%w); "+
+			"tests do not fall back to the embedded one, which may be stale", goarch, r.err)
 	}
-	return r.b, nil
+	return nil, fmt.Errorf("gpush-helper for linux/%s is not embedded in this gpush and could not be built "+
+		"from source (%w); run `make build`", goarch, r.err)
 }
 
 func supported(goarch string) bool {
@@ -131,6 +144,8 @@ func findGo() (string, error) {
 	return "", errors.New("no Go toolchain (go) on PATH")
 }
 
+var errNoSource = errors.New("the " + ModulePath + " module source (with cmd/gpush-helper) is not here")
+
 // moduleRoot finds the gpush module source: from this file's compile-time
 // path (absent under -trimpath), else from the working directory upwards.
 func moduleRoot() (string, error) {
@@ -153,8 +168,7 @@ func moduleRoot() (string, error) {
 			d = parent
 		}
 	}
-	return "", fmt.Errorf("the %s module source (with cmd/gpush-helper) is not here (looked up from %s)",
-		ModulePath, strings.Join(starts, ", "))
+	return "", fmt.Errorf("%w (looked up from %s)", errNoSource, strings.Join(starts, ", "))
 }
 
 func isModuleRoot(d string) bool {
