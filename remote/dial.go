@@ -111,8 +111,9 @@ func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error)
 		c, err := dialOne(ctx, t, via, dialer, hk, o)
 		if err != nil {
 			closeAll()
+			err.Host = h.Name
 			if t.isHop {
-				err.Host = h.Name + " through jump host " + t.name
+				err.Hop = t.name
 			}
 			return nil, err
 		}

@@ -23,6 +23,7 @@ const (
 // "unreachable". Err explains the stage in operator terms.
 type DialError struct {
 	Host  string // inventory name
+	Hop   string // the jump host that failed, as ProxyJump names it; "" for the host itself
 	Addr  string // host:port dialed (the hop's, for a failed jump host)
 	Via   string // the jump host this address was dialed through, if any
 	Stage string
@@ -34,10 +35,14 @@ func (e *DialError) Error() string {
 	if e.Via != "" {
 		via = " via " + e.Via
 	}
-	if e.Host == "" || e.Host == e.Addr {
+	who := e.Host
+	if e.Hop != "" {
+		who += " through jump host " + e.Hop
+	}
+	if who == "" || who == e.Addr {
 		return fmt.Sprintf("%s%s: cannot connect (%s): %v", e.Addr, via, e.Stage, e.Err)
 	}
-	return fmt.Sprintf("%s (%s%s): cannot connect (%s): %v", e.Host, e.Addr, via, e.Stage, e.Err)
+	return fmt.Sprintf("%s (%s%s): cannot connect (%s): %v", who, e.Addr, via, e.Stage, e.Err)
 }
 
 func (e *DialError) Unwrap() error { return e.Err }

@@ -309,8 +309,8 @@ func TestProxyJumpTwoHops(t *testing.T) {
 	// jump2's key is not known yet: refused, naming the jump host.
 	_, err := Dial(context.Background(), e.host, e.opts)
 	de := dialErr(t, err)
-	if de.Stage != StageHostKey {
-		t.Fatalf("stage %q: %v", de.Stage, err)
+	if de.Stage != StageHostKey || de.Host != e.host.Name || de.Hop != "jump2" {
+		t.Fatalf("stage %q host %q hop %q: %v", de.Stage, de.Host, de.Hop, err)
 	}
 	mustContain(t, err.Error(), "jump host jump2", fmt.Sprintf("[127.0.0.1]:%d", j2.Port))
 
