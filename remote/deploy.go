@@ -78,6 +78,47 @@ func RemoteDir(h inventory.Host, home string) (string, error) {
 	return path.Clean(dir), nil
 }
 
+// helperCache is where a Conn's helper was deployed: found once, reused by
+// every call, forgotten when a call finds the file gone.
+type helperCache struct {
+	mu   sync.Mutex
+	path string
+}
+
+// get returns the cached path, or runs deploy (once at a time) and caches it.
+func (hc *helperCache) get(deploy func() (string, error)) (string, error) {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	if hc.path != "" {
+		return hc.path, nil
+	}
+	p, err := deploy()
+	if err != nil {
+		return "", err
+	}
+	hc.path = p
+	return p, nil
+}
+
+// forgetIfMissing reports whether a run of the helper at p failed because
+// the file is gone (someone cleaned the folder: the shell, or sudo, names p
+// as "not found" or "No such file or directory"), and if so drops the
+// cached path so that the next DeployHelper uploads it again. The helper
+// did not run at all then, so the call may safely be made again.
+func (hc *helperCache) forgetIfMissing(p string, res *Result) bool {
+	stderr := string(res.Stderr)
+	if res.ExitCode == 0 || !strings.Contains(stderr, p) ||
+		!(strings.Contains(stderr, "not found") || strings.Contains(stderr, "No such file or directory")) {
+		return false
+	}
+	hc.mu.Lock()
+	if hc.path == p {
+		hc.path = ""
+	}
+	hc.mu.Unlock()
+	return true
+}
+
 // deployTarget is everything deployHelper needs about one host.
 type deployTarget struct {
 	host    inventory.Host

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -26,9 +25,8 @@ type localConn struct {
 	o    Options
 	log  *slog.Logger
 
-	deployMu   sync.Mutex
-	helperPath string
-	uploads    atomic.Int32
+	helper  helperCache
+	uploads atomic.Int32
 }
 
 func newLocal(h inventory.Host, o Options) *localConn {
@@ -126,38 +124,38 @@ func (c *localConn) Helper(ctx context.Context, verb string, req, resp any) erro
 		res.Stdout = out.Bytes()
 		return decodeHelper(c.host.Name, verb, "(in-process)", false, res, resp)
 	}
-	p, err := c.DeployHelper(ctx)
-	if err != nil {
-		return err
+	for attempt := 1; ; attempt++ {
+		p, err := c.DeployHelper(ctx)
+		if err != nil {
+			return err
+		}
+		res, err := c.exec(ctx, sudoArgv([]string{p, verb}), bytes.NewReader(body), 0)
+		if err != nil {
+			return err
+		}
+		if attempt == 1 && c.helper.forgetIfMissing(p, res) {
+			c.log.Info("helper file gone; deploying it again", "path", p)
+			continue
+		}
+		return decodeHelper(c.host.Name, verb, p, true, res, resp)
 	}
-	res, err := c.exec(ctx, sudoArgv([]string{p, verb}), bytes.NewReader(body), 0)
-	if err != nil {
-		return err
-	}
-	return decodeHelper(c.host.Name, verb, p, true, res, resp)
 }
 
 // DeployHelper copies the helper binary into the local helper folder
 // (gpush_remote_dir) and returns its path; see the SSH version.
 func (c *localConn) DeployHelper(ctx context.Context) (string, error) {
-	c.deployMu.Lock()
-	defer c.deployMu.Unlock()
-	if c.helperPath != "" {
-		return c.helperPath, nil
-	}
+	return c.helper.get(func() (string, error) { return c.deploy(ctx) })
+}
+
+func (c *localConn) deploy(ctx context.Context) (string, error) {
 	home, err := os.UserHomeDir()
 	if err != nil {
 		return "", fmt.Errorf("%s: home directory: %w", c.host.Name, err)
 	}
-	p, err := deployHelper(ctx, deployTarget{
+	return deployHelper(ctx, deployTarget{
 		host: c.host, fs: localFS{}, machine: unameMachine(), home: filepath.Clean(home), uid: os.Getuid(),
 		source: c.o.HelperSource, log: c.log, uploads: &c.uploads,
 	})
-	if err != nil {
-		return "", err
-	}
-	c.helperPath = p
-	return p, nil
 }
 
 func unameMachine() string {

@@ -31,9 +31,8 @@ type sshConn struct {
 	sftpMu sync.Mutex
 	sftp   *sftp.Client
 
-	deployMu   sync.Mutex
-	helperPath string
-	uploads    atomic.Int32
+	helper  helperCache
+	uploads atomic.Int32
 
 	deadOnce  sync.Once
 	dead      chan struct{}
@@ -433,41 +432,39 @@ func (c *sshConn) Get(ctx context.Context, path string) ([]byte, error) {
 }
 
 func (c *sshConn) Helper(ctx context.Context, verb string, req, resp any) error {
-	p, err := c.DeployHelper(ctx)
-	if err != nil {
-		return err
-	}
-	argv := []string{p, verb}
-	if c.host.Become {
-		argv = sudoArgv(argv)
-	}
 	body, err := encodeRequest(c.host.Name, verb, req)
 	if err != nil {
 		return err
 	}
-	res, err := c.exec(ctx, "helper "+verb, ShellJoin(argv), true, bytes.NewReader(body), 0)
-	if err != nil {
-		return err
+	for attempt := 1; ; attempt++ {
+		p, err := c.DeployHelper(ctx)
+		if err != nil {
+			return err
+		}
+		argv := []string{p, verb}
+		if c.host.Become {
+			argv = sudoArgv(argv)
+		}
+		res, err := c.exec(ctx, "helper "+verb, ShellJoin(argv), true, bytes.NewReader(body), 0)
+		if err != nil {
+			return err
+		}
+		if attempt == 1 && c.helper.forgetIfMissing(p, res) {
+			c.log.Info("helper file gone from the host; deploying it again", "path", p)
+			continue
+		}
+		return decodeHelper(c.host.Name, verb, p, c.host.Become, res, resp)
 	}
-	err = decodeHelper(c.host.Name, verb, p, c.host.Become, res, resp)
-	if res.ExitCode == 127 {
-		// Someone removed it: deploy again on the next call.
-		c.deployMu.Lock()
-		c.helperPath = ""
-		c.deployMu.Unlock()
-	}
-	return err
 }
 
 // DeployHelper makes sure the helper is on the host and returns its path;
 // the first call probes the host and uploads if needed, later calls return
 // the cached path.
 func (c *sshConn) DeployHelper(ctx context.Context) (string, error) {
-	c.deployMu.Lock()
-	defer c.deployMu.Unlock()
-	if c.helperPath != "" {
-		return c.helperPath, nil
-	}
+	return c.helper.get(func() (string, error) { return c.deploy(ctx) })
+}
+
+func (c *sshConn) deploy(ctx context.Context) (string, error) {
 	// SFTP setup and the probe are independent round trips: overlap them.
 	type sres struct {
 		s   *sftp.Client
@@ -486,15 +483,10 @@ func (c *sshConn) DeployHelper(ctx context.Context) (string, error) {
 	if sr.err != nil {
 		return "", sr.err
 	}
-	p, err := deployHelper(ctx, deployTarget{
+	return deployHelper(ctx, deployTarget{
 		host: c.host, fs: sftpFS{sr.s}, machine: pr.machine, home: pr.home, uid: pr.uid,
 		source: c.o.HelperSource, log: c.log, uploads: &c.uploads,
 	})
-	if err != nil {
-		return "", err
-	}
-	c.helperPath = p
-	return p, nil
 }
 
 // probeCmd is fixed text: nothing from the inventory goes into it.

@@ -422,6 +422,18 @@ func TestHelperDeployedOnceThenReused(t *testing.T) {
 		t.Fatalf("want a HelperError with the helper's message, got %v", err)
 	}
 	mustContain(t, err.Error(), "h1", "no-such-verb")
+
+	// Someone cleans the folder: the next call deploys the helper again
+	// (it had not run, so running it again is safe).
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Helper(context.Background(), helper.VerbSnapshot, req, &snap); err != nil {
+		t.Fatalf("call after the removal did not deploy again: %v", err)
+	}
+	if n := c2.uploads.Load(); n != 1 {
+		t.Fatalf("%d uploads after the removal, want 1", n)
+	}
 }
 
 func TestHelperTornCopyReplaced(t *testing.T) {
