@@ -114,6 +114,10 @@ func resolveSpec(spec string, opts Options) (*Inventory, error) {
 	if strings.Contains(spec, ",") {
 		return hostList(spec)
 	}
+	if strings.ContainsAny(spec, `/\`) || hasInventoryExt(spec) {
+		// Meant as a file: saying it is "not a host name" would mislead.
+		return nil, fmt.Errorf("inventory %s: no such file", spec)
+	}
 	// One host, written as for ssh: [user@]host[:port].
 	vars := map[string]any{}
 	name := spec
@@ -166,6 +170,11 @@ func Load(path string) (*Inventory, error) {
 		return nil, err
 	}
 	return inv, nil
+}
+
+func hasInventoryExt(spec string) bool {
+	ext := strings.ToLower(filepath.Ext(spec))
+	return ext == ".json" || contains(inventoryExts, ext)
 }
 
 // hostList reads "a,b,c" or "a," (Ansible's host list). Elements may carry a

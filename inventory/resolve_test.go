@@ -153,6 +153,13 @@ func TestResolveOrder(t *testing.T) {
 			t.Errorf("Resolve(%q): no error", bad)
 		}
 	}
+	// A missing file is called that, not "not a host name".
+	for _, spec := range []string{"no/such/file.yaml", "fleet.yml"} {
+		_, err := Resolve(spec, opts)
+		if err == nil || !strings.HasSuffix(err.Error(), spec+": no such file") {
+			t.Errorf("Resolve(%q) = %v, want it to say no such file", spec, err)
+		}
+	}
 }
 
 func TestResolveBadSSHConfig(t *testing.T) {
