@@ -56,12 +56,13 @@ type target struct {
 
 func (t target) addr() string { return net.JoinHostPort(t.host, strconv.Itoa(t.port)) }
 
-func localUser() string {
+// localUser is the default login name; looked up once, not per dial.
+var localUser = sync.OnceValue(func() string {
 	if u, err := user.Current(); err == nil && u.Username != "" {
 		return u.Username
 	}
 	return os.Getenv("USER")
-}
+})
 
 func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error) {
 	addr := h.Address
