@@ -79,18 +79,15 @@ func hostileOpts(t *testing.T) Options {
 }
 
 // dialFails dials h and checks the failure: a *DialError at stage, naming
-// the host and port, returned well within a few deadlines.
+// the host and port. That the deadline ended a stalled peer shows in the
+// message ("within 1s"), which only the deadline path writes; no wall-clock
+// bound is asserted (it would flake on a loaded machine).
 func dialFails(t *testing.T, h inventory.Host, o Options, stage string, subs ...string) {
 	t.Helper()
-	start := time.Now()
 	c, err := Dial(context.Background(), h, o)
-	took := time.Since(start)
 	if err == nil {
 		c.Close()
 		t.Fatal("dial succeeded against a broken peer")
-	}
-	if took > 5*o.ConnectTimeout {
-		t.Errorf("took %s with a %s deadline", took, o.ConnectTimeout)
 	}
 	de := dialErr(t, err)
 	if de.Stage != stage {
