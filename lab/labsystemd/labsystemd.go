@@ -370,12 +370,29 @@ func RemoveTree(h, base string) error {
 	})
 	var errs []error
 	for i := len(dirs) - 1; i >= 0; i-- {
-		// cgroupfs dirs are removed with rmdir even though they list files.
-		if err := unix.Rmdir(dirs[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := rmdirCgroup(dirs[i]); err != nil {
 			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", dirs[i], err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// rmdirCgroup removes one cgroup dir (cgroupfs dirs go with rmdir even though
+// they list files). A task that was just killed can keep the cgroup busy for
+// a moment after it stops being live (exit is not yet complete), so EBUSY is
+// retried briefly before it counts.
+func rmdirCgroup(dir string) error {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		err := unix.Rmdir(dir)
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Prune removes dir if it is an empty cgroup (no processes, no children),
