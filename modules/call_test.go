@@ -72,6 +72,8 @@ func TestStats(t *testing.T) {
 func TestRegistry(t *testing.T) {
 	m := modules.Module{Name: "test_only", Loader: func(L *glua.LState, h modules.Host) int { return 0 }}
 	modules.Register(m)
+	// The registry is process-wide: leave it as found, so -count=N reruns.
+	t.Cleanup(func() { delete(modules.Registry, m.Name) })
 	if _, ok := modules.Lookup("test_only"); !ok {
 		t.Fatal("registered module not found")
 	}
