@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpush/gpush/lab/labgpu"
 )
 
 // Binaries built once by TestMain from lab/cmd.
@@ -156,9 +158,7 @@ func (h *host) start(bin string, args ...string) *holder {
 	sc := bufio.NewScanner(out)
 	var pids []int
 	for len(pids) < want && sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 2 && f[0] == "ready" {
-			p, _ := strconv.Atoi(f[1])
+		if p, ok := labgpu.ReadyPID(sc.Text()); ok {
 			pids = append(pids, p)
 		}
 	}

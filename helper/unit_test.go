@@ -8,13 +8,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpush/gpush/lab/labgpu"
 )
 
 // fakeSystemctlBin is lab/cmd/fake-systemctl, built on first use.
@@ -143,13 +144,7 @@ func (h *systemdHost) ready(unit string, n int) []int {
 	logPath := filepath.Join(filepath.Dir(h.systemctl), "state", unit+".log")
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		b, _ := os.ReadFile(logPath)
-		var pids []int
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) == 2 && f[0] == "ready" {
-				p, _ := strconv.Atoi(f[1])
-				pids = append(pids, p)
-			}
-		}
+		pids := labgpu.ReadyPIDs(string(b))
 		if len(pids) >= n {
 			return pids
 		}

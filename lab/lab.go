@@ -427,14 +427,7 @@ func (l *Lab) startUnit(ctx context.Context, h Host, unit string) error {
 	var pids []int
 	for {
 		b, _ := os.ReadFile(logPath)
-		pids = pids[:0]
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) == 2 && f[0] == "ready" {
-				if pid, err := strconv.Atoi(f[1]); err == nil {
-					pids = append(pids, pid)
-				}
-			}
-		}
+		pids = labgpu.ReadyPIDs(string(b))
 		if len(pids) >= want {
 			break
 		}
@@ -577,13 +570,7 @@ func startHolder(ctx context.Context, bin string, args []string) ([]int, *exec.C
 		var pids []int
 		sc := bufio.NewScanner(out)
 		for len(pids) < want && sc.Scan() {
-			f := strings.Fields(sc.Text())
-			if len(f) == 2 && f[0] == "ready" {
-				pid, err := strconv.Atoi(f[1])
-				if err != nil {
-					ch <- res{err: fmt.Errorf("bad ready line %q", sc.Text())}
-					return
-				}
+			if pid, ok := labgpu.ReadyPID(sc.Text()); ok {
 				pids = append(pids, pid)
 			}
 		}

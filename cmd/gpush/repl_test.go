@@ -19,9 +19,9 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/gpush/gpush/lab"
-	"github.com/gpush/gpush/lab/labgpu"
 	"github.com/gpush/gpush/lab/sshd"
 
+	"github.com/gpush/gpush/lab/labgpu"
 	// What the gpush binary under test is made of: importing them makes
 	// `go test`'s cache rerun these tests when they change.
 	_ "github.com/gpush/gpush/helper"
@@ -119,7 +119,7 @@ func holdGPU(t *testing.T, dev string, mib int) {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "ready") {
+	if _, ok := labgpu.ReadyPID(line); err != nil || !ok {
 		t.Fatalf("gpu-holder: %q, %v", line, err)
 	}
 }

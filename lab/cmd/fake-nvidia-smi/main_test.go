@@ -146,8 +146,7 @@ func (h *h200) start(argv0 string, args ...string) []int {
 	var pids []int
 	sc := bufio.NewScanner(out)
 	for len(pids) < want && sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "ready" {
-			p, _ := strconv.Atoi(f[1])
+		if p, ok := labgpu.ReadyPID(sc.Text()); ok {
 			pids = append(pids, p)
 		}
 	}

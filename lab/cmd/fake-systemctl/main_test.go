@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpush/gpush/lab/labgpu"
 	"github.com/gpush/gpush/lab/labsystemd"
 )
 
@@ -113,13 +114,7 @@ func (h *host) ready(unit string, n int) []int {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		b, _ := os.ReadFile(filepath.Join(h.dir, "state", unit+".log"))
-		var pids []int
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) == 2 && f[0] == "ready" {
-				p, _ := strconv.Atoi(f[1])
-				pids = append(pids, p)
-			}
-		}
+		pids := labgpu.ReadyPIDs(string(b))
 		if len(pids) >= n {
 			return pids
 		}

@@ -22,6 +22,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gpush/gpush/lab/labgpu"
 )
 
 type devList []string
@@ -64,9 +66,9 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	fmt.Printf("ready %d\n", os.Getpid())
+	fmt.Println(labgpu.ReadyLine(os.Getpid()))
 	if childPID > 0 {
-		fmt.Printf("ready %d\n", childPID)
+		fmt.Println(labgpu.ReadyLine(childPID))
 	}
 	for {
 		time.Sleep(time.Hour)
@@ -100,9 +102,9 @@ func startChild(devs []string, mem int64) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("child %d exited before ready: %w", cmd.Process.Pid, err)
 	}
-	f := strings.Fields(line)
-	if len(f) != 2 || f[0] != "ready" {
+	pid, ok := labgpu.ReadyPID(line)
+	if !ok {
 		return 0, fmt.Errorf("child said %q, want ready <pid>", line)
 	}
-	return strconv.Atoi(f[1])
+	return pid, nil
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/gpush/gpush/lab/labgpu"
 )
 
 var bin string
@@ -90,11 +92,10 @@ func TestHolderAndOrphanedChild(t *testing.T) {
 	sc := bufio.NewScanner(out)
 	var pids []int
 	for len(pids) < 2 && sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 2 || f[0] != "ready" {
-			t.Fatalf("line %q", sc.Text())
+		p, ok := labgpu.ReadyPID(sc.Text())
+		if !ok {
+			t.Fatalf("line %q, want ready <pid>", sc.Text())
 		}
-		p, _ := strconv.Atoi(f[1])
 		pids = append(pids, p)
 	}
 	if len(pids) != 2 || pids[0] != cmd.Process.Pid {
