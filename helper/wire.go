@@ -87,7 +87,19 @@ type GPU struct {
 	Minor       int    `json:"minor"` // /dev/nvidiaN's N; -1 when unknown
 	MemUsedMiB  int64  `json:"mem_used_mib"`
 	MemTotalMiB int64  `json:"mem_total_mib"`
+	// Source says where the GPU is known from: "nvidia-smi" (listed, memory
+	// read), "driver" (/proc/driver/nvidia only: nvidia-smi missing, failing
+	// or not listing it) or "device" (only a held /dev/nvidiaN names it).
+	// A GPU not listed by nvidia-smi has unknown memory (-1) and is never free.
+	Source string `json:"source"`
 }
+
+// GPU sources.
+const (
+	SourceSMI    = "nvidia-smi"
+	SourceDriver = "driver"
+	SourceDevice = "device"
+)
 
 // Identity names one process for its whole life: a PID is reused, a PID with
 // its start time (clock ticks since boot) on one boot is not.
@@ -117,13 +129,27 @@ type Holder struct {
 	Devices []string `json:"devices"`
 	// SharedOnly: it holds only nvidiactl/nvidia-uvm/nvidia-caps, no GPU.
 	SharedOnly bool `json:"shared_only"`
-	// MemMiB is its GPU memory from --query-compute-apps (0 if not listed).
-	MemMiB    int64  `json:"mem_mib"`
-	Unit      string `json:"unit,omitempty"`      // systemd unit, from /proc/PID/cgroup
-	Container string `json:"container,omitempty"` // container id, when the cgroup names one
-	Cgroup    string `json:"cgroup,omitempty"`
-	NSpid     []int  `json:"nspid,omitempty"`
-	Protected bool   `json:"protected"`
+	// MemMiB is its GPU memory from --query-compute-apps (0 if not listed,
+	// -1 if listed with an unknown amount); MemByGPU splits it per GPU index.
+	MemMiB   int64         `json:"mem_mib"`
+	MemByGPU map[int]int64 `json:"mem_by_gpu,omitempty"`
+	// Owner: it owns GPU memory or a compute context (nvidia-smi lists it
+	// as a compute app, or it has nvidia-uvm open). Holders that are not
+	// owners (monitors, NVML clients, a child that inherited the fds) are
+	// killed only while memory stays held after the owners are gone.
+	Owner bool `json:"owner"`
+	// Suspicious is set when a process with a protected name behaves like a
+	// worker (owns memory or has nvidia-uvm open): protection by name can be
+	// spoofed. It is still not killed without force, and its GPUs are not free.
+	Suspicious string `json:"suspicious,omitempty"`
+	// ZombieLeader: its main thread has exited (state Z) while other threads
+	// still hold the devices (found through /proc/PID/task/TID/fd).
+	ZombieLeader bool   `json:"zombie_leader,omitempty"`
+	Unit         string `json:"unit,omitempty"`      // systemd unit, from /proc/PID/cgroup
+	Container    string `json:"container,omitempty"` // container id, when the cgroup names one
+	Cgroup       string `json:"cgroup,omitempty"`
+	NSpid        []int  `json:"nspid,omitempty"`
+	Protected    bool   `json:"protected"`
 	// ProtectedWhy says which rule protects it (a name, "pid 1", "ancestor of the helper").
 	ProtectedWhy string `json:"protected_why,omitempty"`
 }
@@ -140,10 +166,75 @@ type Snapshot struct {
 	BootID   string    `json:"boot_id"`
 	Time     time.Time `json:"time"`
 	// SMI is false when nvidia-smi is missing or failed; Warnings says why.
-	SMI      bool     `json:"smi"`
-	GPUs     []GPU    `json:"gpus"`
-	Holders  []Holder `json:"holders"`
-	Warnings []string `json:"warnings,omitempty"`
+	SMI     bool     `json:"smi"`
+	GPUs    []GPU    `json:"gpus"`
+	Holders []Holder `json:"holders"`
+	// Ghosts: memory nvidia-smi charges to pids that no longer exist.
+	Ghosts []Ghost `json:"ghosts,omitempty"`
+	// Status is Assess of GPUs and Holders at the idle baseline.
+	Status   []GPUStatus `json:"status"`
+	Warnings []string    `json:"warnings,omitempty"`
+}
+
+// Ghost is GPU memory nvidia-smi charges to a pid that no longer exists on
+// this host (the helper runs in the host's PID namespace): a forked child
+// that inherited the device files keeps it alive. HeldBy are the live
+// holders of that GPU that nvidia-smi does not list: the likely keepers.
+type Ghost struct {
+	PID    int    `json:"pid"`
+	Name   string `json:"name"`
+	GPU    int    `json:"gpu"`
+	MemMiB int64  `json:"mem_mib"`
+	HeldBy []int  `json:"held_by,omitempty"`
+}
+
+// GPU states, as Assess judges them.
+const (
+	GPUFree       = "free"        // at or under its threshold, no owner, nothing suspicious
+	GPUHeld       = "held"        // owners (memory or a compute context) hold it
+	GPUMemoryHeld = "memory-held" // over the threshold with no owner left; Others may keep it
+	GPUProtected  = "protected"   // over the threshold, held only by protected processes (not killed)
+	GPUSuspicious = "suspicious"  // a protected name behaving like a worker holds it
+	GPUUnknown    = "unknown"     // its memory cannot be read (not listed, [N/A], no nvidia-smi)
+	GPUNewHolder  = "new-holder"  // (wait-free) a holder that was not there at the start appeared
+)
+
+// GPUStatus is one GPU's state with the processes behind it, so that a
+// script decides per GPU without re-deriving anything.
+type GPUStatus struct {
+	Index        int    `json:"index"`
+	State        string `json:"state"`
+	Reason       string `json:"reason,omitempty"`
+	UsedMiB      int64  `json:"used_mib"`
+	ThresholdMiB int64  `json:"threshold_mib"`
+	// Owners: unprotected holders owning memory or a compute context on it.
+	Owners []int `json:"owners,omitempty"`
+	// Others: unprotected holders of its device owning nothing (monitors,
+	// inherited fds): the second stage of a free, only while memory stays held.
+	Others []int `json:"others,omitempty"`
+	// Protected: protected holders of it (never signalled without force).
+	Protected []int `json:"protected,omitempty"`
+	// Suspicious: protected-name holders that behave like workers.
+	Suspicious []int   `json:"suspicious,omitempty"`
+	Ghosts     []Ghost `json:"ghosts,omitempty"`
+}
+
+// Supervisor is something that may restart a GPU worker gpush stopped or
+// killed: the live parent of a killed holder (not pid 1, not a system
+// reaper, not the helper's ancestors), or a unit with Restart=. A free is
+// verified only after the GPUs stayed free for a settle time while one remains.
+type Supervisor struct {
+	Identity
+	Comm    string   `json:"comm,omitempty"`
+	Cmdline []string `json:"cmdline,omitempty"`
+	Unit    string   `json:"unit,omitempty"`
+	// Restart is the unit's Restart= setting, for a unit supervisor.
+	Restart string `json:"restart,omitempty"`
+	// Children are the pids of killed holders it was the parent of.
+	Children []int `json:"children,omitempty"`
+	// Why is one line for the report: "pid 633 (python3 train.py) restarts
+	// its workers: stop it or its unit".
+	Why string `json:"why"`
 }
 
 // Kill outcomes.
@@ -182,13 +273,17 @@ type KillResult struct {
 	Signals []string `json:"signals,omitempty"`
 	// Via says why it was a target: "target", "group of PID", "child of PID".
 	Via string `json:"via,omitempty"`
+	// PPID is its parent when it was signalled.
+	PPID int `json:"ppid,omitempty"`
 }
 
 // KillResponse lists one result per process considered.
 type KillResponse struct {
 	Version string       `json:"version"`
 	Results []KillResult `json:"results"`
-	Elapsed Duration     `json:"elapsed"`
+	// Supervisors: what may restart the processes just killed.
+	Supervisors []Supervisor `json:"supervisors,omitempty"`
+	Elapsed     Duration     `json:"elapsed"`
 }
 
 // Wait-free outcomes.
@@ -212,6 +307,12 @@ type WaitFreeRequest struct {
 	Timeout  Duration `json:"timeout,omitempty"`
 	// IgnoreShared: holders of only nvidiactl/uvm do not block (default false).
 	IgnoreShared bool `json:"ignore_shared,omitempty"`
+	// Settle: once free, the GPUs must stay free this long (no new holder,
+	// memory at baseline) before the outcome is freed. Used while something
+	// that can restart a worker remains (Watch).
+	Settle Duration `json:"settle,omitempty"`
+	// Watch names what may restart a worker, for the reason when one comes back.
+	Watch []Supervisor `json:"watch,omitempty"`
 }
 
 // Sample is one poll.
@@ -234,6 +335,10 @@ type WaitFreeResponse struct {
 	Holders  []Holder `json:"holders"` // those still there at the end
 	// ThresholdMiB per GPU index, as used.
 	ThresholdMiB map[int]int64 `json:"threshold_mib"`
+	// Status per chosen GPU at the end (Assess, plus new-holder).
+	Status []GPUStatus `json:"status"`
+	// Settled is how long the GPUs were watched after they first read free.
+	Settled Duration `json:"settled,omitempty"`
 }
 
 // Unit actions.
@@ -267,10 +372,15 @@ type UnitResponse struct {
 	Unit    string `json:"unit"`
 	Action  string `json:"action"`
 	// Systemd is false on a host without systemd; Reason says so.
-	Systemd      bool     `json:"systemd"`
-	OK           bool     `json:"ok"`
-	Reason       string   `json:"reason,omitempty"`
-	ActiveState  string   `json:"active_state,omitempty"`
+	Systemd bool   `json:"systemd"`
+	OK      bool   `json:"ok"`
+	Reason  string `json:"reason,omitempty"`
+	// LoadState is systemd's: "loaded", "not-found" (no such unit: never
+	// "stopped"), "masked", ...
+	LoadState   string `json:"load_state,omitempty"`
+	ActiveState string `json:"active_state,omitempty"`
+	// Restart is the unit's Restart= ("no", "always", "on-failure", ...).
+	Restart      string   `json:"restart,omitempty"`
 	SubState     string   `json:"sub_state,omitempty"`
 	MainPID      int      `json:"main_pid,omitempty"`
 	ControlGroup string   `json:"control_group,omitempty"`

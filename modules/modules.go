@@ -44,6 +44,8 @@ type Host interface {
 	Emit(Event)
 	// Stats collects what the recap shows for this host.
 	Stats() *Stats
+	// Respawners is what may restart a worker on this host, for this run.
+	Respawners() *Respawners
 	// ConnFailed records that a call failed because the connection is gone,
 	// so that the runner reports the host unreachable rather than failed.
 	ConnFailed(err error)
@@ -123,4 +125,40 @@ func All() []Module {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// Respawners records, for one host and one run, what may restart a GPU
+// worker after gpush stopped or killed it: the live parent of a killed
+// holder, a stopped unit with Restart=. The systemd and gpu modules add to
+// it; gpu.wait_free keeps the GPUs watched for the settle time while it is
+// not empty, and names them when a worker comes back.
+type Respawners struct {
+	mu   sync.Mutex
+	list []helper.Supervisor
+}
+
+// Add records supervisors; one already recorded (same pid and start time,
+// or same unit) is not added twice.
+func (r *Respawners) Add(sups ...helper.Supervisor) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range sups {
+		dup := false
+		for _, o := range r.list {
+			if s.Unit != "" && s.PID == 0 && o.Unit == s.Unit && o.PID == 0 || s.PID != 0 && o.Identity == s.Identity {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			r.list = append(r.list, s)
+		}
+	}
+}
+
+// List returns a copy of what is recorded.
+func (r *Respawners) List() []helper.Supervisor {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]helper.Supervisor(nil), r.list...)
 }

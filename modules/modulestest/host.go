@@ -28,6 +28,7 @@ type Host struct {
 	dials   int
 	connErr error
 	stats   modules.Stats
+	respawn modules.Respawners
 }
 
 // NewHost returns a host named name served by model.
@@ -89,6 +90,9 @@ func (h *Host) Events() []modules.Event {
 
 // Stats implements modules.Host.
 func (h *Host) Stats() *modules.Stats { return &h.stats }
+
+// Respawners is what may restart a worker, for this test.
+func (h *Host) Respawners() *modules.Respawners { return &h.respawn }
 
 // ConnFailed records the connection error.
 func (h *Host) ConnFailed(err error) {

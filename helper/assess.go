@@ -1,0 +1,166 @@
+package helper
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+)
+
+// Assess judges each GPU from one reading of GPUs, holders and ghosts.
+// threshold gives a GPU's free threshold by index (missing: BaselineMiB).
+// It is pure: the helper's wait-free and snapshot use it, and so do the
+// controller's fakes, so every caller judges "free" by the same rules:
+//
+//   - a protected name that behaves like a worker makes the GPU suspicious;
+//   - an owner (memory or a compute context) makes it held;
+//   - a reading that cannot be had makes it unknown, never free;
+//   - memory over the threshold with no owner is memory-held (a ghost, or
+//     holders owning nothing, may keep it) or protected (only protected
+//     processes hold it);
+//   - otherwise it is free, even with monitors holding its device file.
+func Assess(gpus []GPU, holders []Holder, ghosts []Ghost, threshold map[int]int64) []GPUStatus {
+	known := map[int]bool{}
+	for _, g := range gpus {
+		known[g.Index] = true
+	}
+	out := make([]GPUStatus, 0, len(gpus))
+	for _, g := range gpus {
+		th, ok := threshold[g.Index]
+		if !ok {
+			th = BaselineMiB
+		}
+		st := GPUStatus{Index: g.Index, UsedMiB: g.MemUsedMiB, ThresholdMiB: th}
+		byPID := map[int]Holder{}
+		for _, h := range holders {
+			if !holdsGPU(h, g.Index, known) {
+				continue
+			}
+			byPID[h.PID] = h
+			switch {
+			case h.Suspicious != "":
+				st.Suspicious = append(st.Suspicious, h.PID)
+			case h.Protected:
+				st.Protected = append(st.Protected, h.PID)
+			case h.Owner:
+				st.Owners = append(st.Owners, h.PID)
+			default:
+				st.Others = append(st.Others, h.PID)
+			}
+		}
+		for _, gh := range ghosts {
+			if gh.GPU == g.Index {
+				st.Ghosts = append(st.Ghosts, gh)
+			}
+		}
+		label := func(pids []int) string { return labelPIDs(pids, byPID, g.Index) }
+		unknown := g.Source != "" && g.Source != SourceSMI || g.MemUsedMiB < 0
+		switch {
+		case len(st.Suspicious) > 0:
+			st.State = GPUSuspicious
+			parts := make([]string, 0, len(st.Suspicious))
+			for _, pid := range st.Suspicious {
+				parts = append(parts, Label(byPID[pid].PID, byPID[pid].Comm, byPID[pid].Cmdline)+": "+byPID[pid].Suspicious)
+			}
+			st.Reason = "suspicious holder " + strings.Join(parts, "; ") + " (not killed without force)"
+		case len(st.Owners) > 0:
+			st.State = GPUHeld
+			st.Reason = "held by " + label(st.Owners)
+		case unknown:
+			st.State = GPUUnknown
+			st.Reason = unknownWhy(g)
+			if len(st.Others)+len(st.Protected) > 0 {
+				st.Reason += "; open by " + label(append(append([]int{}, st.Others...), st.Protected...))
+			}
+		case g.MemUsedMiB > th:
+			used := fmt.Sprintf("%d MiB used (threshold %d MiB)", g.MemUsedMiB, th)
+			switch {
+			case len(st.Ghosts) > 0:
+				st.State = GPUMemoryHeld
+				parts := make([]string, 0, len(st.Ghosts))
+				for _, gh := range st.Ghosts {
+					p := fmt.Sprintf("pid %d (%s) is gone but %d MiB is still charged to it", gh.PID, gh.Name, gh.MemMiB)
+					if len(gh.HeldBy) > 0 {
+						p += "; its device files are still open in " + label(gh.HeldBy) + " (a forked child keeps them)"
+					}
+					parts = append(parts, p)
+				}
+				st.Reason = used + ": " + strings.Join(parts, "; ")
+			case len(st.Others) > 0:
+				st.State = GPUMemoryHeld
+				st.Reason = used + " with no owner left; still open by " + label(st.Others)
+			case len(st.Protected) > 0:
+				st.State = GPUProtected
+				st.Reason = used + ": held by protected " + label(st.Protected) + " (not killed)"
+			default:
+				st.State = GPUMemoryHeld
+				st.Reason = used + " with no holder left"
+			}
+		default:
+			st.State = GPUFree
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Index < out[b].Index })
+	return out
+}
+
+// holdsGPU: h holds GPU idx, or owns a context without naming a GPU any
+// listed row maps to (then it cannot be ruled out for any GPU).
+func holdsGPU(h Holder, idx int, known map[int]bool) bool {
+	mapped := false
+	for _, g := range h.GPUs {
+		if g == idx {
+			return true
+		}
+		mapped = mapped || known[g]
+	}
+	return !mapped && h.Owner && !h.Protected
+}
+
+func unknownWhy(g GPU) string {
+	switch g.Source {
+	case SourceDriver:
+		return "memory unknown: nvidia-smi does not list this GPU (known from /proc/driver/nvidia)"
+	case SourceDevice:
+		return fmt.Sprintf("memory unknown: only a held /dev/nvidia%d names this GPU", g.Minor)
+	}
+	return "memory unknown: nvidia-smi reports no reading ([N/A])"
+}
+
+// Label names a process for a report: "pid 633 (python3 train.py)".
+func Label(pid int, comm string, cmdline []string) string {
+	name := comm
+	if len(cmdline) > 0 {
+		args := append([]string{path.Base(cmdline[0])}, cmdline[1:]...)
+		name = strings.Join(args, " ")
+		if len(name) > 48 {
+			name = name[:45] + "..."
+		}
+	}
+	return fmt.Sprintf("pid %d (%s)", pid, name)
+}
+
+// labelPIDs names up to five holders, with their memory on GPU idx when known.
+func labelPIDs(pids []int, by map[int]Holder, idx int) string {
+	parts := make([]string, 0, len(pids))
+	for i, pid := range pids {
+		if i == 5 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(pids)-5))
+			break
+		}
+		h, ok := by[pid]
+		if !ok {
+			parts = append(parts, fmt.Sprintf("pid %d", pid))
+			continue
+		}
+		p := Label(h.PID, h.Comm, h.Cmdline)
+		if m, ok := h.MemByGPU[idx]; ok && m > 0 {
+			p += fmt.Sprintf(" %d MiB", m)
+		} else if h.MemByGPU == nil && h.MemMiB > 0 {
+			p += fmt.Sprintf(" %d MiB", h.MemMiB)
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, ", ")
+}
