@@ -1,0 +1,203 @@
+"""Issue 7 on real hardware (run by run7.sh): gpush must never say "freed" where the GPU
+is not free, and must never kill what holds no memory while memory can be freed otherwise.
+
+Real CUDA holders (torch), on GPU 0:
+  A. a forked child keeps its dead parent's memory; an NVML monitor must survive the free;
+  B. a respawning supervisor (a shell loop restarting its worker after 2 s): no "freed"
+     while it lives, its pid named; with kill_supervisors=true it is freed and stays free;
+  C. a holder in its own PID namespace;
+  D. another user's holder freed with a users filter, root's holder left alone;
+  E. kill-to-verified-free against the driver's own release (NVML polled every 2 ms by a
+     monitor process) for 10 and 100 GiB.
+Exits non-zero on any failed check.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+BIN = sys.argv[1]
+GPUSH = os.path.join(BIN, "gpush")
+HELPER = os.path.join(BIN, "gpush-helper-linux-amd64")
+HERE = os.path.dirname(os.path.abspath(__file__))
+failures = []
+procs = []
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def check(cond, what):
+    log(("PASS " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][0] not in "ZX"
+    except OSError:
+        return False
+
+
+def used():
+    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.splitlines()[0])
+
+
+def start(argv, want=("ready",), **kw):
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, **kw)
+    procs.append(p)
+    got = {}
+    while len(got) < len(want):
+        line = p.stdout.readline()
+        if not line:
+            raise SystemExit(f"{argv} died before it was ready")
+        k, _, v = line.strip().partition(" ")
+        if k in want:
+            got[k] = int(v)
+    return p, got
+
+
+def hold(gib, *pre):
+    return start([*pre, sys.executable, os.path.join(HERE, "hold.py"), "plain", str(gib)])
+
+
+def helper(verb, req=None):
+    p = subprocess.run([HELPER, verb], input=json.dumps(req or {}).encode(), capture_output=True, timeout=120)
+    if p.returncode != 0:
+        raise SystemExit(f"helper {verb}: exit {p.returncode}: {p.stdout.decode()} {p.stderr.decode()}")
+    return json.loads(p.stdout)
+
+
+def gpush_free(*extra):
+    t0 = time.monotonic()
+    p = subprocess.run([GPUSH, "run", "free_gpus.lua", "-i", "localhost", "--json", "-e", "grace=2s", *extra],
+                       capture_output=True, text=True, timeout=300)
+    dt = time.monotonic() - t0
+    res = None
+    for line in p.stdout.splitlines():
+        try:
+            o = json.loads(line)
+        except ValueError:
+            continue
+        if o.get("host") == "localhost":
+            res = o
+    if res is None:
+        raise SystemExit(f"gpush run printed no host result (exit {p.returncode}): {p.stdout} {p.stderr}")
+    msgs = [e["message"] for e in res.get("log") or []]
+    log(f"gpush run free_gpus.lua {' '.join(extra)}: exit {p.returncode}, {res['status']} in {dt:.1f} s")
+    for m in msgs:
+        log("   |", m)
+    if res.get("error"):
+        log("   error:", res["error"])
+    return p.returncode, res, msgs, dt
+
+
+def snapshot_status():
+    s = helper("snapshot")
+    st = s["status"][0]
+    log(f"snapshot: GPU 0 {st['state']}: {st.get('reason', '')}; ghosts {s.get('ghosts')}")
+    return s, st
+
+
+IDLE = used()
+log(f"idle memory.used {IDLE} MiB")
+monitor, m = start([sys.executable, os.path.join(HERE, "monitor.py")])
+mon = m["ready"]
+
+log("== A. forked child keeps its dead parent's memory; an NVML monitor must survive")
+fk, ids = start([sys.executable, os.path.join(HERE, "forked.py"), "8"], want=("ready", "child"))
+parent, child = ids["ready"], ids["child"]
+os.kill(parent, signal.SIGKILL)
+fk.wait()
+time.sleep(0.5)
+snap, st = snapshot_status()
+ghosts = snap.get("ghosts") or []
+check(any(g["pid"] == parent and child in (g.get("held_by") or []) for g in ghosts),
+      f"snapshot names dead pid {parent} as a ghost held by its child {child}")
+check(st["state"] != "free" and str(child) in st.get("reason", ""), f"GPU 0 is not free and its reason names the child {child}")
+mh = {h["pid"]: h for h in snap["holders"]}.get(mon)
+check(mh is not None and not mh["owner"], f"the NVML monitor {mon} is a holder but not an owner")
+rc, res, msgs, _ = gpush_free()
+check(rc == 0 and res["status"] == "ok", "free_gpus.lua frees GPU 0")
+check(not alive(child), f"the child {child} was killed")
+check(alive(mon), f"the NVML monitor {mon} is alive")
+check(used() <= IDLE + 64, f"nvidia-smi back at idle ({used()} MiB)")
+
+log("== B. a respawning supervisor (restart delay 2 s)")
+loop = subprocess.Popen(["bash", "-c", f"while :; do {sys.executable} {HERE}/hold.py plain 2; sleep 2; done"],
+                        stdout=subprocess.PIPE, text=True)
+procs.append(loop)
+loop.stdout.readline()
+rc, res, msgs, dt = gpush_free("-e", "settle=10s")
+text = " ".join(msgs) + " " + (res.get("error") or "")
+check(rc == 2 and res["status"] == "failed", "free_gpus.lua does not say freed while the supervisor lives")
+check(f"pid {loop.pid}" in text and "restarts its workers" in text, f"the report names the supervisor pid {loop.pid}")
+log(f"MEASURED respawn caught {dt:.1f} s into the run")
+rc, res, msgs, dt = gpush_free("-e", "settle=10s", "-e", "kill_supervisors=true")
+check(rc == 0 and res["status"] == "ok", "with kill_supervisors=true the GPU is freed")
+check(not alive(loop.pid), f"the supervisor {loop.pid} is gone")
+time.sleep(8)
+check(used() <= IDLE + 64 and not any(h for h in helper("snapshot")["holders"] if h["owner"]),
+      "8 s later the GPU is still free (nothing came back)")
+log(f"MEASURED free with a supervisor killed from the top, settle included: {dt:.1f} s")
+
+log("== C. a holder in its own PID namespace")
+ns, _ = hold(2, "unshare", "--pid", "--fork", "--mount-proc")
+time.sleep(0.3)
+snap, st = snapshot_status()
+inner = [h for h in snap["holders"] if h["owner"] and len(h.get("nspid") or []) > 1]
+check(len(inner) == 1 and inner[0]["nspid"][-1] == 1, f"the namespaced holder is found by its host pid ({[(h['pid'], h['nspid']) for h in inner]})")
+rc, res, msgs, _ = gpush_free()
+check(rc == 0 and used() <= IDLE + 64, "free_gpus.lua frees the namespaced holder")
+
+log("== D. another user's holder, freed with a users filter")
+mine, mi = hold(2)
+theirs, ti = hold(2, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
+time.sleep(0.3)
+rc, res, msgs, _ = gpush_free("-e", "users=nobody")
+text = " ".join(msgs) + " " + (res.get("error") or "")
+check(not alive(ti["ready"]), f"nobody's holder {ti['ready']} was killed")
+check(alive(mi["ready"]), f"root's holder {mi['ready']} was left alone")
+check(rc == 2 and f"pid {mi['ready']}" in text, "the host is not ok: GPU 0 is still held by root's holder, named")
+mine.kill()
+mine.wait()
+time.sleep(0.5)
+
+log("== E. kill to verified free, against the driver's release")
+for gib in (10, 100):
+    for run in range(2):
+        stamp = f"/tmp/gpush-release-{gib}-{run}"
+        if os.path.exists(stamp):
+            os.remove(stamp)
+        poller, _ = start([sys.executable, os.path.join(HERE, "monitor.py"), stamp], env={**os.environ, "IDLE_MIB": str(IDLE)})
+        hp, hi = hold(gib)
+        time.sleep(0.3)
+        h = {x["pid"]: x for x in helper("snapshot")["holders"]}[hi["ready"]]
+        t0 = time.monotonic()
+        kr = helper("kill", {"targets": [{"pid": h["pid"], "start_time": h["start_time"], "boot_id": h["boot_id"]}], "signal": "KILL"})
+        wf = helper("wait-free", {"timeout": "10s", "interval": "20ms"})
+        t1 = time.monotonic()
+        for _ in range(200):
+            if os.path.exists(stamp):
+                break
+            time.sleep(0.01)
+        rel = float(open(stamp).read().split()[0])
+        check(wf["ok"], f"{gib} GiB freed ({wf['outcome']})")
+        log(f"MEASURED {gib} GiB: driver released {1000*(rel-t0):.0f} ms after the kill request, gpush verified free at "
+            f"{1000*(t1-t0):.0f} ms (kill {kr['elapsed']}, wait-free {wf['elapsed']}, {wf['polls']} polls): "
+            f"ratio {(t1-t0)/(rel-t0):.2f}")
+        poller.kill()
+        hp.wait()
+
+for p in procs:
+    if p.poll() is None:
+        p.kill()
+log(f"{len(failures)} failed: {failures}" if failures else "ALL CHECKS PASSED")
+sys.exit(1 if failures else 0)
