@@ -190,7 +190,7 @@ func TestMapGPUs(t *testing.T) {
 	// Pretend the driver says minor 3 for this bus, so a mapping that
 	// ignored the driver (N == index) would be visibly wrong.
 	drv.Minor = 3
-	m, warns := mapGPUs(gpus, []driverGPU{drv}, true, true)
+	gpus, m, warns := mapGPUs(gpus, []driverGPU{drv}, true, true)
 	if len(warns) != 0 || gpus[0].Minor != 3 {
 		t.Fatalf("minor %d warns %v", gpus[0].Minor, warns)
 	}
@@ -202,7 +202,7 @@ func TestMapGPUs(t *testing.T) {
 	}
 	// No driver information: N == index, with a warning saying so.
 	gpus2, _ := parseQueryGPU(h200QueryGPU(t, "query-gpu (busy)"))
-	m2, warns := mapGPUs(gpus2, nil, false, true)
+	_, m2, warns := mapGPUs(gpus2, nil, false, true)
 	if !m2.assumed || len(warns) != 1 || !strings.Contains(warns[0], "assuming") {
 		t.Errorf("fallback: assumed %v warns %v", m2.assumed, warns)
 	}

@@ -243,12 +243,27 @@ func isTerminal(f *os.File) bool {
 func WriteTable(w io.Writer, s *Snapshot) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "%s  boot %s  %s\n", s.Hostname, s.BootID, s.Time.Local().Format(time.DateTime))
-	fmt.Fprintln(tw, "GPU\tMINOR\tBUS-ID\tNAME\tMEMORY-USAGE\t")
+	fmt.Fprintln(tw, "GPU\tMINOR\tBUS-ID\tNAME\tMEMORY-USAGE\tSOURCE\tSTATE")
+	states := map[int]GPUStatus{}
+	for _, st := range s.Status {
+		states[st.Index] = st
+	}
 	for _, g := range s.GPUs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s / %s\t\n", g.Index, intOrDash(g.Minor), g.BusID, g.Name, mib(g.MemUsedMiB), mib(g.MemTotalMiB))
+		state := "-"
+		if st, ok := states[g.Index]; ok {
+			state = st.State
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s / %s\t%s\t%s\n", g.Index, intOrDash(g.Minor), orDash(g.BusID), orDash(g.Name), mib(g.MemUsedMiB), mib(g.MemTotalMiB), orDash(g.Source), state)
 	}
 	if len(s.GPUs) == 0 {
-		fmt.Fprintln(tw, "(no GPUs reported)\t\t\t\t\t")
+		fmt.Fprintln(tw, "(no GPUs reported)\t\t\t\t\t\t")
+	}
+	tw.Flush()
+	// One line per GPU that is not free: why, in the words a script reports.
+	for _, st := range s.Status {
+		if st.Reason != "" {
+			fmt.Fprintf(w, "GPU %d %s: %s\n", st.Index, st.State, st.Reason)
+		}
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "GPU\tPID\tPPID\tUSER\tSTATE\tAGE\tGPU-MEMORY\tUNIT\tCOMMAND")
@@ -275,8 +290,16 @@ func WriteTable(w io.Writer, s *Snapshot) {
 		if len(cmd) > 60 {
 			cmd = cmd[:57] + "..."
 		}
-		if h.Protected {
+		switch {
+		case h.Suspicious != "":
+			cmd += "  (suspicious: " + h.Suspicious + ")"
+		case h.Protected:
 			cmd += "  (protected: " + h.ProtectedWhy + ")"
+		case !h.Owner:
+			cmd += "  (owns nothing)"
+		}
+		if h.ZombieLeader {
+			cmd += "  (main thread exited; threads hold the devices)"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", gpus, h.PID, h.PPID, h.User, h.State,
 			(time.Duration(h.AgeSeconds) * time.Second).String(), mib(h.MemMiB), unit, cmd)
@@ -285,6 +308,9 @@ func WriteTable(w io.Writer, s *Snapshot) {
 		fmt.Fprintln(tw, "(no process holds an NVIDIA device)")
 	}
 	tw.Flush()
+	for _, g := range s.Ghosts {
+		fmt.Fprintf(w, "ghost: pid %d (%s) is gone, %s still charged to it on GPU %d; held by %v\n", g.PID, g.Name, mib(g.MemMiB), g.GPU, g.HeldBy)
+	}
 	for _, warn := range s.Warnings {
 		fmt.Fprintln(w, "warning:", warn)
 	}
@@ -302,6 +328,13 @@ func mib(v int64) string {
 		return "N/A"
 	}
 	return fmt.Sprintf("%dMiB", v)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func intOrDash(v int) string {
