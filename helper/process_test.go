@@ -151,7 +151,7 @@ func (h *host) start(bin string, args ...string) *holder {
 	}
 	want := 1
 	for _, a := range args {
-		if a == "--child-mem-mib" {
+		if a == "--child-mem-mib" || a == "--keeper" {
 			want = 2
 		}
 	}

@@ -323,16 +323,18 @@ func (s *scanner) watchedAncestor(h Holder, watch []Supervisor) *Supervisor {
 		return nil
 	}
 	anc := s.proc.ancestors(h.PPID)
-	for i, w := range watch {
+	for _, w := range watch {
 		if w.PID <= 0 || !anc[w.PID] {
 			continue
 		}
-		if w.StartTime != 0 {
-			if st, err := s.proc.stat(w.PID); err != nil || st.StartTime != w.StartTime {
-				continue
-			}
+		st, err := s.proc.stat(w.PID)
+		if err != nil || w.StartTime != 0 && st.StartTime != w.StartTime {
+			continue
 		}
-		return &watch[i]
+		if w.Comm == "" && len(w.Cmdline) == 0 {
+			w.Comm, w.Cmdline = st.Comm, s.proc.cmdline(w.PID)
+		}
+		return &w
 	}
 	return nil
 }

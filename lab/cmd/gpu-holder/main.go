@@ -152,6 +152,8 @@ func startKeeper(files []*os.File, mem int64) (int, error) {
 	}
 	args = append(args, "--keeps-mem-of", strconv.Itoa(os.Getpid()), "--keeps-mem-mib", strconv.FormatInt(mem, 10))
 	cmd := exec.Command(exe, args...)
+	// argv[0] as this process has it, as a fork keeps it (python3).
+	cmd.Args[0] = os.Args[0]
 	cmd.ExtraFiles = files
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
