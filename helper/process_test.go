@@ -193,6 +193,9 @@ func (h *host) start(bin string, args ...string) *holder {
 func (h *host) as(name string) string {
 	p := filepath.Join(h.dir, "as", name)
 	os.MkdirAll(filepath.Dir(p), 0o755)
+	if _, err := os.Lstat(p); err == nil {
+		return p
+	}
 	if err := os.Symlink(holderBin, p); err != nil {
 		h.t.Fatal(err)
 	}

@@ -437,3 +437,37 @@ func TestSettleMonitorVsSupervised(t *testing.T) {
 		t.Errorf("new owner during settle: %s %q", wr.Outcome, wr.Reason)
 	}
 }
+
+// The live parent of a killed worker is its supervisor unless it is a
+// system reaper, the helper's own line, or killed in the same request.
+func TestKillSupervisors(t *testing.T) {
+	h := newHost(t, 1)
+	py := h.start(h.as("python3"), "--dev", h.d("nvidia0"), "--mem-mib", "10", "--child-mem-mib", "20")
+	tini := h.start(h.as("tini"), "--dev", h.d("nvidia0"), "--child-mem-mib", "20")
+	plain := h.start("", "--dev", h.d("nvidia0"))
+	r, err := Kill(context.Background(), KillRequest{Config: h.cfg, Targets: []Identity{identity(t, py.child), identity(t, tini.child), identity(t, plain.pid)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := result(t, r, py.child); res.PPID != py.pid || res.Outcome != OutcomeExited {
+		t.Errorf("python3's child: %+v", res)
+	}
+	if res := result(t, r, plain.pid); res.PPID != os.Getpid() {
+		t.Errorf("plain: ppid %d, want the test (the helper) %d", res.PPID, os.Getpid())
+	}
+	if len(r.Supervisors) != 1 || r.Supervisors[0].PID != py.pid || !slices.Equal(r.Supervisors[0].Children, []int{py.child}) {
+		t.Fatalf("supervisors %+v: want only python3 %d (not tini %d, not the helper)", r.Supervisors, py.pid, tini.pid)
+	}
+	if why := r.Supervisors[0].Why; !strings.HasPrefix(why, fmt.Sprintf("pid %d (python3 --dev ", py.pid)) || !strings.Contains(why, "restarts its workers: stop it or its unit") {
+		t.Errorf("why %q", why)
+	}
+	// Parent and child killed together: nobody is left to restart.
+	q := h.start(h.as("python3"), "--dev", h.d("nvidia0"), "--child-mem-mib", "20")
+	r, err = Kill(context.Background(), KillRequest{Config: h.cfg, Targets: []Identity{identity(t, q.pid)}, Tree: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Results) != 2 || len(r.Supervisors) != 0 {
+		t.Errorf("tree kill: results %+v supervisors %+v", r.Results, r.Supervisors)
+	}
+}
