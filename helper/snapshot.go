@@ -419,8 +419,8 @@ func (s *scanner) collect(gs *gpuState) ([]Holder, []string, error) {
 		}
 		sort.Ints(h.GPUs)
 		h.SharedOnly = len(h.GPUs) == 0
-		// CUDA opens nvidia-uvm for a context; NVML clients do not.
-		h.Owner = slices.Contains(r.devices, "nvidia-uvm")
+		// Owner is set from --query-compute-apps (mergeApps), or from
+		// nvidia-uvm where that cannot be had (uvmOwners).
 		holders = append(holders, h)
 	}
 	sort.Slice(holders, func(a, b int) bool { return holders[a].PID < holders[b].PID })
@@ -528,16 +528,35 @@ func keepers(holders []Holder, idx int, listed map[int]bool) []int {
 	return out
 }
 
+// uvmOwners is the fallback owner rule when nvidia-smi cannot list compute
+// apps: a holder with nvidia-uvm open may own a context. Only a fallback:
+// on the H200 (driver 580) every NVML client (nvidia-smi -l, pynvml) has
+// nvidia-uvm open too, and a process is listed only once it has a context.
+func uvmOwners(holders []Holder) {
+	for i := range holders {
+		if slices.Contains(holders[i].Devices, "nvidia-uvm") {
+			holders[i].Owner = true
+		}
+		markSuspicious(&holders[i])
+	}
+}
+
+// noUVMDaemons are protected daemons that never open nvidia-uvm (they talk
+// to the driver directly, not through NVML or CUDA): one with it open is
+// someone else under their name. NVML clients (nv-hostengine, dcgm) do open
+// it, so for them only memory of their own is suspicious.
+var noUVMDaemons = []string{"nvidia-persistenced"}
+
 // markSuspicious flags a holder protected by its name alone that behaves
-// like a worker: the real daemons hold nvidiactl and nvidiaN, never
-// nvidia-uvm, and own no memory; a name is easy to borrow (exec -a, prctl).
+// like a worker: the real daemons own no GPU memory; a name is easy to
+// borrow (exec -a, prctl).
 func markSuspicious(h *Holder) {
 	if !h.Protected || !strings.HasPrefix(h.ProtectedWhy, "protected name ") {
 		return
 	}
 	name := strings.TrimPrefix(h.ProtectedWhy, "protected name ")
 	var why []string
-	if slices.Contains(h.Devices, "nvidia-uvm") {
+	if slices.Contains(h.Devices, "nvidia-uvm") && slices.Contains(noUVMDaemons, name) {
 		why = append(why, "it has nvidia-uvm open")
 	}
 	switch {
@@ -615,6 +634,11 @@ func (s *scanner) readApps(ctx context.Context, gs *gpuState) error {
 	if err != nil {
 		return err
 	}
+	// The listing replaces whatever was known of the holders before.
+	for i := range gs.holders {
+		h := &gs.holders[i]
+		h.Owner, h.MemMiB, h.MemByGPU, h.Suspicious = false, 0, nil, ""
+	}
 	var w []string
 	gs.ghosts, w = mergeApps(gs.holders, gs.gpus, apps, s.hostPIDs, s.exists)
 	gs.warns = append(gs.warns, w...)
@@ -678,8 +702,11 @@ func (s *scanner) snapshot(ctx context.Context) (*Snapshot, error) {
 	if smiErr != nil {
 		gs.warns = append(gs.warns, "nvidia-smi failed: "+smiErr.Error())
 	}
-	if err := s.readApps(ctx, &gs); err != nil {
-		gs.warns = append(gs.warns, "nvidia-smi compute apps: "+err.Error())
+	if !gs.smiOK {
+		uvmOwners(gs.holders)
+	} else if err := s.readApps(ctx, &gs); err != nil {
+		gs.warns = append(gs.warns, "nvidia-smi compute apps: "+err.Error()+": owners judged by nvidia-uvm only")
+		uvmOwners(gs.holders)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("interrupted: %w", err)

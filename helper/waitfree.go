@@ -33,12 +33,13 @@ var waitPollHook func(n int)
 // (monitors, NVML clients) never do while memory is at the threshold, and
 // protected ones only name the GPU while memory stays held.
 //
-// A poll is one --query-gpu plus one /proc scan, owners read from nvidia-uvm.
-// --query-compute-apps runs in a poll only when its answer can change the
-// verdict: a chosen GPU that no uvm owner holds reads over its threshold
-// (owners, ghosts), or reads free while something still holds its device
-// (an owner without nvidia-uvm, a protected name owning memory). A GPU
-// held by a live worker therefore costs one nvidia-smi run a poll.
+// A poll is one --query-gpu plus one /proc scan. Owners are what
+// --query-compute-apps lists (nvidia-uvm is no proof: NVML clients open it
+// too); the listing is read only when it can change the verdict: a holder
+// of a chosen GPU it has not judged yet (by identity), a GPU over its
+// threshold with no known owner (owners, ghosts), and every appsRefresh
+// polls while anything holds a device. A GPU held by a judged worker, or
+// watched by judged monitors, costs one nvidia-smi run a poll.
 //
 // With Settle, the GPUs must then stay free that long: a new owner, a new
 // holder descending from a Watch supervisor, or memory over the threshold
@@ -74,8 +75,11 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		want     map[int]bool
 		notes    []string
 		appsNote bool
-		last     gpuState
-		status   []GPUStatus
+		judged   = ownership{}
+		// sinceApps counts polls since compute apps were last read.
+		sinceApps int
+		last      gpuState
+		status    []GPUStatus
 	)
 	deadline := start.Add(timeout)
 	timer := time.NewTimer(0)
@@ -114,16 +118,25 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 			}
 		}
 		chosen := chosenGPUs(gs.gpus, want)
+		unjudged := judged.apply(gs.holders, want)
 		status = assessChosen(gs, nil, want, resp.ThresholdMiB)
-		if needApps(status) && gs.smiOK {
+		sinceApps++
+		switch {
+		case !gs.smiOK:
+			uvmOwners(gs.holders)
+			status = assessChosen(gs, nil, want, resp.ThresholdMiB)
+		case unjudged || needApps(status) || sinceApps >= appsRefresh && len(gs.holders) > 0:
 			if err := s.readApps(ctx, &gs); err != nil {
 				if !appsNote {
 					notes = append(notes, "compute apps unavailable, owners judged by nvidia-uvm only: "+err.Error())
 					appsNote = true
 				}
+				uvmOwners(gs.holders)
 			} else {
-				status = assessChosen(gs, gs.ghosts, want, resp.ThresholdMiB)
+				judged.record(gs.holders)
+				sinceApps = 0
 			}
+			status = assessChosen(gs, gs.ghosts, want, resp.ThresholdMiB)
 		}
 		last = gs
 		sample := Sample{T: Duration(pollStart.Sub(start)), UsedMiB: map[int]int64{}, Holders: len(blockingPIDs(status))}
@@ -200,7 +213,7 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 	switch {
 	case len(resp.Holders) > 0 && appsNote:
 		notes = append(notes, "holders' memory unknown")
-	case len(resp.Holders) > 0 && last.smiOK && !last.apps:
+	case len(resp.Holders) > 0 && last.smiOK && !last.apps && !judged.covers(resp.Holders):
 		// Memory per holder only when someone will read it.
 		if err := s.readApps(ctx, &last); err != nil {
 			notes = append(notes, "holders' memory unknown: "+err.Error())
@@ -243,16 +256,52 @@ func chosenGPUs(gpus []GPU, want map[int]bool) []GPU {
 	return out
 }
 
-// needApps: compute apps can change some GPU's verdict (see WaitFree).
+// appsRefresh: compute apps are read again at least every this many polls
+// while anything holds a device, so that a judged holder that gained or
+// dropped a context is seen.
+const appsRefresh = 10
+
+// ownership remembers what compute apps said of each holder (by identity),
+// so that a poll reads them only for holders not judged yet.
+type ownership map[Identity]Holder
+
+// apply copies remembered owner and memory onto the holders and reports
+// whether a holder of a chosen GPU (or of no GPU device) is not judged yet.
+func (o ownership) apply(holders []Holder, want map[int]bool) (unjudged bool) {
+	for i := range holders {
+		h := &holders[i]
+		j, ok := o[h.Identity]
+		if !ok {
+			unjudged = unjudged || h.SharedOnly || slices.ContainsFunc(h.GPUs, func(g int) bool { return want[g] })
+			continue
+		}
+		h.Owner, h.MemMiB, h.MemByGPU = j.Owner, j.MemMiB, j.MemByGPU
+		markSuspicious(h)
+	}
+	return unjudged
+}
+
+// covers: every holder is judged already (its memory is known).
+func (o ownership) covers(holders []Holder) bool {
+	for _, h := range holders {
+		if _, ok := o[h.Identity]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (o ownership) record(holders []Holder) {
+	for _, h := range holders {
+		o[h.Identity] = Holder{Owner: h.Owner, MemMiB: h.MemMiB, MemByGPU: h.MemByGPU}
+	}
+}
+
+// needApps: a GPU reads over its threshold with no known owner, where the
+// listing names owners or ghosts (see WaitFree).
 func needApps(status []GPUStatus) bool {
 	for _, st := range status {
-		switch st.State {
-		case GPUHeld, GPUSuspicious:
-			continue
-		case GPUMemoryHeld, GPUProtected:
-			return true
-		}
-		if len(st.Others)+len(st.Protected) > 0 {
+		if st.State == GPUMemoryHeld || st.State == GPUProtected {
 			return true
 		}
 	}

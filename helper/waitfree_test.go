@@ -2,7 +2,9 @@ package helper
 
 import (
 	"context"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -132,19 +134,22 @@ func TestWaitFreeWhoBlocks(t *testing.T) {
 	if r.Outcome != WaitTimedOut || len(r.Status) != 1 || r.Status[0].State != GPUHeld || len(r.Status[0].Owners) != 1 || r.Status[0].Owners[0] != worker.pid {
 		t.Errorf("gpu 1: %s %q %+v", r.Outcome, r.Reason, r.Status)
 	}
-	// A monitor (holds nvidiactl and nvidia0, owns nothing) never blocks
-	// while memory is at the threshold; nvidia-uvm makes an owner, which
-	// blocks unless ignore_shared (it holds no GPU device).
+	// Monitors never block while memory is at the threshold: one holding
+	// nvidiactl and nvidia0, and an NVML client, which on the H200 (driver
+	// 580) also has nvidia-uvm open but no context (nvidia-smi lists no
+	// such process).
 	h.start("", "--dev", h.d("nvidiactl"), "--dev", h.d("nvidia0"))
-	if r := waitFree(t, WaitFreeRequest{Config: h.cfg, GPUs: []int{0}, Timeout: short}); r.Outcome != WaitFreed {
-		t.Errorf("monitor: %s %q", r.Outcome, r.Reason)
+	nvml := h.start("", "--dev", h.d("nvidiactl"), "--dev", h.d("nvidia0"), "--dev", h.d("nvidia-uvm"))
+	r = waitFree(t, WaitFreeRequest{Config: h.cfg, GPUs: []int{0}, Timeout: short})
+	if r.Outcome != WaitFreed || len(r.Holders) != 0 || !slices.Contains(r.Status[0].Others, nvml.pid) {
+		t.Errorf("monitors: %s %q holders %+v status %+v", r.Outcome, r.Reason, r.Holders, r.Status)
 	}
-	uvm := h.start("", "--dev", h.d("nvidiactl"), "--dev", h.d("nvidia-uvm"))
-	if r := waitFree(t, WaitFreeRequest{Config: h.cfg, GPUs: []int{0}, Timeout: short}); r.Outcome != WaitTimedOut || !strings.Contains(r.Reason, "pid "+strconv.Itoa(uvm.pid)) {
-		t.Errorf("uvm holder: %s %q", r.Outcome, r.Reason)
-	}
-	if r := waitFree(t, WaitFreeRequest{Config: h.cfg, GPUs: []int{0}, Timeout: short, IgnoreShared: true}); r.Outcome != WaitFreed {
-		t.Errorf("uvm holder, ignore_shared: %s %q", r.Outcome, r.Reason)
+	// A holder of no GPU device never blocks either way.
+	h.start("", "--dev", h.d("nvidiactl"), "--dev", h.d("nvidia-uvm"))
+	for _, ignore := range []bool{false, true} {
+		if r := waitFree(t, WaitFreeRequest{Config: h.cfg, GPUs: []int{0}, Timeout: short, IgnoreShared: ignore}); r.Outcome != WaitFreed {
+			t.Errorf("shared-only holder, ignore_shared %v: %s %q", ignore, r.Outcome, r.Reason)
+		}
 	}
 	if _, err := WaitFree(context.Background(), WaitFreeRequest{Config: h.cfg, GPUs: []int{7}, Timeout: short}); err == nil || !strings.Contains(err.Error(), "gpu 7") {
 		t.Errorf("unknown GPU: err %v", err)
@@ -177,8 +182,9 @@ func TestWaitFreeUnknownIsNotFree(t *testing.T) {
 	if r.Outcome != WaitUnknown || r.OK || !strings.Contains(r.Reason, "GPU 0: memory unknown: nvidia-smi reports no reading ([N/A])") || r.Polls != 1 {
 		t.Errorf("[N/A]: outcome %s reason %q polls %d", r.Outcome, r.Reason, r.Polls)
 	}
-	// [N/A] with an owner: held (it may still exit), so the wait goes on.
-	h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidia-uvm"))
+	// [N/A] with an owner (listed, memory [N/A]): held (it may still
+	// exit), so the wait goes on.
+	h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "100")
 	r = waitFree(t, WaitFreeRequest{Config: h.cfg, Timeout: Duration(300 * time.Millisecond), Interval: Duration(50 * time.Millisecond)})
 	if r.Outcome != WaitTimedOut || r.OK || r.Polls < 2 || r.Status[0].State != GPUHeld {
 		t.Errorf("[N/A] with an owner: outcome %s reason %q polls %d", r.Outcome, r.Reason, r.Polls)
@@ -228,4 +234,46 @@ func TestWaitFreeAppsFailureIsNoted(t *testing.T) {
 	if r.Outcome != WaitMemoryHeld || len(r.Holders) != 1 || r.Holders[0].PID != p.pid || !strings.Contains(r.Reason, "holders' memory unknown") || strings.Count(r.Reason, "holders' memory unknown") != 1 {
 		t.Errorf("outcome %s holders %+v reason %q", r.Outcome, r.Holders, r.Reason)
 	}
+}
+
+// countingSMI wraps the host's nvidia-smi in a script that logs each
+// query form it is run with, and returns the config using it and the log.
+func countingSMI(t *testing.T, h *host) (Config, func() (gpu, apps int)) {
+	t.Helper()
+	log := filepath.Join(h.dir, "smi-calls.log")
+	wrap := filepath.Join(h.dir, "counting", "nvidia-smi")
+	if err := os.MkdirAll(filepath.Dir(wrap), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\necho \"${1%%=*}\" >> '" + log + "'\nexec '" + h.smi + "' \"$@\"\n"
+	if err := os.WriteFile(wrap, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := h.cfg
+	cfg.NvidiaSMI = wrap
+	return cfg, func() (int, int) {
+		b, _ := os.ReadFile(log)
+		os.Remove(log)
+		text := string(b)
+		return strings.Count(text, "--query-gpu\n"), strings.Count(text, "--query-compute-apps\n")
+	}
+}
+
+// While a worker the listing has judged holds the GPU, a poll runs
+// nvidia-smi once; compute apps are read again only every appsRefresh
+// polls. A monitor, once judged, costs nothing more either.
+func TestWaitFreeSMIRunsPerPoll(t *testing.T) {
+	h := newHost(t, 1)
+	cfg, calls := countingSMI(t, h)
+	h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidia-uvm"), "--mem-mib", "5000")
+	h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"))
+	r := waitFree(t, WaitFreeRequest{Config: cfg, Timeout: Duration(time.Second), Interval: Duration(20 * time.Millisecond)})
+	gpu, apps := calls()
+	if r.Outcome != WaitTimedOut || gpu != r.Polls {
+		t.Fatalf("outcome %s polls %d, query-gpu runs %d", r.Outcome, r.Polls, gpu)
+	}
+	if max := 1 + r.Polls/appsRefresh; apps > max || apps < 1 {
+		t.Errorf("%d polls ran compute apps %d times, want 1..%d", r.Polls, apps, max)
+	}
+	t.Logf("%d polls: %d query-gpu, %d compute-apps runs", r.Polls, gpu, apps)
 }
