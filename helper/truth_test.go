@@ -412,6 +412,9 @@ func TestSettleMonitorVsSupervised(t *testing.T) {
 	if wr.Outcome != WaitNewHolder || !strings.Contains(wr.Reason, fmt.Sprintf("new holder pid %d", w2)) || !strings.Contains(wr.Reason, fmt.Sprintf("pid %d (sh -c while", sh)) {
 		t.Errorf("supervised monitor-like worker: %s %q", wr.Outcome, wr.Reason)
 	}
+	if st := statusOf(t, wr.Status, 0); st.State != GPUNewHolder || !strings.Contains(st.Reason, "restarts its workers") {
+		t.Errorf("status %+v", st)
+	}
 
 	h2 := newHost(t, 1)
 	var mon *holder

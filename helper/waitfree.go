@@ -161,10 +161,16 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		switch {
 		case !freeAt.IsZero():
 			// Settling: anything that is not free now came back.
-			if why := s.cameBack(status, byPID, atFree, req.Watch, time.Since(freeAt)); why != "" {
-				resp.Outcome, resp.Reason = WaitNewHolder, why
+			if back := s.cameBack(status, byPID, atFree, req.Watch, time.Since(freeAt)); len(back) > 0 {
+				var parts []string
+				for i, st := range status {
+					if why, ok := back[st.Index]; ok {
+						status[i].State, status[i].Reason = GPUNewHolder, why
+						parts = append(parts, fmt.Sprintf("GPU %d: %s", st.Index, why))
+					}
+				}
+				resp.Outcome, resp.Reason = WaitNewHolder, strings.Join(parts, "; ")
 				resp.Settled = Duration(time.Since(freeAt))
-				markNew(status, byPID, atFree)
 			} else if time.Since(freeAt) >= req.Settle.D() {
 				resp.Outcome, resp.OK = WaitFreed, true
 				resp.Settled = Duration(time.Since(freeAt))
@@ -333,11 +339,11 @@ func freshBlockers(status []GPUStatus, byPID map[int]Holder, initial map[Identit
 	return out
 }
 
-// cameBack judges a settle poll: "" while every chosen GPU stays free or
-// is opened only by a holder that owns nothing and no watched supervisor
-// started (a monitor); else the reason the settle failed.
-func (s *scanner) cameBack(status []GPUStatus, byPID map[int]Holder, atFree map[Identity]bool, watch []Supervisor, since time.Duration) string {
-	var parts []string
+// cameBack judges a settle poll: per GPU index, why it is no longer free.
+// A GPU opened only by a holder that owns nothing and that no watched
+// supervisor started (a monitor) stays free.
+func (s *scanner) cameBack(status []GPUStatus, byPID map[int]Holder, atFree map[Identity]bool, watch []Supervisor, since time.Duration) map[int]string {
+	out := map[int]string{}
 	after := since.Round(100 * time.Millisecond).String()
 	for _, st := range status {
 		var news []string
@@ -358,12 +364,12 @@ func (s *scanner) cameBack(status []GPUStatus, byPID map[int]Holder, atFree map[
 		}
 		switch {
 		case len(news) > 0:
-			parts = append(parts, fmt.Sprintf("GPU %d: %s", st.Index, strings.Join(news, "; ")))
+			out[st.Index] = strings.Join(news, "; ")
 		case st.State != GPUFree:
-			parts = append(parts, fmt.Sprintf("GPU %d: %s %s after it read free", st.Index, st.Reason, after))
+			out[st.Index] = st.Reason + " " + after + " after it read free"
 		}
 	}
-	return strings.Join(parts, "; ")
+	return out
 }
 
 // watchedAncestor returns the Watch supervisor h descends from, if any.
