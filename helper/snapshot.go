@@ -440,15 +440,6 @@ func gpuMinors(devs []string) []int {
 	return out
 }
 
-func hasGPUDevice(devs []string) bool {
-	for _, d := range devs {
-		if gpuDevRe.MatchString(d) {
-			return true
-		}
-	}
-	return false
-}
-
 // mergeApps adds nvidia-smi's per-process memory to the holders (per GPU,
 // through the app's GPU uuid or bus id), marks them owners, flags protected
 // names that own memory, and returns the ghosts: listed pids that no longer

@@ -176,7 +176,10 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 				resp.Settled = Duration(time.Since(freeAt))
 			}
 		case allFree:
-			if req.Settle <= 0 {
+			if len(chosen) == 0 {
+				resp.Reason = "nvidia-smi finds no GPU and no /dev/nvidiaN is held: nothing to free"
+			}
+			if req.Settle <= 0 || len(chosen) == 0 {
 				resp.Outcome, resp.OK = WaitFreed, true
 				break
 			}
