@@ -100,6 +100,7 @@ func writeJSON(w io.Writer, v any) error {
 const configHelp = `  dev_dir       where the NVIDIA device nodes are (default /dev)
   nvidia_smi    nvidia-smi to run (default: PATH, /usr/bin, /usr/local/nvidia/bin)
   proc_dir      the proc filesystem (default /proc)
+  driver_dir    the driver's proc folder (default PROC_DIR/driver/nvidia)
   protected     extra protected process names (globs), e.g. ["my-daemon*"]
   smi_timeout   deadline for each nvidia-smi call (default "10s")
 `
@@ -122,7 +123,9 @@ The identity is re-checked right before every signal (through a pidfd where
 the kernel has one): a reused pid is never signalled. TERM first, KILL
 after the grace period. Never signals pid <= 1, the helper or its ancestors,
 kernel threads; protected names (nvidia-persistenced, nv-hostengine, dcgm*,
-Xorg, ...) only with force.
+Xorg, ...) only with force. A process whose main thread exited while other
+threads live is signalled. supervisors: live parents of the killed that may
+restart them.
 
 Request fields:
   targets   [{"pid":N,"start_time":T,"boot_id":"..."}] (from a snapshot)
@@ -135,17 +138,22 @@ Request fields:
 ` + configHelp,
 	VerbWaitFree: `gpush-helper wait-free: poll until the chosen GPUs are free.
 
-Free: used memory at or under the threshold and no holder of those GPUs
-left (protected holders never block). Outcomes: freed, memory-held (no
-holder, memory still used), new-holder (a process not there at the first
-poll holds a GPU), timed-out.
+Free: memory known and at or under the threshold, no owner (a process
+nvidia-smi lists as a compute app) and nothing suspicious; monitors that
+only hold the device files never block. status gives each GPU's state.
+Outcomes: freed, new-holder (an owner not there at the first poll, or one
+that came back during the settle), timed-out (owners left), suspicious,
+memory-held (no owner, memory still used), protected, unknown (memory
+cannot be read: returned at once when nothing else can change).
 
 Request fields:
   gpus            GPU indices to watch (default all)
   threshold_mib   MiB counted as free (default: the idle allowance, 64 MiB)
   interval        poll interval (default "100ms")
   timeout         deadline (default "30s")
-  ignore_shared   holders of only nvidiactl/nvidia-uvm do not block
+  settle          once free, stay free this long (default 0)
+  watch           supervisors from kill: a new holder they start fails the settle
+  ignore_shared   holders of no GPU device (nvidiactl/nvidia-uvm only) do not block
 ` + configHelp,
 	VerbUnit: `gpush-helper unit: stop, start, restart or report a systemd unit.
 
