@@ -14,7 +14,7 @@ import (
 // controller's fakes, so every caller judges "free" by the same rules:
 //
 //   - a protected name that behaves like a worker makes the GPU suspicious;
-//   - an owner (memory or a compute context) makes it held;
+//   - an owner (memory or a compute context on this GPU) makes it held;
 //   - a reading that cannot be had makes it unknown, never free;
 //   - memory over the threshold with no owner is memory-held (a ghost, or
 //     holders owning nothing, may keep it) or protected (only protected
@@ -43,7 +43,7 @@ func Assess(gpus []GPU, holders []Holder, ghosts []Ghost, threshold map[int]int6
 				st.Suspicious = append(st.Suspicious, h.PID)
 			case h.Protected:
 				st.Protected = append(st.Protected, h.PID)
-			case h.Owner:
+			case ownsOn(h, g.Index):
 				st.Owners = append(st.Owners, h.PID)
 			default:
 				st.Others = append(st.Others, h.PID)
@@ -99,6 +99,21 @@ func Assess(gpus []GPU, holders []Holder, ghosts []Ghost, threshold map[int]int6
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Index < out[b].Index })
 	return out
+}
+
+// ownsOn: h owns memory or a context on GPU idx. CUDA opens the device file
+// of every GPU it can see, so a worker listed on GPU 0 holds nvidia1 too
+// without owning anything there; only when the listing does not say which
+// GPUs (no per-GPU memory) is an owner taken to own each GPU it holds.
+func ownsOn(h Holder, idx int) bool {
+	if !h.Owner {
+		return false
+	}
+	if len(h.MemByGPU) == 0 {
+		return true
+	}
+	_, ok := h.MemByGPU[idx]
+	return ok
 }
 
 // ghostWhy names each dead pid still charged and what keeps it.

@@ -448,3 +448,21 @@ func TestMergeAppsFixture(t *testing.T) {
 		t.Errorf("ghosts %+v warns %v", ghosts, warns)
 	}
 }
+
+// CUDA opens every visible GPU's device file: a worker listed on GPU 0 only
+// owns GPU 0, and on GPU 1 it is one of the others (second stage).
+func TestAssessOwnerPerGPU(t *testing.T) {
+	gpus := []GPU{{Index: 0, MemUsedMiB: 8000, Source: SourceSMI}, {Index: 1, MemUsedMiB: 0, Source: SourceSMI}, {Index: 2, MemUsedMiB: 900, Source: SourceSMI}}
+	w := Holder{Identity: Identity{PID: 10}, Comm: "python3", GPUs: []int{0, 1, 2}, Owner: true, MemMiB: 8000, MemByGPU: map[int]int64{0: 8000}}
+	uvmOnly := Holder{Identity: Identity{PID: 11}, Comm: "python3", GPUs: []int{2}, Owner: true} // no listing: owner of what it holds
+	out := Assess(gpus, []Holder{w, uvmOnly}, nil, nil)
+	if out[0].State != GPUHeld || fmt.Sprint(out[0].Owners) != "[10]" || !strings.Contains(out[0].Reason, "pid 10 (python3) 8000 MiB") {
+		t.Errorf("GPU 0: %+v", out[0])
+	}
+	if out[1].State != GPUFree || len(out[1].Owners) != 0 || fmt.Sprint(out[1].Others) != "[10]" {
+		t.Errorf("GPU 1: %+v", out[1])
+	}
+	if out[2].State != GPUHeld || fmt.Sprint(out[2].Owners) != "[11]" || fmt.Sprint(out[2].Others) != "[10]" {
+		t.Errorf("GPU 2: %+v", out[2])
+	}
+}
