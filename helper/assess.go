@@ -3,6 +3,7 @@ package helper
 import (
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -13,7 +14,7 @@ import (
 // controller's fakes, so every caller judges "free" by the same rules:
 //
 //   - a protected name that behaves like a worker makes the GPU suspicious;
-//   - an owner (memory or a compute context) makes it held;
+//   - an owner (memory or a compute context on this GPU) makes it held;
 //   - a reading that cannot be had makes it unknown, never free;
 //   - memory over the threshold with no owner is memory-held (a ghost, or
 //     holders owning nothing, may keep it) or protected (only protected
@@ -42,7 +43,7 @@ func Assess(gpus []GPU, holders []Holder, ghosts []Ghost, threshold map[int]int6
 				st.Suspicious = append(st.Suspicious, h.PID)
 			case h.Protected:
 				st.Protected = append(st.Protected, h.PID)
-			case h.Owner:
+			case ownsOn(h, g.Index):
 				st.Owners = append(st.Owners, h.PID)
 			default:
 				st.Others = append(st.Others, h.PID)
@@ -66,6 +67,9 @@ func Assess(gpus []GPU, holders []Holder, ghosts []Ghost, threshold map[int]int6
 		case len(st.Owners) > 0:
 			st.State = GPUHeld
 			st.Reason = "held by " + label(st.Owners)
+			if len(st.Ghosts) > 0 {
+				st.Reason += "; " + ghostWhy(st.Ghosts, label)
+			}
 		case unknown:
 			st.State = GPUUnknown
 			st.Reason = unknownWhy(g)
@@ -77,15 +81,7 @@ func Assess(gpus []GPU, holders []Holder, ghosts []Ghost, threshold map[int]int6
 			switch {
 			case len(st.Ghosts) > 0:
 				st.State = GPUMemoryHeld
-				parts := make([]string, 0, len(st.Ghosts))
-				for _, gh := range st.Ghosts {
-					p := fmt.Sprintf("pid %d (%s) is gone but %d MiB is still charged to it", gh.PID, gh.Name, gh.MemMiB)
-					if len(gh.HeldBy) > 0 {
-						p += "; its device files are still open in " + label(gh.HeldBy) + " (a forked child keeps them)"
-					}
-					parts = append(parts, p)
-				}
-				st.Reason = used + ": " + strings.Join(parts, "; ")
+				st.Reason = used + ": " + ghostWhy(st.Ghosts, label)
 			case len(st.Others) > 0:
 				st.State = GPUMemoryHeld
 				st.Reason = used + " with no owner left; still open by " + label(st.Others)
@@ -105,17 +101,64 @@ func Assess(gpus []GPU, holders []Holder, ghosts []Ghost, threshold map[int]int6
 	return out
 }
 
-// holdsGPU: h holds GPU idx, or owns a context without naming a GPU any
-// listed row maps to (then it cannot be ruled out for any GPU).
-func holdsGPU(h Holder, idx int, known map[int]bool) bool {
-	mapped := false
-	for _, g := range h.GPUs {
-		if g == idx {
-			return true
-		}
-		mapped = mapped || known[g]
+// ownsOn: h owns memory or a context on GPU idx. CUDA opens the device file
+// of every GPU it can see, so a worker listed on GPU 0 holds nvidia1 too
+// without owning anything there; only when the listing does not say which
+// GPUs (no per-GPU memory) is an owner taken to own each GPU it holds.
+func ownsOn(h Holder, idx int) bool {
+	if !h.Owner {
+		return false
 	}
-	return !mapped && h.Owner && !h.Protected
+	if len(h.MemByGPU) == 0 {
+		return true
+	}
+	_, ok := h.MemByGPU[idx]
+	return ok
+}
+
+// ghostWhy names each dead pid still charged and what keeps it.
+func ghostWhy(ghosts []Ghost, label func([]int) string) string {
+	parts := make([]string, 0, len(ghosts))
+	for _, gh := range ghosts {
+		p := fmt.Sprintf("pid %d (%s) is gone but %s is still charged to it", gh.PID, path.Base(gh.Name), mibText(gh.MemMiB))
+		if len(gh.HeldBy) > 0 {
+			p += "; its device files are still open in " + label(gh.HeldBy) + " (a forked child keeps them)"
+		} else {
+			p += "; no process holds its GPU's device files"
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func mibText(v int64) string {
+	if v < 0 {
+		return "an unknown amount of memory"
+	}
+	return fmt.Sprintf("%d MiB", v)
+}
+
+// holdsGPU: h holds GPU idx (its device file, or memory nvidia-smi charges
+// there), or owns a context without naming any GPU the reading has (then it
+// cannot be ruled out for any GPU).
+func holdsGPU(h Holder, idx int, known map[int]bool) bool {
+	if slices.Contains(h.GPUs, idx) {
+		return true
+	}
+	if _, ok := h.MemByGPU[idx]; ok {
+		return true
+	}
+	for _, g := range h.GPUs {
+		if known[g] {
+			return false
+		}
+	}
+	for g := range h.MemByGPU {
+		if known[g] {
+			return false
+		}
+	}
+	return h.Owner && (!h.Protected || h.Suspicious != "")
 }
 
 func unknownWhy(g GPU) string {

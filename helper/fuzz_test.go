@@ -140,3 +140,67 @@ func FuzzNormalizeUnit(f *testing.F) {
 		}
 	})
 }
+
+// FuzzAssess checks the judge's promises on arbitrary readings: a GPU is
+// free only at or under its threshold, with its memory known from
+// nvidia-smi, and with no owner or suspicious holder of it; each holder
+// lands in exactly one list of each GPU it holds.
+func FuzzAssess(f *testing.F) {
+	f.Add(int64(0), int64(64), uint8(0), uint8(0), int64(0), uint8(3))
+	f.Add(int64(-1), int64(64), uint8(1), uint8(1), int64(4096), uint8(7))
+	f.Add(int64(8802), int64(0), uint8(2), uint8(2), int64(-1), uint8(0))
+	f.Fuzz(func(t *testing.T, used, th int64, source, flags uint8, mem int64, gpuSel uint8) {
+		if th < 0 {
+			th = -th
+		}
+		src := []string{SourceSMI, SourceDriver, SourceDevice, ""}[int(source)%4]
+		gpus := []GPU{{Index: 0, MemUsedMiB: used, Source: src}, {Index: 3, MemUsedMiB: 0, Source: SourceSMI}}
+		h := Holder{Identity: Identity{PID: 100}, Comm: "w", MemMiB: mem}
+		h.Owner = flags&1 != 0
+		h.Protected = flags&2 != 0
+		if flags&4 != 0 {
+			h.Protected, h.Suspicious = true, "protected name x, but it has nvidia-uvm open"
+		}
+		switch gpuSel % 4 {
+		case 0:
+			h.GPUs = []int{0}
+		case 1:
+			h.GPUs = []int{0, 3}
+		case 2:
+			h.GPUs = []int{}
+		case 3:
+			h.GPUs = []int{9} // a GPU the reading does not have
+		}
+		if flags&8 != 0 {
+			h.MemByGPU = map[int]int64{0: mem}
+		}
+		var ghosts []Ghost
+		if flags&16 != 0 {
+			ghosts = []Ghost{{PID: 5, GPU: 0, MemMiB: mem, HeldBy: []int{100}}}
+		}
+		out := Assess(gpus, []Holder{h}, ghosts, map[int]int64{0: th})
+		if len(out) != 2 || out[0].Index != 0 || out[1].Index != 3 {
+			t.Fatalf("statuses %+v", out)
+		}
+		st := out[0]
+		if st.State == GPUFree {
+			if used < 0 || used > th || src != SourceSMI && src != "" {
+				t.Fatalf("free with used %d threshold %d source %q: %+v", used, th, src, st)
+			}
+			if len(st.Owners)+len(st.Suspicious) > 0 {
+				t.Fatalf("free with owners: %+v", st)
+			}
+		} else if st.Reason == "" {
+			t.Fatalf("state %s without a reason", st.State)
+		}
+		for _, s := range out {
+			n := len(s.Owners) + len(s.Others) + len(s.Protected) + len(s.Suspicious)
+			if n > 1 {
+				t.Fatalf("holder listed %d times on GPU %d: %+v", n, s.Index, s)
+			}
+			if h.Suspicious != "" && n == 1 && len(s.Suspicious) != 1 {
+				t.Fatalf("suspicious holder not listed as such: %+v", s)
+			}
+		}
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,7 +77,8 @@ type victim struct {
 }
 
 // liveness re-reads the process: gone (exited, or its pid now names
-// another process) or alive with its state.
+// another process) or alive with its state. A Z leader whose other threads
+// still run is alive: signals reach them, and they hold its files.
 func (s *scanner) liveness(id Identity) (alive bool, reused bool, state string) {
 	st, err := s.proc.stat(id.PID)
 	if err != nil {
@@ -85,7 +87,7 @@ func (s *scanner) liveness(id Identity) (alive bool, reused bool, state string) 
 	if st.StartTime != id.StartTime {
 		return false, true, ""
 	}
-	if st.State == "Z" || st.State == "X" {
+	if (st.State == "Z" || st.State == "X") && !s.proc.liveThreads(id.PID) {
 		return false, false, st.State
 	}
 	return true, false, st.State
@@ -281,11 +283,11 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 			continue
 		}
 		st := stats[v.res.PID]
-		v.res.Comm = st.Comm
+		v.res.Comm, v.res.PPID = st.Comm, st.PPID
 		switch why := s.skipWhy(st, req.Force); {
 		case why != "":
 			v.res.Outcome, v.res.Reason = OutcomeSkipped, why
-		case st.State == "Z" || st.State == "X":
+		case (st.State == "Z" || st.State == "X") && !s.proc.liveThreads(st.PID):
 			v.res.Outcome, v.res.Reason, v.res.State = OutcomeExited, "zombie (already exited)", st.State
 		case req.DryRun:
 			v.res.Outcome = OutcomeWould
@@ -347,8 +349,14 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 	}
 	resp := &KillResponse{Version: Version, Results: make([]KillResult, 0, len(victims))}
 	for _, v := range victims {
+		if v.res.PPID == 0 {
+			if st, ok := stats[v.res.PID]; ok {
+				v.res.PPID = st.PPID
+			}
+		}
 		resp.Results = append(resp.Results, v.res)
 	}
+	resp.Supervisors = s.supervisors(resp.Results)
 	resp.Elapsed = Duration(time.Since(start))
 	return resp, nil
 }
@@ -403,4 +411,65 @@ func (s *scanner) waitGone(ctx context.Context, vs []*victim, d time.Duration, o
 		case <-t.C:
 		}
 	}
+}
+
+// systemReapers are parents that adopt or reap processes but never restart
+// a worker (by comm); a unit's Restart= is judged from the unit instead.
+var systemReapers = []string{
+	"systemd", "init", "containerd-shim*", "conmon", "tini", "dumb-init", "catatonit",
+	"docker-init", "runc", "crun", "s6-svscan", "(sd-pam)", "kthreadd",
+}
+
+// supervisors are the live parents of the processes that exited or were
+// killed: what may start their workers again. Not pid <= 1, the helper or
+// its ancestors, a process this request signalled, or a system reaper.
+func (s *scanner) supervisors(results []KillResult) []Supervisor {
+	signalled := map[int]bool{}
+	for _, r := range results {
+		if r.Outcome == OutcomeExited || r.Outcome == OutcomeKilled || r.Outcome == OutcomeSurvived {
+			signalled[r.PID] = true
+		}
+	}
+	var out []Supervisor
+	index := map[int]int{}
+	for _, r := range results {
+		if r.Outcome != OutcomeExited && r.Outcome != OutcomeKilled {
+			continue
+		}
+		ppid := r.PPID
+		if ppid <= 1 || ppid == s.self || s.guarded[ppid] || signalled[ppid] {
+			continue
+		}
+		if i, ok := index[ppid]; ok {
+			out[i].Children = append(out[i].Children, r.PID)
+			continue
+		}
+		st, err := s.proc.stat(ppid)
+		if err != nil || (st.State == "Z" || st.State == "X") && !s.proc.liveThreads(ppid) || s.isKernelThread(st) || isReaper(st.Comm) {
+			continue
+		}
+		sup := Supervisor{
+			Identity: Identity{PID: ppid, StartTime: st.StartTime, BootID: s.bootID},
+			Comm:     st.Comm, Cmdline: s.proc.cmdline(ppid), Children: []int{r.PID},
+		}
+		if b, err := os.ReadFile(s.proc.path(ppid, "cgroup")); err == nil {
+			sup.Unit = parseCgroup(b).Unit
+		}
+		sup.Why = Label(ppid, sup.Comm, sup.Cmdline) + " restarts its workers: stop it or its unit"
+		if strings.HasSuffix(sup.Unit, ".service") {
+			sup.Why = Label(ppid, sup.Comm, sup.Cmdline) + " restarts its workers: stop it or its unit " + sup.Unit
+		}
+		index[ppid] = len(out)
+		out = append(out, sup)
+	}
+	return out
+}
+
+func isReaper(comm string) bool {
+	for _, p := range systemReapers {
+		if ok, _ := path.Match(p, comm); ok {
+			return true
+		}
+	}
+	return false
 }

@@ -2,6 +2,7 @@ package helper
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -190,7 +191,7 @@ func TestMapGPUs(t *testing.T) {
 	// Pretend the driver says minor 3 for this bus, so a mapping that
 	// ignored the driver (N == index) would be visibly wrong.
 	drv.Minor = 3
-	m, warns := mapGPUs(gpus, []driverGPU{drv}, true, true)
+	gpus, m, warns := mapGPUs(gpus, []driverGPU{drv}, true, true)
 	if len(warns) != 0 || gpus[0].Minor != 3 {
 		t.Fatalf("minor %d warns %v", gpus[0].Minor, warns)
 	}
@@ -202,7 +203,7 @@ func TestMapGPUs(t *testing.T) {
 	}
 	// No driver information: N == index, with a warning saying so.
 	gpus2, _ := parseQueryGPU(h200QueryGPU(t, "query-gpu (busy)"))
-	m2, warns := mapGPUs(gpus2, nil, false, true)
+	_, m2, warns := mapGPUs(gpus2, nil, false, true)
 	if !m2.assumed || len(warns) != 1 || !strings.Contains(warns[0], "assuming") {
 		t.Errorf("fallback: assumed %v warns %v", m2.assumed, warns)
 	}
@@ -398,5 +399,70 @@ func TestReadGPUsFromDriverOnly(t *testing.T) {
 	}
 	if w := strings.Join(st.warns, "\n"); !strings.Contains(w, "0000:01:00.0/information: no Device Minor") {
 		t.Errorf("warnings %q: want the broken information file named", w)
+	}
+}
+
+// The H200's compute apps merged into /proc holders: memory per GPU by
+// uuid, owners marked, and, seen from the host's PID namespace, a listed
+// pid that is gone is a ghost kept by the unlisted holder of its GPU.
+func TestMergeAppsFixture(t *testing.T) {
+	apps, err := parseComputeApps(fixture(t, "compute-apps.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := parseQueryGPU(h200QueryGPU(t, "query-gpu (busy)"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func(pid int, devs ...string) Holder {
+		return Holder{Identity: Identity{PID: pid}, Comm: "python3", GPUs: []int{0}, Devices: devs}
+	}
+	// 541 died; 600, a forked child nobody lists, holds the device; 700 is
+	// a monitor.
+	holders := []Holder{mk(437, "nvidia-uvm", "nvidia0"), mk(438, "nvidia0"), mk(439, "nvidia0"), mk(600, "nvidia-uvm", "nvidia0"), mk(700, "nvidia0", "nvidiactl")}
+	exists := func(pid int) bool { return pid != 541 }
+	ghosts, warns := mergeApps(holders, gpus, apps, true, exists)
+	if len(warns) != 0 || len(ghosts) != 1 {
+		t.Fatalf("ghosts %+v warns %v", ghosts, warns)
+	}
+	if g := ghosts[0]; g.PID != 541 || g.GPU != 0 || g.MemMiB != 6754 || g.Name != "/opt/torch/.venv/bin/python3" || fmt.Sprint(g.HeldBy) != "[600 700]" {
+		t.Errorf("ghost %+v", g)
+	}
+	for i, want := range []int64{10850, 4706, 3682, 0, 0} {
+		h := holders[i]
+		// Owner here is what the listing says; nvidia-uvm is read by the scan.
+		if h.MemMiB != want || h.Owner != (want > 0) {
+			t.Errorf("pid %d: mem %d owner %v", h.PID, h.MemMiB, h.Owner)
+		}
+		if want > 0 && h.MemByGPU[0] != want {
+			t.Errorf("pid %d: mem by GPU %v", h.PID, h.MemByGPU)
+		}
+	}
+	st := Assess(gpus, holders, ghosts, nil)[0]
+	if st.State != GPUHeld || !strings.Contains(st.Reason, "pid 541 (python3) is gone but 6754 MiB is still charged to it; its device files are still open in pid 600 (python3), pid 700 (python3)") {
+		t.Errorf("status %+v", st)
+	}
+	// From another PID namespace the same listing proves nothing.
+	ghosts, warns = mergeApps(holders, gpus, apps, false, exists)
+	if len(ghosts) != 0 || len(warns) != 1 || !strings.Contains(warns[0], "pid 541") || !strings.Contains(warns[0], "another PID namespace?") {
+		t.Errorf("ghosts %+v warns %v", ghosts, warns)
+	}
+}
+
+// CUDA opens every visible GPU's device file: a worker listed on GPU 0 only
+// owns GPU 0, and on GPU 1 it is one of the others (second stage).
+func TestAssessOwnerPerGPU(t *testing.T) {
+	gpus := []GPU{{Index: 0, MemUsedMiB: 8000, Source: SourceSMI}, {Index: 1, MemUsedMiB: 0, Source: SourceSMI}, {Index: 2, MemUsedMiB: 900, Source: SourceSMI}}
+	w := Holder{Identity: Identity{PID: 10}, Comm: "python3", GPUs: []int{0, 1, 2}, Owner: true, MemMiB: 8000, MemByGPU: map[int]int64{0: 8000}}
+	uvmOnly := Holder{Identity: Identity{PID: 11}, Comm: "python3", GPUs: []int{2}, Owner: true} // no listing: owner of what it holds
+	out := Assess(gpus, []Holder{w, uvmOnly}, nil, nil)
+	if out[0].State != GPUHeld || fmt.Sprint(out[0].Owners) != "[10]" || !strings.Contains(out[0].Reason, "pid 10 (python3) 8000 MiB") {
+		t.Errorf("GPU 0: %+v", out[0])
+	}
+	if out[1].State != GPUFree || len(out[1].Owners) != 0 || fmt.Sprint(out[1].Others) != "[10]" {
+		t.Errorf("GPU 1: %+v", out[1])
+	}
+	if out[2].State != GPUHeld || fmt.Sprint(out[2].Owners) != "[11]" || fmt.Sprint(out[2].Others) != "[10]" {
+		t.Errorf("GPU 2: %+v", out[2])
 	}
 }

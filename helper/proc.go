@@ -270,8 +270,13 @@ func (p procFS) stat(pid int) (procStat, error) {
 	return st, nil
 }
 
-func (p procFS) cmdline(pid int) []string {
-	b, _ := os.ReadFile(p.path(pid, "cmdline"))
+// cmdline reads pid's argv, or that of its thread tid when one is given.
+func (p procFS) cmdline(pid int, tid ...int) []string {
+	f := p.path(pid, "cmdline")
+	if len(tid) > 0 {
+		f = filepath.Join(p.path(pid, "task"), strconv.Itoa(tid[0]), "cmdline")
+	}
+	b, _ := os.ReadFile(f)
 	return splitCmdline(b)
 }
 
@@ -397,11 +402,12 @@ func normBusID(s string) string {
 	return fmt.Sprintf("%04x:%s", d, rest)
 }
 
-// readDriverGPUs reads every GPU the kernel driver knows; ok is false when
+// readDriverGPUs reads every GPU the kernel driver knows (driverDir is
+// /proc/driver/nvidia or Config.DriverDir); ok is false when
 // the driver's proc folder is absent. An unreadable information file is
 // reported and skipped: the other GPUs' minors are still worth having.
-func (p procFS) readDriverGPUs() (gpus []driverGPU, ok bool, err error) {
-	dir := filepath.Join(p.dir, "driver/nvidia/gpus")
+func readDriverGPUs(driverDir string) (gpus []driverGPU, ok bool, err error) {
+	dir := filepath.Join(driverDir, "gpus")
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {

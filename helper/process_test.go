@@ -151,7 +151,7 @@ func (h *host) start(bin string, args ...string) *holder {
 	}
 	want := 1
 	for _, a := range args {
-		if a == "--child-mem-mib" {
+		if a == "--child-mem-mib" || a == "--keeper" {
 			want = 2
 		}
 	}
@@ -193,6 +193,9 @@ func (h *host) start(bin string, args ...string) *holder {
 func (h *host) as(name string) string {
 	p := filepath.Join(h.dir, "as", name)
 	os.MkdirAll(filepath.Dir(p), 0o755)
+	if _, err := os.Lstat(p); err == nil {
+		return p
+	}
 	if err := os.Symlink(holderBin, p); err != nil {
 		h.t.Fatal(err)
 	}
@@ -349,12 +352,16 @@ func TestSnapshotSMIFaults(t *testing.T) {
 	if s.SMI || findHolder(s, p.pid) == nil || !strings.Contains(strings.Join(s.Warnings, "\n"), "couldn't communicate with the NVIDIA driver") {
 		t.Errorf("fail: smi %v warnings %v", s.SMI, s.Warnings)
 	}
-	// No GPU at all: nvidia-smi says so with exit 6; not an error.
+	// nvidia-smi finds no GPU (exit 6; not an error), but /dev/nvidia0 is
+	// held: that GPU still counts, memory unknown, never free.
 	h.fake.Fault, h.fake.GPUs = "", nil
 	h.save()
 	s = snapshot(t, h.cfg)
-	if !s.SMI || len(s.GPUs) != 0 {
+	if !s.SMI || len(s.GPUs) != 1 || s.GPUs[0].Source != SourceDevice || s.GPUs[0].Index != 0 || s.GPUs[0].MemUsedMiB != -1 {
 		t.Errorf("no devices: smi %v gpus %+v warnings %v", s.SMI, s.GPUs, s.Warnings)
+	}
+	if len(s.Status) != 1 || s.Status[0].State != GPUUnknown || !strings.Contains(s.Status[0].Reason, "/dev/nvidia0") || !strings.Contains(s.Status[0].Reason, "pid "+strconv.Itoa(p.pid)) {
+		t.Errorf("no devices: status %+v", s.Status)
 	}
 }
 

@@ -100,6 +100,7 @@ func writeJSON(w io.Writer, v any) error {
 const configHelp = `  dev_dir       where the NVIDIA device nodes are (default /dev)
   nvidia_smi    nvidia-smi to run (default: PATH, /usr/bin, /usr/local/nvidia/bin)
   proc_dir      the proc filesystem (default /proc)
+  driver_dir    the driver's proc folder (default PROC_DIR/driver/nvidia)
   protected     extra protected process names (globs), e.g. ["my-daemon*"]
   smi_timeout   deadline for each nvidia-smi call (default "10s")
 `
@@ -122,7 +123,9 @@ The identity is re-checked right before every signal (through a pidfd where
 the kernel has one): a reused pid is never signalled. TERM first, KILL
 after the grace period. Never signals pid <= 1, the helper or its ancestors,
 kernel threads; protected names (nvidia-persistenced, nv-hostengine, dcgm*,
-Xorg, ...) only with force.
+Xorg, ...) only with force. A process whose main thread exited while other
+threads live is signalled. supervisors: live parents of the killed that may
+restart them.
 
 Request fields:
   targets   [{"pid":N,"start_time":T,"boot_id":"..."}] (from a snapshot)
@@ -135,17 +138,22 @@ Request fields:
 ` + configHelp,
 	VerbWaitFree: `gpush-helper wait-free: poll until the chosen GPUs are free.
 
-Free: used memory at or under the threshold and no holder of those GPUs
-left (protected holders never block). Outcomes: freed, memory-held (no
-holder, memory still used), new-holder (a process not there at the first
-poll holds a GPU), timed-out.
+Free: memory known and at or under the threshold, no owner (a process
+nvidia-smi lists as a compute app) and nothing suspicious; monitors that
+only hold the device files never block. status gives each GPU's state.
+Outcomes: freed, new-holder (an owner not there at the first poll, or one
+that came back during the settle), timed-out (owners left), suspicious,
+memory-held (no owner, memory still used), protected, unknown (memory
+cannot be read: returned at once when nothing else can change).
 
 Request fields:
   gpus            GPU indices to watch (default all)
   threshold_mib   MiB counted as free (default: the idle allowance, 64 MiB)
   interval        poll interval (default "100ms")
   timeout         deadline (default "30s")
-  ignore_shared   holders of only nvidiactl/nvidia-uvm do not block
+  settle          once free, stay free this long (default 0)
+  watch           supervisors from kill: a new holder they start fails the settle
+  ignore_shared   holders of no GPU device (nvidiactl/nvidia-uvm only) do not block
 ` + configHelp,
 	VerbUnit: `gpush-helper unit: stop, start, restart or report a systemd unit.
 
@@ -243,12 +251,27 @@ func isTerminal(f *os.File) bool {
 func WriteTable(w io.Writer, s *Snapshot) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "%s  boot %s  %s\n", s.Hostname, s.BootID, s.Time.Local().Format(time.DateTime))
-	fmt.Fprintln(tw, "GPU\tMINOR\tBUS-ID\tNAME\tMEMORY-USAGE\t")
+	fmt.Fprintln(tw, "GPU\tMINOR\tBUS-ID\tNAME\tMEMORY-USAGE\tSOURCE\tSTATE")
+	states := map[int]GPUStatus{}
+	for _, st := range s.Status {
+		states[st.Index] = st
+	}
 	for _, g := range s.GPUs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s / %s\t\n", g.Index, intOrDash(g.Minor), g.BusID, g.Name, mib(g.MemUsedMiB), mib(g.MemTotalMiB))
+		state := "-"
+		if st, ok := states[g.Index]; ok {
+			state = st.State
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s / %s\t%s\t%s\n", g.Index, intOrDash(g.Minor), orDash(g.BusID), orDash(g.Name), mib(g.MemUsedMiB), mib(g.MemTotalMiB), orDash(g.Source), state)
 	}
 	if len(s.GPUs) == 0 {
-		fmt.Fprintln(tw, "(no GPUs reported)\t\t\t\t\t")
+		fmt.Fprintln(tw, "(no GPUs reported)\t\t\t\t\t\t")
+	}
+	tw.Flush()
+	// One line per GPU that is not free: why, in the words a script reports.
+	for _, st := range s.Status {
+		if st.Reason != "" {
+			fmt.Fprintf(w, "GPU %d %s: %s\n", st.Index, st.State, st.Reason)
+		}
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "GPU\tPID\tPPID\tUSER\tSTATE\tAGE\tGPU-MEMORY\tUNIT\tCOMMAND")
@@ -275,8 +298,16 @@ func WriteTable(w io.Writer, s *Snapshot) {
 		if len(cmd) > 60 {
 			cmd = cmd[:57] + "..."
 		}
-		if h.Protected {
+		switch {
+		case h.Suspicious != "":
+			cmd += "  (suspicious: " + h.Suspicious + ")"
+		case h.Protected:
 			cmd += "  (protected: " + h.ProtectedWhy + ")"
+		case !h.Owner:
+			cmd += "  (owns nothing)"
+		}
+		if h.ZombieLeader {
+			cmd += "  (main thread exited; threads hold the devices)"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", gpus, h.PID, h.PPID, h.User, h.State,
 			(time.Duration(h.AgeSeconds) * time.Second).String(), mib(h.MemMiB), unit, cmd)
@@ -285,6 +316,9 @@ func WriteTable(w io.Writer, s *Snapshot) {
 		fmt.Fprintln(tw, "(no process holds an NVIDIA device)")
 	}
 	tw.Flush()
+	for _, g := range s.Ghosts {
+		fmt.Fprintf(w, "ghost: pid %d (%s) is gone, %s still charged to it on GPU %d; held by %v\n", g.PID, g.Name, mib(g.MemMiB), g.GPU, g.HeldBy)
+	}
 	for _, warn := range s.Warnings {
 		fmt.Fprintln(w, "warning:", warn)
 	}
@@ -302,6 +336,13 @@ func mib(v int64) string {
 		return "N/A"
 	}
 	return fmt.Sprintf("%dMiB", v)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func intOrDash(v int) string {

@@ -8,6 +8,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -33,6 +34,8 @@ type scanner struct {
 	self    int
 	// guarded holds pid 1, the helper and its ancestors: never signalled.
 	guarded map[int]bool
+	// hostPIDs: the helper sees the host's PID namespace.
+	hostPIDs bool
 }
 
 func newScanner(cfg Config) (*scanner, error) {
@@ -55,6 +58,7 @@ func newScanner(cfg Config) (*scanner, error) {
 	}
 	s.guarded = s.proc.ancestors(s.self)
 	s.guarded[1] = true
+	s.hostPIDs = s.proc.inHostPIDNamespace()
 	return s, nil
 }
 
@@ -79,44 +83,104 @@ func (s *scanner) deviceOf(link string) (string, bool) {
 type rawHolder struct {
 	pid     int
 	devices []string
+	// task is the thread whose fd table was read when the leader's was
+	// empty (an exited main thread); 0 for the leader itself.
+	task int
 }
 
-// scanFDs walks ProcDir/*/fd the way fuser does. Processes that vanish
-// mid-scan are skipped; unreadable ones are counted for a warning.
+// scanFDs walks ProcDir/*/fd the way fuser does. A process whose fd folder
+// is empty (its main thread exited, a zombie leader) is looked at through
+// its threads, ProcDir/PID/task/TID/fd. Processes that vanish mid-scan are
+// skipped; unreadable ones are counted for a warning.
 func (s *scanner) scanFDs() (holders []rawHolder, denied int, err error) {
 	pids, err := s.proc.pids()
 	if err != nil {
 		return nil, 0, err
 	}
 	for _, pid := range pids {
-		fdDir := filepath.Join(s.proc.dir, strconv.Itoa(pid), "fd")
-		d, err := os.Open(fdDir)
+		base := filepath.Join(s.proc.dir, strconv.Itoa(pid))
+		devs, n, err := s.devicesIn(filepath.Join(base, "fd"))
 		if err != nil {
 			if errors.Is(err, os.ErrPermission) {
 				denied++
 			}
 			continue
 		}
-		names, _ := d.Readdirnames(-1)
-		d.Close()
-		var devs []string
-		seen := map[string]bool{}
-		for _, n := range names {
-			link, err := os.Readlink(fdDir + "/" + n)
-			if err != nil {
-				continue
-			}
-			if rel, ok := s.deviceOf(link); ok && !seen[rel] {
-				seen[rel] = true
-				devs = append(devs, rel)
-			}
+		task := 0
+		if n == 0 {
+			task, devs = s.threadDevices(pid)
 		}
 		if len(devs) > 0 {
-			sort.Strings(devs)
-			holders = append(holders, rawHolder{pid: pid, devices: devs})
+			holders = append(holders, rawHolder{pid: pid, devices: devs, task: task})
 		}
 	}
 	return holders, denied, nil
+}
+
+// devicesIn lists the NVIDIA devices an fd folder's links name (sorted,
+// once each) and how many fds it has.
+func (s *scanner) devicesIn(fdDir string) ([]string, int, error) {
+	d, err := os.Open(fdDir)
+	if err != nil {
+		return nil, 0, err
+	}
+	names, _ := d.Readdirnames(-1)
+	d.Close()
+	var devs []string
+	for _, n := range names {
+		link, err := os.Readlink(fdDir + "/" + n)
+		if err != nil {
+			continue
+		}
+		if rel, ok := s.deviceOf(link); ok && !slices.Contains(devs, rel) {
+			devs = append(devs, rel)
+		}
+	}
+	sort.Strings(devs)
+	return devs, len(names), nil
+}
+
+// threadDevices reads the fd tables of pid's other threads: the first one
+// holding NVIDIA devices wins (threads of a process share one table).
+func (s *scanner) threadDevices(pid int) (int, []string) {
+	tasks, err := os.ReadDir(s.proc.path(pid, "task"))
+	if err != nil {
+		return 0, nil
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil || tid == pid {
+			continue
+		}
+		devs, _, err := s.devicesIn(filepath.Join(s.proc.path(pid, "task"), t.Name(), "fd"))
+		if err == nil && len(devs) > 0 {
+			return tid, devs
+		}
+	}
+	return 0, nil
+}
+
+// liveThreads reports whether any thread of pid other than its leader
+// still runs: a Z leader with live threads is a live process.
+func (p procFS) liveThreads(pid int) bool {
+	tasks, err := os.ReadDir(p.path(pid, "task"))
+	if err != nil {
+		return false
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil || tid == pid {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(p.path(pid, "task"), t.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		if st, err := parseStat(b); err == nil && st.State != "Z" && st.State != "X" {
+			return true
+		}
+	}
+	return false
 }
 
 // protectedWhy says which rule protects a process, or "".
@@ -158,7 +222,8 @@ func matchProtected(comm string, argv []string, extra []string) string {
 }
 
 // describe fills a Holder from /proc; ok is false when the process is gone.
-func (s *scanner) describe(pid int, uptime float64) (Holder, bool) {
+func (s *scanner) describe(r rawHolder, uptime float64) (Holder, bool) {
+	pid := r.pid
 	st, err := s.proc.stat(pid)
 	if err != nil {
 		return Holder{}, false
@@ -168,6 +233,13 @@ func (s *scanner) describe(pid int, uptime float64) (Holder, bool) {
 		PPID:     st.PPID, PGID: st.PGID, SID: st.SID,
 		Comm: st.Comm, State: st.State,
 		Cmdline: s.proc.cmdline(pid),
+	}
+	if r.task > 0 {
+		h.ZombieLeader = true
+		if len(h.Cmdline) == 0 {
+			// The leader's mm is gone with it; a live thread still has it.
+			h.Cmdline = s.proc.cmdline(pid, r.task)
+		}
 	}
 	if b, err := os.ReadFile(s.proc.path(pid, "status")); err == nil {
 		ps := parseStatus(b)
@@ -192,62 +264,114 @@ func (s *scanner) describe(pid int, uptime float64) (Holder, bool) {
 	return h, true
 }
 
-// gpuMapping maps /dev/nvidiaN minors to nvidia-smi indices.
+// gpuMapping maps /dev/nvidiaN minors to GPU indices.
 type gpuMapping struct {
 	minorToIndex map[int]int
-	// assumed: no driver information, N is taken as the index.
+	// assumed: no driver information, N is taken as the index of a GPU
+	// nvidia-smi lists.
 	assumed bool
+	listed  map[int]bool // indices nvidia-smi lists (for assumed)
 }
 
 func (m gpuMapping) index(minor int) (int, bool) {
-	if m.assumed {
+	if i, ok := m.minorToIndex[minor]; ok {
+		return i, true
+	}
+	if m.assumed && m.listed[minor] {
 		return minor, true
 	}
-	i, ok := m.minorToIndex[minor]
-	return i, ok
+	return 0, false
 }
 
 // mapGPUs sets GPU.Minor from the driver's information files (matched by
-// bus id) and returns the mapping; warnings say when it had to guess.
-func mapGPUs(gpus []GPU, drv []driverGPU, drvOK bool, smiOK bool) (gpuMapping, []string) {
+// bus id), adds the driver's GPUs nvidia-smi does not list (Source driver,
+// memory unknown) and returns the GPUs with the mapping; warnings say when
+// it had to guess.
+func mapGPUs(gpus []GPU, drv []driverGPU, drvOK bool, smiOK bool) ([]GPU, gpuMapping, []string) {
 	var warns []string
-	m := gpuMapping{minorToIndex: map[int]int{}}
-	byBus := map[string]driverGPU{}
-	for _, d := range drv {
-		byBus[d.BusID] = d
+	m := gpuMapping{minorToIndex: map[int]int{}, listed: map[int]bool{}}
+	for _, g := range gpus {
+		m.listed[g.Index] = true
 	}
-	if drvOK && len(drv) > 0 && smiOK {
+	if !drvOK || len(drv) == 0 {
+		m.assumed = true
 		for i := range gpus {
-			if d, ok := byBus[normBusID(gpus[i].BusID)]; ok {
-				gpus[i].Minor = d.Minor
-				m.minorToIndex[d.Minor] = gpus[i].Index
-			} else {
-				warns = append(warns, fmt.Sprintf("GPU %d (bus %s) has no /proc/driver/nvidia entry; its device minor is unknown", gpus[i].Index, gpus[i].BusID))
-			}
+			gpus[i].Minor = gpus[i].Index
 		}
-		return m, warns
+		if len(gpus) > 0 || !smiOK {
+			warns = append(warns, "no /proc/driver/nvidia/gpus: assuming /dev/nvidiaN is GPU index N")
+		}
+		return gpus, m, warns
 	}
-	if drvOK && len(drv) > 0 && !smiOK {
-		// readGPUs listed the driver's GPUs in PCI bus order, the order
-		// nvidia-smi numbers them in.
-		for _, g := range gpus {
-			m.minorToIndex[g.Minor] = g.Index
+	sorted := append([]driverGPU{}, drv...)
+	sort.Slice(sorted, func(a, b int) bool { return sorted[a].BusID < sorted[b].BusID })
+	if !smiOK {
+		// nvidia-smi numbers GPUs in PCI bus order.
+		for i, d := range sorted {
+			gpus = append(gpus, driverRow(i, d))
+			m.minorToIndex[d.Minor] = i
 		}
 		warns = append(warns, "GPU indices taken from PCI bus order of /proc/driver/nvidia/gpus (no nvidia-smi)")
-		return m, warns
+		return gpus, m, warns
 	}
-	m.assumed = true
+	byBus := map[string]int{}
 	for i := range gpus {
-		gpus[i].Minor = gpus[i].Index
+		byBus[normBusID(gpus[i].BusID)] = i
 	}
-	if len(gpus) > 0 || !smiOK {
-		warns = append(warns, "no /proc/driver/nvidia/gpus: assuming /dev/nvidiaN is GPU index N")
+	matched := map[string]bool{}
+	for _, d := range sorted {
+		i, ok := byBus[d.BusID]
+		if !ok {
+			continue
+		}
+		matched[d.BusID] = true
+		gpus[i].Minor = d.Minor
+		m.minorToIndex[d.Minor] = gpus[i].Index
 	}
-	return m, warns
+	for _, g := range gpus {
+		if g.Minor < 0 {
+			warns = append(warns, fmt.Sprintf("GPU %d (bus %s) has no /proc/driver/nvidia entry; its device minor is unknown", g.Index, g.BusID))
+		}
+	}
+	used := map[int]bool{}
+	for _, g := range gpus {
+		used[g.Index] = true
+	}
+	for _, d := range sorted {
+		if matched[d.BusID] {
+			continue
+		}
+		idx := freeIndex(used, d.Minor)
+		gpus = append(gpus, driverRow(idx, d))
+		m.minorToIndex[d.Minor] = idx
+		warns = append(warns, fmt.Sprintf("GPU at bus %s (/dev/nvidia%d) is known to the driver but nvidia-smi does not list it: listed as GPU %d, memory unknown", d.BusID, d.Minor, idx))
+	}
+	return gpus, m, warns
 }
 
-// collect scans holders and describes them, GPUs mapped through m.
-func (s *scanner) collect(m gpuMapping) ([]Holder, []string, error) {
+func driverRow(idx int, d driverGPU) GPU {
+	return GPU{Index: idx, UUID: d.UUID, Name: d.Model, BusID: d.BusID, Minor: d.Minor, MemUsedMiB: -1, MemTotalMiB: -1, Source: SourceDriver}
+}
+
+// freeIndex returns want when no GPU has that index yet, else the lowest
+// index above every used one, and marks it used: a GPU nvidia-smi does not
+// list must never take the number of one it does.
+func freeIndex(used map[int]bool, want int) int {
+	if want < 0 || used[want] {
+		want = 0
+		for i := range used {
+			want = max(want, i+1)
+		}
+	}
+	used[want] = true
+	return want
+}
+
+// collect scans holders and describes them, GPUs mapped through gs. A
+// held /dev/nvidiaN that maps to no GPU becomes a GPU of its own (Source
+// device, memory unknown): a holder of a GPU nobody lists is never "no
+// holder".
+func (s *scanner) collect(gs *gpuState) ([]Holder, []string, error) {
 	raw, denied, err := s.scanFDs()
 	if err != nil {
 		return nil, nil, err
@@ -256,61 +380,106 @@ func (s *scanner) collect(m gpuMapping) ([]Holder, []string, error) {
 	if denied > 0 {
 		warns = append(warns, fmt.Sprintf("%d processes' fds were not readable (permission denied): run the helper as root (become) to see every holder", denied))
 	}
+	var unmapped []int
+	for _, r := range raw {
+		for _, minor := range gpuMinors(r.devices) {
+			if _, ok := gs.mapping.index(minor); !ok && !slices.Contains(unmapped, minor) {
+				unmapped = append(unmapped, minor)
+			}
+		}
+	}
+	sort.Ints(unmapped)
+	used := map[int]bool{}
+	for _, g := range gs.gpus {
+		used[g.Index] = true
+	}
+	for _, minor := range unmapped {
+		idx := freeIndex(used, minor)
+		gs.gpus = append(gs.gpus, GPU{Index: idx, Name: "unknown", Minor: minor, MemUsedMiB: -1, MemTotalMiB: -1, Source: SourceDevice})
+		gs.mapping.minorToIndex[minor] = idx
+		w := fmt.Sprintf("/dev/nvidia%d is held but matches no GPU nvidia-smi or the driver lists: listed as GPU %d, memory unknown", minor, idx)
+		if idx != minor {
+			w += fmt.Sprintf(" (index %d is taken)", minor)
+		}
+		warns = append(warns, w)
+	}
 	uptime, _ := s.proc.uptime()
-	unmapped := map[int]bool{}
 	holders := make([]Holder, 0, len(raw))
 	for _, r := range raw {
-		h, ok := s.describe(r.pid, uptime)
+		h, ok := s.describe(r, uptime)
 		if !ok {
 			continue
 		}
 		h.Devices = r.devices
 		h.GPUs = []int{}
-		for _, d := range r.devices {
-			mm := gpuDevRe.FindStringSubmatch(d)
-			if mm == nil {
-				continue
-			}
-			minor, _ := strconv.Atoi(mm[1])
-			if idx, ok := m.index(minor); ok {
+		for _, minor := range gpuMinors(r.devices) {
+			if idx, ok := gs.mapping.index(minor); ok {
 				h.GPUs = append(h.GPUs, idx)
-			} else {
-				unmapped[minor] = true
 			}
 		}
 		sort.Ints(h.GPUs)
-		h.SharedOnly = len(h.GPUs) == 0 && !hasGPUDevice(r.devices)
+		h.SharedOnly = len(h.GPUs) == 0
+		// Owner is set from --query-compute-apps (mergeApps), or from
+		// nvidia-uvm where that cannot be had (uvmOwners).
 		holders = append(holders, h)
-	}
-	for minor := range unmapped {
-		warns = append(warns, fmt.Sprintf("/dev/nvidia%d is held but matches no GPU nvidia-smi lists", minor))
 	}
 	sort.Slice(holders, func(a, b int) bool { return holders[a].PID < holders[b].PID })
 	return holders, warns, nil
 }
 
-func hasGPUDevice(devs []string) bool {
+// gpuMinors lists the N of every /dev/nvidiaN in devs.
+func gpuMinors(devs []string) []int {
+	var out []int
 	for _, d := range devs {
-		if gpuDevRe.MatchString(d) {
-			return true
+		if mm := gpuDevRe.FindStringSubmatch(d); mm != nil {
+			if n, err := strconv.Atoi(mm[1]); err == nil {
+				out = append(out, n)
+			}
 		}
 	}
-	return false
+	return out
 }
 
-// mergeApps adds nvidia-smi's per-process memory to the holders.
-func mergeApps(holders []Holder, apps []computeApp) []string {
+// mergeApps adds nvidia-smi's per-process memory to the holders (per GPU,
+// through the app's GPU uuid or bus id), marks them owners, flags protected
+// names that own memory, and returns the ghosts: listed pids that no longer
+// exist, when the helper sees the host's PIDs (hostPIDs).
+func mergeApps(holders []Holder, gpus []GPU, apps []computeApp, hostPIDs bool, exists func(pid int) bool) ([]Ghost, []string) {
 	byPID := map[int]*Holder{}
 	for i := range holders {
 		byPID[holders[i].PID] = &holders[i]
 	}
+	gpuOf := func(a computeApp) (int, bool) {
+		for _, g := range gpus {
+			if a.GPUUUID != "" && g.UUID == a.GPUUUID || a.BusID != "" && g.BusID != "" && normBusID(g.BusID) == normBusID(a.BusID) {
+				return g.Index, true
+			}
+		}
+		return 0, false
+	}
+	listed := map[int]bool{}
+	for _, a := range apps {
+		listed[a.PID] = true
+	}
+	var ghosts []Ghost
 	var warns []string
 	for _, a := range apps {
+		idx, idxOK := gpuOf(a)
 		h, ok := byPID[a.PID]
 		if !ok {
-			warns = append(warns, fmt.Sprintf("nvidia-smi lists pid %d (%s, %d MiB) which the /proc scan did not find (another PID namespace?)", a.PID, a.Name, a.MemMiB))
+			switch {
+			case hostPIDs && idxOK && !exists(a.PID):
+				ghosts = append(ghosts, Ghost{PID: a.PID, Name: a.Name, GPU: idx, MemMiB: a.MemMiB, HeldBy: keepers(holders, idx, listed)})
+			case hostPIDs && !exists(a.PID):
+				warns = append(warns, fmt.Sprintf("nvidia-smi lists pid %d (%s, %d MiB) which no longer exists, on a GPU (%s) it does not list", a.PID, a.Name, a.MemMiB, a.GPUUUID))
+			case hostPIDs:
+				warns = append(warns, fmt.Sprintf("nvidia-smi lists pid %d (%s, %d MiB) which has no NVIDIA device open", a.PID, a.Name, a.MemMiB))
+			default:
+				warns = append(warns, fmt.Sprintf("nvidia-smi lists pid %d (%s, %d MiB) which the /proc scan did not find (another PID namespace?)", a.PID, a.Name, a.MemMiB))
+			}
 			continue
 		}
+		h.Owner = true
 		switch {
 		case a.MemMiB < 0 && h.MemMiB == 0:
 			h.MemMiB = -1
@@ -319,17 +488,91 @@ func mergeApps(holders []Holder, apps []computeApp) []string {
 		case a.MemMiB >= 0:
 			h.MemMiB += a.MemMiB
 		}
+		if idxOK {
+			if h.MemByGPU == nil {
+				h.MemByGPU = map[int]int64{}
+			}
+			switch cur, seen := h.MemByGPU[idx]; {
+			case !seen || cur < 0:
+				h.MemByGPU[idx] = a.MemMiB
+			case a.MemMiB > 0:
+				h.MemByGPU[idx] = cur + a.MemMiB
+			}
+		}
 	}
-	return warns
+	for i := range holders {
+		markSuspicious(&holders[i])
+	}
+	return ghosts, warns
 }
 
-// gpuState is one read of GPUs (nvidia-smi) plus the mapping to minors.
+// keepers are the live holders of GPU idx nvidia-smi does not list and
+// that protection does not explain: what keeps a dead pid's memory.
+func keepers(holders []Holder, idx int, listed map[int]bool) []int {
+	var out []int
+	for _, h := range holders {
+		if listed[h.PID] || !slices.Contains(h.GPUs, idx) || h.Protected && h.Suspicious == "" && !h.Owner {
+			continue
+		}
+		out = append(out, h.PID)
+	}
+	return out
+}
+
+// uvmOwners is the fallback owner rule when nvidia-smi cannot list compute
+// apps: a holder with nvidia-uvm open may own a context. Only a fallback:
+// on the H200 (driver 580) every NVML client (nvidia-smi -l, pynvml) has
+// nvidia-uvm open too, and a process is listed only once it has a context.
+func uvmOwners(holders []Holder) {
+	for i := range holders {
+		if slices.Contains(holders[i].Devices, "nvidia-uvm") {
+			holders[i].Owner = true
+		}
+		markSuspicious(&holders[i])
+	}
+}
+
+// noUVMDaemons are protected daemons that never open nvidia-uvm (they talk
+// to the driver directly, not through NVML or CUDA): one with it open is
+// someone else under their name. NVML clients (nv-hostengine, dcgm) do open
+// it, so for them only memory of their own is suspicious.
+var noUVMDaemons = []string{"nvidia-persistenced"}
+
+// markSuspicious flags a holder protected by its name alone that behaves
+// like a worker: the real daemons own no GPU memory; a name is easy to
+// borrow (exec -a, prctl).
+func markSuspicious(h *Holder) {
+	if !h.Protected || !strings.HasPrefix(h.ProtectedWhy, "protected name ") {
+		return
+	}
+	name := strings.TrimPrefix(h.ProtectedWhy, "protected name ")
+	var why []string
+	if slices.Contains(h.Devices, "nvidia-uvm") && slices.Contains(noUVMDaemons, name) {
+		why = append(why, "it has nvidia-uvm open")
+	}
+	switch {
+	case h.MemMiB > 0:
+		why = append(why, fmt.Sprintf("owns %d MiB", h.MemMiB))
+	case h.MemMiB < 0:
+		why = append(why, "nvidia-smi lists it as a compute app")
+	}
+	if len(why) > 0 {
+		h.Suspicious = "protected name " + name + ", but " + strings.Join(why, " and ")
+	}
+}
+
+// gpuState is one read of the host: GPUs (nvidia-smi, the driver, held
+// device files), the mapping to minors and the holders.
 type gpuState struct {
 	smi     *smiRunner
 	smiOK   bool
 	gpus    []GPU
 	mapping gpuMapping
-	warns   []string
+	holders []Holder
+	// apps: compute apps were read and merged (owners, memory, ghosts).
+	apps   bool
+	ghosts []Ghost
+	warns  []string
 }
 
 // readGPUs runs --query-gpu and maps minors. A missing nvidia-smi is not an
@@ -346,22 +589,84 @@ func (s *scanner) readGPUs(ctx context.Context, smi *smiRunner, smiFindErr error
 			st.gpus, st.smiOK = gpus, true
 		}
 	}
-	drv, drvOK, err := s.proc.readDriverGPUs()
+	for i := range st.gpus {
+		st.gpus[i].Source = SourceSMI
+	}
+	drv, drvOK, err := readDriverGPUs(s.driverDir())
 	if err != nil {
 		st.warns = append(st.warns, err.Error())
 	}
-	if !st.smiOK && drvOK {
-		// Without nvidia-smi, still list the GPUs the driver knows.
-		sorted := append([]driverGPU{}, drv...)
-		sort.Slice(sorted, func(a, b int) bool { return sorted[a].BusID < sorted[b].BusID })
-		for i, d := range sorted {
-			st.gpus = append(st.gpus, GPU{Index: i, UUID: d.UUID, Name: d.Model, BusID: d.BusID, Minor: d.Minor, MemUsedMiB: -1, MemTotalMiB: -1})
-		}
-	}
 	var w []string
-	st.mapping, w = mapGPUs(st.gpus, drv, drvOK, st.smiOK)
+	st.gpus, st.mapping, w = mapGPUs(st.gpus, drv, drvOK, st.smiOK)
 	st.warns = append(st.warns, w...)
 	return st, smiErr
+}
+
+// read is readGPUs plus the /proc scan: one nvidia-smi run. smiErr is a
+// failing or hung nvidia-smi, err a failed scan.
+func (s *scanner) read(ctx context.Context, smi *smiRunner, smiFindErr error) (gs gpuState, smiErr, err error) {
+	gs, smiErr = s.readGPUs(ctx, smi, smiFindErr)
+	holders, w, err := s.collect(&gs)
+	if err != nil {
+		return gs, smiErr, err
+	}
+	gs.holders = holders
+	gs.warns = append(gs.warns, w...)
+	return gs, smiErr, nil
+}
+
+// readApps runs --query-compute-apps and merges it into gs: owners, memory
+// per GPU, suspicious protected names, ghosts.
+func (s *scanner) readApps(ctx context.Context, gs *gpuState) error {
+	if !gs.smiOK {
+		return nil
+	}
+	apps, err := gs.smi.queryApps(ctx)
+	if err != nil {
+		return err
+	}
+	// The listing replaces whatever was known of the holders before.
+	for i := range gs.holders {
+		h := &gs.holders[i]
+		h.Owner, h.MemMiB, h.MemByGPU, h.Suspicious = false, 0, nil, ""
+	}
+	var w []string
+	gs.ghosts, w = mergeApps(gs.holders, gs.gpus, apps, s.hostPIDs, s.exists)
+	gs.warns = append(gs.warns, w...)
+	gs.apps = true
+	return nil
+}
+
+// exists reports whether pid names a process (a zombie with no live
+// thread has died).
+func (s *scanner) exists(pid int) bool {
+	st, err := s.proc.stat(pid)
+	if err != nil {
+		return false
+	}
+	return st.State != "Z" && st.State != "X" || s.proc.liveThreads(pid)
+}
+
+func (s *scanner) driverDir() string {
+	if s.cfg.DriverDir != "" {
+		return s.cfg.DriverDir
+	}
+	return filepath.Join(s.proc.dir, "driver/nvidia")
+}
+
+// inHostPIDNamespace: kernel threads (kthreadd is pid 2) are visible only
+// in the initial PID namespace, and there the helper's NSpid has one entry.
+// Only then does a pid nvidia-smi lists but /proc lacks mean a dead process.
+func (p procFS) inHostPIDNamespace() bool {
+	st, err := p.stat(2)
+	if err != nil || st.Flags&pfKthread == 0 {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(p.dir, "self/status"))
+	if err != nil {
+		return false
+	}
+	return len(parseStatus(b).NSpid) == 1
 }
 
 // TakeSnapshot lists the host's GPUs and every process holding an NVIDIA
@@ -381,31 +686,31 @@ func (s *scanner) snapshot(ctx context.Context) (*Snapshot, error) {
 	snap := &Snapshot{Version: Version, BootID: s.bootID, Time: time.Now().UTC(), GPUs: []GPU{}, Holders: []Holder{}}
 	snap.Hostname, _ = os.Hostname()
 	smi, findErr := newSMIRunner(s.cfg)
-	gs, smiErr := s.readGPUs(ctx, smi, findErr)
+	gs, smiErr, err := s.read(ctx, smi, findErr)
+	if err != nil {
+		return nil, err
+	}
 	if smiErr != nil {
 		gs.warns = append(gs.warns, "nvidia-smi failed: "+smiErr.Error())
+	}
+	if !gs.smiOK {
+		uvmOwners(gs.holders)
+	} else if err := s.readApps(ctx, &gs); err != nil {
+		gs.warns = append(gs.warns, "nvidia-smi compute apps: "+err.Error()+": owners judged by nvidia-uvm only")
+		uvmOwners(gs.holders)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("interrupted: %w", err)
 	}
 	snap.SMI = gs.smiOK
 	if gs.gpus != nil {
 		snap.GPUs = gs.gpus
 	}
-	snap.Warnings = append(snap.Warnings, gs.warns...)
-	holders, w, err := s.collect(gs.mapping)
-	if err != nil {
-		return nil, err
+	if gs.holders != nil {
+		snap.Holders = gs.holders
 	}
-	snap.Holders = holders
-	snap.Warnings = append(snap.Warnings, w...)
-	if gs.smiOK {
-		apps, err := smi.queryApps(ctx)
-		if err != nil {
-			snap.Warnings = append(snap.Warnings, "nvidia-smi compute apps: "+err.Error())
-		} else {
-			snap.Warnings = append(snap.Warnings, mergeApps(snap.Holders, apps)...)
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("interrupted: %w", err)
-	}
+	snap.Ghosts = gs.ghosts
+	snap.Warnings = gs.warns
+	snap.Status = Assess(snap.GPUs, snap.Holders, snap.Ghosts, nil)
 	return snap, nil
 }

@@ -3,6 +3,7 @@ package helper
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -26,14 +27,25 @@ const (
 // waitPollHook, when set by tests, runs after each poll (n counts from 1).
 var waitPollHook func(n int)
 
-// WaitFree polls until each chosen GPU's used memory is at or under its
-// threshold and no holder of those GPUs is left, or Timeout passes. Each
-// poll is one --query-gpu call plus one /proc scan. Protected holders
-// (nvidia-persistenced, ...) never block: they hold every GPU by design and
-// are never killed. Holders of only shared devices block unless
-// IgnoreShared. A GPU whose memory nvidia-smi cannot report ([N/A]), or a
-// host without nvidia-smi, is judged by holders alone (Reason says so); a
-// failing or hung nvidia-smi is an error.
+// WaitFree polls until every chosen GPU reads free by Assess (at or under
+// its threshold, no owner, nothing suspicious, memory known), or Timeout
+// passes. Owners and suspicious holders block; holders owning nothing
+// (monitors, NVML clients) never do while memory is at the threshold, and
+// protected ones only name the GPU while memory stays held.
+//
+// A poll is one --query-gpu plus one /proc scan. Owners are what
+// --query-compute-apps lists (nvidia-uvm is no proof: NVML clients open it
+// too); the listing is read only when it can change the verdict: a holder
+// of a chosen GPU it has not judged yet (by identity), a GPU over its
+// threshold with no known owner (owners, ghosts), and every appsRefresh
+// polls while anything holds a device. A GPU held by a judged worker, or
+// watched by judged monitors, costs one nvidia-smi run a poll.
+//
+// With Settle, the GPUs must then stay free that long: a new owner, a new
+// holder descending from a Watch supervisor, or memory over the threshold
+// ends the wait as new-holder, naming the supervisor. A GPU whose memory
+// cannot be read never becomes free: when nothing else can change, the
+// wait ends at once as unknown. A failing or hung nvidia-smi is an error.
 func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, error) {
 	start := time.Now()
 	interval, timeout := req.Interval.D(), req.Timeout.D()
@@ -46,6 +58,9 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 	if req.ThresholdMiB != nil && *req.ThresholdMiB < 0 {
 		return nil, fmt.Errorf("threshold_mib %d: must be >= 0", *req.ThresholdMiB)
 	}
+	if req.Settle < 0 {
+		return nil, fmt.Errorf("settle %s: must be >= 0", req.Settle.D())
+	}
 	s, err := newScanner(req.Config)
 	if err != nil {
 		return nil, err
@@ -54,11 +69,18 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 	resp := &WaitFreeResponse{Version: Version, Timeline: []Sample{}, ThresholdMiB: map[int]int64{}}
 
 	var (
-		initial = map[Identity]bool{}
-		want    map[int]bool
-		notes   []string
-		last    gpuState
-		block   []Holder
+		initial  = map[Identity]bool{} // every holder of the first poll
+		atFree   map[Identity]bool     // every holder when the GPUs first read free
+		freeAt   time.Time
+		want     map[int]bool
+		notes    []string
+		appsNote bool
+		judged   = ownership{}
+		// sinceApps counts polls since compute apps were last read.
+		sinceApps int
+		fastPolls int
+		last      gpuState
+		status    []GPUStatus
 	)
 	deadline := start.Add(timeout)
 	timer := time.NewTimer(0)
@@ -70,90 +92,152 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		case <-timer.C:
 		}
 		pollStart := time.Now()
-		gs, err := s.readGPUs(ctx, smi, findErr)
-		if err != nil {
-			return nil, fmt.Errorf("wait-free poll %d: %w", resp.Polls+1, err)
+		gs, smiErr, err := s.read(ctx, smi, findErr)
+		if err == nil {
+			err = smiErr
 		}
-		holders, _, err := s.collect(gs.mapping)
 		if err != nil {
 			return nil, fmt.Errorf("wait-free poll %d: %w", resp.Polls+1, err)
 		}
 		resp.Polls++
-		last = gs
+		if req.IgnoreShared {
+			gs.holders = slices.DeleteFunc(gs.holders, func(h Holder) bool { return h.SharedOnly })
+		}
 		if want == nil {
 			if want, notes, err = chooseGPUs(req, gs); err != nil {
 				return nil, err
 			}
+		} else if len(req.GPUs) == 0 {
+			// "All" includes a GPU first seen now (a held /dev/nvidiaN).
 			for _, g := range gs.gpus {
-				if want[g.Index] {
-					resp.ThresholdMiB[g.Index] = threshold(req)
-				}
+				want[g.Index] = true
 			}
 		}
-		block = blocking(holders, want, req.IgnoreShared)
-		sample := Sample{T: Duration(pollStart.Sub(start)), UsedMiB: map[int]int64{}, Holders: len(block)}
-		memOK := true
 		for _, g := range gs.gpus {
-			if !want[g.Index] {
-				continue
+			if want[g.Index] {
+				resp.ThresholdMiB[g.Index] = threshold(req)
 			}
+		}
+		chosen := chosenGPUs(gs.gpus, want)
+		unjudged := judged.apply(gs.holders, want)
+		status = assessChosen(gs, nil, want, resp.ThresholdMiB)
+		sinceApps++
+		switch {
+		case !gs.smiOK:
+			uvmOwners(gs.holders)
+			status = assessChosen(gs, nil, want, resp.ThresholdMiB)
+		case unjudged || needApps(status) || sinceApps >= appsRefresh && len(gs.holders) > 0:
+			if err := s.readApps(ctx, &gs); err != nil {
+				if !appsNote {
+					notes = append(notes, "compute apps unavailable, owners judged by nvidia-uvm only: "+err.Error())
+					appsNote = true
+				}
+				uvmOwners(gs.holders)
+			} else {
+				judged.record(gs.holders)
+				sinceApps = 0
+			}
+			status = assessChosen(gs, gs.ghosts, want, resp.ThresholdMiB)
+		}
+		last = gs
+		sample := Sample{T: Duration(pollStart.Sub(start)), UsedMiB: map[int]int64{}, Holders: len(blockingPIDs(status))}
+		for _, g := range chosen {
 			sample.UsedMiB[g.Index] = g.MemUsedMiB
-			if g.MemUsedMiB >= 0 && g.MemUsedMiB > resp.ThresholdMiB[g.Index] {
-				memOK = false
-			}
 		}
 		resp.Timeline = append(resp.Timeline, sample)
 		if waitPollHook != nil {
 			waitPollHook(resp.Polls)
 		}
-		var fresh []Holder
-		for _, h := range block {
+		byPID := map[int]Holder{}
+		for _, h := range gs.holders {
+			byPID[h.PID] = h
 			if resp.Polls == 1 {
 				initial[h.Identity] = true
-			} else if !initial[h.Identity] {
-				fresh = append(fresh, h)
 			}
 		}
+		allFree := len(chosen) > 0 || gs.smiOK
+		for _, st := range status {
+			allFree = allFree && st.State == GPUFree
+		}
 		switch {
-		case len(fresh) > 0:
-			resp.Outcome = WaitNewHolder
-			resp.Reason = "new holder appeared: " + describeHolders(fresh)
-		case len(block) == 0 && memOK:
-			resp.Outcome, resp.OK = WaitFreed, true
-		case !time.Now().Before(deadline):
-			if len(block) > 0 {
-				resp.Outcome = WaitTimedOut
-				resp.Reason = fmt.Sprintf("after %s still held by %s", timeout, describeHolders(block))
-			} else {
-				resp.Outcome = WaitMemoryHeld
-				resp.Reason = "no holder left but memory still used: " + overThreshold(gs.gpus, want, resp.ThresholdMiB)
+		case !freeAt.IsZero():
+			// Settling: anything that is not free now came back.
+			if back := s.cameBack(status, byPID, atFree, req.Watch, time.Since(freeAt)); len(back) > 0 {
+				var parts []string
+				for i, st := range status {
+					if why, ok := back[st.Index]; ok {
+						status[i].State, status[i].Reason = GPUNewHolder, why
+						parts = append(parts, fmt.Sprintf("GPU %d: %s", st.Index, why))
+					}
+				}
+				resp.Outcome, resp.Reason = WaitNewHolder, strings.Join(parts, "; ")
+				resp.Settled = Duration(time.Since(freeAt))
+			} else if time.Since(freeAt) >= req.Settle.D() {
+				resp.Outcome, resp.OK = WaitFreed, true
+				resp.Settled = Duration(time.Since(freeAt))
+			}
+		case allFree:
+			if len(chosen) == 0 {
+				resp.Reason = "nvidia-smi finds no GPU and no /dev/nvidiaN is held: nothing to free"
+			}
+			if req.Settle <= 0 || len(chosen) == 0 {
+				resp.Outcome, resp.OK = WaitFreed, true
+				break
+			}
+			freeAt, atFree = pollStart, map[Identity]bool{}
+			for _, h := range gs.holders {
+				atFree[h.Identity] = true
+			}
+		default:
+			if fresh := freshBlockers(status, byPID, initial); len(fresh) > 0 {
+				resp.Outcome = WaitNewHolder
+				resp.Reason = "new holder appeared: " + describeHolders(fresh)
+				markNew(status, byPID, initial)
+			} else if stuck(status, len(chosen), gs.smiOK) || !time.Now().Before(deadline) {
+				resp.Outcome = finalOutcome(status, len(chosen), gs.smiOK)
+				resp.Reason = gpuReasons(status)
+				if len(chosen) == 0 {
+					resp.Reason = "no GPU is known on this host: no nvidia-smi, no /proc/driver/nvidia, no held /dev/nvidiaN"
+				}
 			}
 		}
 		if resp.Outcome != "" {
 			break
 		}
+		if !time.Now().Before(deadline) && !freeAt.IsZero() {
+			// The deadline cut the settle short: not verified.
+			resp.Outcome = WaitTimedOut
+			resp.Settled = Duration(time.Since(freeAt))
+			resp.Reason = fmt.Sprintf("the GPUs read free but the deadline came %s into the %s settle", resp.Settled.D().Round(time.Millisecond), req.Settle.D())
+			break
+		}
 		next := pollStart.Add(interval)
+		// Memory over the threshold with no owner left is usually the
+		// driver releasing a dead worker's memory (72 ms on the H200):
+		// look again soon, a few times, instead of a whole interval later.
+		if draining(status) && fastPolls < drainPolls {
+			fastPolls++
+			next = pollStart.Add(min(interval, drainInterval))
+		} else if !draining(status) {
+			fastPolls = 0
+		}
 		if next.After(deadline) {
 			next = deadline
 		}
 		timer.Reset(time.Until(next))
 	}
-	resp.GPUs = []GPU{}
-	for _, g := range last.gpus {
-		if want[g.Index] {
-			resp.GPUs = append(resp.GPUs, g)
-		}
-	}
-	resp.Holders = block
-	if resp.Holders == nil {
-		resp.Holders = []Holder{}
-	}
-	if len(block) > 0 && last.smiOK {
+	resp.GPUs = chosenGPUs(last.gpus, want)
+	resp.Status = status
+	resp.Holders = remaining(last.holders, status)
+	switch {
+	case len(resp.Holders) > 0 && appsNote:
+		notes = append(notes, "holders' memory unknown")
+	case len(resp.Holders) > 0 && last.smiOK && !last.apps && !judged.covers(resp.Holders):
 		// Memory per holder only when someone will read it.
-		if apps, err := smi.queryApps(ctx); err != nil {
+		if err := s.readApps(ctx, &last); err != nil {
 			notes = append(notes, "holders' memory unknown: "+err.Error())
 		} else {
-			mergeApps(resp.Holders, apps)
+			resp.Holders = remaining(last.holders, status)
 		}
 	}
 	if len(notes) > 0 {
@@ -164,6 +248,274 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 	}
 	resp.Elapsed = Duration(time.Since(start))
 	return resp, nil
+}
+
+// assessChosen judges every GPU (a holder's GPUs are only known against
+// all of them) and keeps the chosen ones.
+func assessChosen(gs gpuState, ghosts []Ghost, want map[int]bool, th map[int]int64) []GPUStatus {
+	all := Assess(gs.gpus, gs.holders, ghosts, th)
+	out := all[:0]
+	for _, st := range all {
+		if want[st.Index] {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// chosenGPUs are the GPUs of want, in index order.
+func chosenGPUs(gpus []GPU, want map[int]bool) []GPU {
+	out := []GPU{}
+	for _, g := range gpus {
+		if want[g.Index] {
+			out = append(out, g)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Index < out[b].Index })
+	return out
+}
+
+// While memory drains with no owner left, up to drainPolls polls come
+// drainInterval apart (then Interval again: a ghost does not drain).
+const (
+	drainInterval = 20 * time.Millisecond
+	drainPolls    = 10
+)
+
+// draining: a chosen GPU reads over its threshold with no owner and nothing
+// suspicious.
+func draining(status []GPUStatus) bool {
+	for _, st := range status {
+		if st.State == GPUMemoryHeld {
+			return true
+		}
+	}
+	return false
+}
+
+// appsRefresh: compute apps are read again at least every this many polls
+// while anything holds a device, so that a judged holder that gained or
+// dropped a context is seen.
+const appsRefresh = 10
+
+// ownership remembers what compute apps said of each holder (by identity),
+// so that a poll reads them only for holders not judged yet.
+type ownership map[Identity]Holder
+
+// apply copies remembered owner and memory onto the holders and reports
+// whether a holder of a chosen GPU (or of no GPU device) is not judged yet.
+func (o ownership) apply(holders []Holder, want map[int]bool) (unjudged bool) {
+	for i := range holders {
+		h := &holders[i]
+		j, ok := o[h.Identity]
+		if !ok {
+			unjudged = unjudged || h.SharedOnly || slices.ContainsFunc(h.GPUs, func(g int) bool { return want[g] })
+			continue
+		}
+		h.Owner, h.MemMiB, h.MemByGPU = j.Owner, j.MemMiB, j.MemByGPU
+		markSuspicious(h)
+	}
+	return unjudged
+}
+
+// covers: every holder is judged already (its memory is known).
+func (o ownership) covers(holders []Holder) bool {
+	for _, h := range holders {
+		if _, ok := o[h.Identity]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (o ownership) record(holders []Holder) {
+	for _, h := range holders {
+		o[h.Identity] = Holder{Owner: h.Owner, MemMiB: h.MemMiB, MemByGPU: h.MemByGPU}
+	}
+}
+
+// needApps: a GPU reads over its threshold with no known owner, where the
+// listing names owners or ghosts (see WaitFree).
+func needApps(status []GPUStatus) bool {
+	for _, st := range status {
+		if st.State == GPUMemoryHeld || st.State == GPUProtected {
+			return true
+		}
+	}
+	return false
+}
+
+// blockingPIDs are the owners and suspicious holders of the statuses.
+func blockingPIDs(status []GPUStatus) []int {
+	var out []int
+	for _, st := range status {
+		for _, pid := range append(append([]int{}, st.Owners...), st.Suspicious...) {
+			if !slices.Contains(out, pid) {
+				out = append(out, pid)
+			}
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+// freshBlockers are blocking holders that were not there at the first poll.
+func freshBlockers(status []GPUStatus, byPID map[int]Holder, initial map[Identity]bool) []Holder {
+	var out []Holder
+	for _, pid := range blockingPIDs(status) {
+		if h, ok := byPID[pid]; ok && !initial[h.Identity] {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// cameBack judges a settle poll: per GPU index, why it is no longer free.
+// A GPU opened only by a holder that owns nothing and that no watched
+// supervisor started (a monitor) stays free.
+func (s *scanner) cameBack(status []GPUStatus, byPID map[int]Holder, atFree map[Identity]bool, watch []Supervisor, since time.Duration) map[int]string {
+	out := map[int]string{}
+	after := since.Round(100 * time.Millisecond).String()
+	for _, st := range status {
+		var news []string
+		for _, pid := range append(append(append([]int{}, st.Owners...), st.Suspicious...), st.Others...) {
+			h, ok := byPID[pid]
+			if !ok || atFree[h.Identity] {
+				continue
+			}
+			sup := s.watchedAncestor(h, watch)
+			if sup == nil && !h.Owner && h.Suspicious == "" {
+				continue // a monitor polling the GPU
+			}
+			msg := "new holder " + Label(h.PID, h.Comm, h.Cmdline) + " " + after + " after it read free"
+			if sup != nil {
+				msg += "; " + supervisorWhy(*sup)
+			}
+			news = append(news, msg)
+		}
+		switch {
+		case len(news) > 0:
+			out[st.Index] = strings.Join(news, "; ")
+		case st.State != GPUFree:
+			out[st.Index] = st.Reason + " " + after + " after it read free"
+		}
+	}
+	return out
+}
+
+// watchedAncestor returns the Watch supervisor h descends from, if any.
+func (s *scanner) watchedAncestor(h Holder, watch []Supervisor) *Supervisor {
+	if len(watch) == 0 {
+		return nil
+	}
+	anc := s.proc.ancestors(h.PPID)
+	for _, w := range watch {
+		if w.PID <= 0 || !anc[w.PID] {
+			continue
+		}
+		st, err := s.proc.stat(w.PID)
+		if err != nil || w.StartTime != 0 && st.StartTime != w.StartTime {
+			continue
+		}
+		if w.Comm == "" && len(w.Cmdline) == 0 {
+			w.Comm, w.Cmdline = st.Comm, s.proc.cmdline(w.PID)
+		}
+		return &w
+	}
+	return nil
+}
+
+// supervisorWhy is the supervisor's report line.
+func supervisorWhy(sup Supervisor) string {
+	if sup.Why != "" {
+		return sup.Why
+	}
+	if sup.PID > 0 {
+		return Label(sup.PID, sup.Comm, sup.Cmdline) + " restarts its workers: stop it or its unit"
+	}
+	return "unit " + sup.Unit + " (Restart=" + sup.Restart + ") restarts its workers: stop it"
+}
+
+// markNew turns the state of GPUs a new holder took into new-holder.
+func markNew(status []GPUStatus, byPID map[int]Holder, seen map[Identity]bool) {
+	for i, st := range status {
+		for _, pid := range append(append(append([]int{}, st.Owners...), st.Suspicious...), st.Others...) {
+			if h, ok := byPID[pid]; ok && !seen[h.Identity] && (h.Owner || h.Suspicious != "" || st.State != GPUFree) {
+				status[i].State = GPUNewHolder
+				status[i].Reason = "new holder " + Label(h.PID, h.Comm, h.Cmdline) + "; " + st.Reason
+				break
+			}
+		}
+	}
+}
+
+// stuck: waiting cannot change the verdict. Every GPU that is not free
+// has unknown memory and no owner (or the host has no GPU it can name).
+func stuck(status []GPUStatus, nChosen int, smiOK bool) bool {
+	if nChosen == 0 {
+		return !smiOK
+	}
+	for _, st := range status {
+		if st.State != GPUFree && st.State != GPUUnknown {
+			return false
+		}
+	}
+	return true
+}
+
+// finalOutcome names the worst state among the chosen GPUs.
+func finalOutcome(status []GPUStatus, nChosen int, smiOK bool) string {
+	if nChosen == 0 && !smiOK {
+		return WaitUnknown
+	}
+	rank := []struct{ state, outcome string }{
+		{GPUHeld, WaitTimedOut}, {GPUSuspicious, WaitSuspicious}, {GPUMemoryHeld, WaitMemoryHeld},
+		{GPUProtected, WaitProtected}, {GPUUnknown, WaitUnknown},
+	}
+	for _, r := range rank {
+		for _, st := range status {
+			if st.State == r.state {
+				return r.outcome
+			}
+		}
+	}
+	return WaitTimedOut
+}
+
+// gpuReasons joins the reasons of the GPUs that are not free.
+func gpuReasons(status []GPUStatus) string {
+	var parts []string
+	for _, st := range status {
+		if st.State != GPUFree {
+			parts = append(parts, fmt.Sprintf("GPU %d: %s", st.Index, st.Reason))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// remaining are the holders a caller may act on: owners and suspicious
+// holders of the chosen GPUs, and the others of a GPU whose memory stays
+// held with no owner (the second stage of a free). Monitors of a GPU that
+// reads free are not listed: nothing needs killing there.
+func remaining(holders []Holder, status []GPUStatus) []Holder {
+	keep := map[int]bool{}
+	for _, pid := range blockingPIDs(status) {
+		keep[pid] = true
+	}
+	for _, st := range status {
+		if st.State == GPUMemoryHeld || st.State == GPUNewHolder {
+			for _, pid := range st.Others {
+				keep[pid] = true
+			}
+		}
+	}
+	out := []Holder{}
+	for _, h := range holders {
+		if keep[h.PID] {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 func threshold(req WaitFreeRequest) int64 {
@@ -193,41 +545,9 @@ func chooseGPUs(req WaitFreeRequest, gs gpuState) (map[int]bool, []string, error
 		want[i] = true
 	}
 	if !gs.smiOK {
-		notes = append(notes, "no nvidia-smi: judged by holders only")
-	}
-	for _, g := range gs.gpus {
-		if want[g.Index] && g.MemUsedMiB < 0 && gs.smiOK {
-			notes = append(notes, fmt.Sprintf("GPU %d memory not reported by nvidia-smi: judged by holders only", g.Index))
-		}
+		notes = append(notes, "no nvidia-smi: GPU memory unknown")
 	}
 	return want, notes, nil
-}
-
-// blocking are the holders that keep the chosen GPUs from being free.
-func blocking(holders []Holder, want map[int]bool, ignoreShared bool) []Holder {
-	var out []Holder
-	for _, h := range holders {
-		if h.Protected {
-			continue
-		}
-		if h.SharedOnly {
-			if !ignoreShared {
-				out = append(out, h)
-			}
-			continue
-		}
-		for _, g := range h.GPUs {
-			if want[g] || len(want) == 0 {
-				out = append(out, h)
-				break
-			}
-		}
-		if len(h.GPUs) == 0 && !h.SharedOnly {
-			// Holds a /dev/nvidiaN no GPU maps to: cannot rule it out.
-			out = append(out, h)
-		}
-	}
-	return out
 }
 
 func describeHolders(hs []Holder) string {
@@ -238,16 +558,6 @@ func describeHolders(hs []Holder) string {
 			break
 		}
 		parts = append(parts, fmt.Sprintf("pid %d (%s) gpus %v", h.PID, h.Comm, h.GPUs))
-	}
-	return strings.Join(parts, ", ")
-}
-
-func overThreshold(gpus []GPU, want map[int]bool, th map[int]int64) string {
-	var parts []string
-	for _, g := range gpus {
-		if want[g.Index] && g.MemUsedMiB > th[g.Index] {
-			parts = append(parts, fmt.Sprintf("GPU %d %d MiB > %d MiB", g.Index, g.MemUsedMiB, th[g.Index]))
-		}
 	}
 	return strings.Join(parts, ", ")
 }

@@ -2,7 +2,9 @@ package helper
 
 import (
 	"context"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -60,7 +62,7 @@ func TestWaitFreeMemoryHeld(t *testing.T) {
 	h.fake.GPUs[0].BaselineMiB = 5000
 	h.save()
 	r := waitFree(t, WaitFreeRequest{Config: h.cfg, Timeout: Duration(300 * time.Millisecond), Interval: Duration(50 * time.Millisecond)})
-	if r.Outcome != WaitMemoryHeld || r.OK || !strings.Contains(r.Reason, "GPU 0 5000 MiB > 64 MiB") || r.Polls < 2 {
+	if r.Outcome != WaitMemoryHeld || r.OK || !strings.Contains(r.Reason, "GPU 0: 5000 MiB used (threshold 64 MiB) with no holder left") || r.Polls < 2 {
 		t.Errorf("outcome %s reason %q polls %d", r.Outcome, r.Reason, r.Polls)
 	}
 	// An explicit threshold above the baseline counts it as free.
@@ -122,22 +124,32 @@ func TestWaitFreeTimedOut(t *testing.T) {
 func TestWaitFreeWhoBlocks(t *testing.T) {
 	h := newHost(t, 2)
 	h.start(h.as("nvidia-persistenced"), "--dev", h.d("nvidiactl"), "--dev", h.d("nvidia0"), "--dev", h.d("nvidia1"))
-	h.start("", "--dev", h.d("nvidia1"))
+	worker := h.start("", "--dev", h.d("nvidia1"), "--mem-mib", "100")
 	short := Duration(200 * time.Millisecond)
 	// Protected holders never block; a holder of another GPU does not either.
 	if r := waitFree(t, WaitFreeRequest{Config: h.cfg, GPUs: []int{0}, Timeout: short}); r.Outcome != WaitFreed {
 		t.Errorf("gpu 0: %s %q", r.Outcome, r.Reason)
 	}
-	if r := waitFree(t, WaitFreeRequest{Config: h.cfg, GPUs: []int{1}, Timeout: short}); r.Outcome != WaitTimedOut {
-		t.Errorf("gpu 1: %s %q", r.Outcome, r.Reason)
+	r := waitFree(t, WaitFreeRequest{Config: h.cfg, GPUs: []int{1}, Timeout: short})
+	if r.Outcome != WaitTimedOut || len(r.Status) != 1 || r.Status[0].State != GPUHeld || len(r.Status[0].Owners) != 1 || r.Status[0].Owners[0] != worker.pid {
+		t.Errorf("gpu 1: %s %q %+v", r.Outcome, r.Reason, r.Status)
 	}
-	// A holder of only nvidiactl blocks unless ignore_shared.
-	h.start("", "--dev", h.d("nvidiactl"))
-	if r := waitFree(t, WaitFreeRequest{Config: h.cfg, GPUs: []int{0}, Timeout: short}); r.Outcome != WaitTimedOut {
-		t.Errorf("ctl holder: %s %q", r.Outcome, r.Reason)
+	// Monitors never block while memory is at the threshold: one holding
+	// nvidiactl and nvidia0, and an NVML client, which on the H200 (driver
+	// 580) also has nvidia-uvm open but no context (nvidia-smi lists no
+	// such process).
+	h.start("", "--dev", h.d("nvidiactl"), "--dev", h.d("nvidia0"))
+	nvml := h.start("", "--dev", h.d("nvidiactl"), "--dev", h.d("nvidia0"), "--dev", h.d("nvidia-uvm"))
+	r = waitFree(t, WaitFreeRequest{Config: h.cfg, GPUs: []int{0}, Timeout: short})
+	if r.Outcome != WaitFreed || len(r.Holders) != 0 || !slices.Contains(r.Status[0].Others, nvml.pid) {
+		t.Errorf("monitors: %s %q holders %+v status %+v", r.Outcome, r.Reason, r.Holders, r.Status)
 	}
-	if r := waitFree(t, WaitFreeRequest{Config: h.cfg, GPUs: []int{0}, Timeout: short, IgnoreShared: true}); r.Outcome != WaitFreed {
-		t.Errorf("ctl holder, ignore_shared: %s %q", r.Outcome, r.Reason)
+	// A holder of no GPU device never blocks either way.
+	h.start("", "--dev", h.d("nvidiactl"), "--dev", h.d("nvidia-uvm"))
+	for _, ignore := range []bool{false, true} {
+		if r := waitFree(t, WaitFreeRequest{Config: h.cfg, GPUs: []int{0}, Timeout: short, IgnoreShared: ignore}); r.Outcome != WaitFreed {
+			t.Errorf("shared-only holder, ignore_shared %v: %s %q", ignore, r.Outcome, r.Reason)
+		}
 	}
 	if _, err := WaitFree(context.Background(), WaitFreeRequest{Config: h.cfg, GPUs: []int{7}, Timeout: short}); err == nil || !strings.Contains(err.Error(), "gpu 7") {
 		t.Errorf("unknown GPU: err %v", err)
@@ -148,19 +160,34 @@ func TestWaitFreeWhoBlocks(t *testing.T) {
 	}
 }
 
-func TestWaitFreeWithoutSMI(t *testing.T) {
+// Unknown memory is never free, and waiting cannot change it: the wait
+// ends at once instead of at the deadline.
+func TestWaitFreeUnknownIsNotFree(t *testing.T) {
 	h := newHost(t, 1)
 	cfg := h.cfg
 	cfg.NvidiaSMI = filepath.Join(h.dir, "none")
-	r := waitFree(t, WaitFreeRequest{Config: cfg, Timeout: Duration(200 * time.Millisecond)})
-	if r.Outcome != WaitFreed || !strings.Contains(r.Reason, "judged by holders only") {
-		t.Errorf("outcome %s reason %q", r.Outcome, r.Reason)
+	long := Duration(time.Minute)
+	r := waitFree(t, WaitFreeRequest{Config: cfg, Timeout: long})
+	if r.Outcome != WaitUnknown || r.OK || !strings.Contains(r.Reason, "no GPU is known") || r.Polls != 1 {
+		t.Errorf("no nvidia-smi, nothing held: outcome %s reason %q polls %d", r.Outcome, r.Reason, r.Polls)
+	}
+	mon := h.start("", "--dev", h.d("nvidia0"))
+	r = waitFree(t, WaitFreeRequest{Config: cfg, Timeout: long})
+	if r.Outcome != WaitUnknown || r.OK || len(r.Status) != 1 || r.Status[0].State != GPUUnknown || !strings.Contains(r.Reason, "GPU 0: memory unknown: only a held /dev/nvidia0") || !strings.Contains(r.Reason, "pid "+strconv.Itoa(mon.pid)) {
+		t.Errorf("no nvidia-smi, nvidia0 held: outcome %s reason %q status %+v", r.Outcome, r.Reason, r.Status)
 	}
 	h.fake.Fault = "na"
 	h.save()
-	r = waitFree(t, WaitFreeRequest{Config: h.cfg, Timeout: Duration(200 * time.Millisecond)})
-	if r.Outcome != WaitFreed || !strings.Contains(r.Reason, "GPU 0 memory not reported") {
-		t.Errorf("[N/A]: outcome %s reason %q", r.Outcome, r.Reason)
+	r = waitFree(t, WaitFreeRequest{Config: h.cfg, Timeout: long})
+	if r.Outcome != WaitUnknown || r.OK || !strings.Contains(r.Reason, "GPU 0: memory unknown: nvidia-smi reports no reading ([N/A])") || r.Polls != 1 {
+		t.Errorf("[N/A]: outcome %s reason %q polls %d", r.Outcome, r.Reason, r.Polls)
+	}
+	// [N/A] with an owner (listed, memory [N/A]): held (it may still
+	// exit), so the wait goes on.
+	h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "100")
+	r = waitFree(t, WaitFreeRequest{Config: h.cfg, Timeout: Duration(300 * time.Millisecond), Interval: Duration(50 * time.Millisecond)})
+	if r.Outcome != WaitTimedOut || r.OK || r.Polls < 2 || r.Status[0].State != GPUHeld {
+		t.Errorf("[N/A] with an owner: outcome %s reason %q polls %d", r.Outcome, r.Reason, r.Polls)
 	}
 }
 
@@ -202,7 +229,51 @@ func TestWaitFreeAppsFailureIsNoted(t *testing.T) {
 	h.save()
 	p := h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "700")
 	r := waitFree(t, WaitFreeRequest{Config: h.cfg, Timeout: Duration(200 * time.Millisecond)})
-	if r.Outcome != WaitTimedOut || len(r.Holders) != 1 || r.Holders[0].PID != p.pid || !strings.Contains(r.Reason, "holders' memory unknown") {
+	// Without compute apps the holder cannot be shown to own the memory:
+	// memory-held, still open by it (the second stage of a free).
+	if r.Outcome != WaitMemoryHeld || len(r.Holders) != 1 || r.Holders[0].PID != p.pid || !strings.Contains(r.Reason, "holders' memory unknown") || strings.Count(r.Reason, "holders' memory unknown") != 1 {
 		t.Errorf("outcome %s holders %+v reason %q", r.Outcome, r.Holders, r.Reason)
 	}
+}
+
+// countingSMI wraps the host's nvidia-smi in a script that logs each
+// query form it is run with, and returns the config using it and the log.
+func countingSMI(t *testing.T, h *host) (Config, func() (gpu, apps int)) {
+	t.Helper()
+	log := filepath.Join(h.dir, "smi-calls.log")
+	wrap := filepath.Join(h.dir, "counting", "nvidia-smi")
+	if err := os.MkdirAll(filepath.Dir(wrap), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\necho \"${1%%=*}\" >> '" + log + "'\nexec '" + h.smi + "' \"$@\"\n"
+	if err := os.WriteFile(wrap, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := h.cfg
+	cfg.NvidiaSMI = wrap
+	return cfg, func() (int, int) {
+		b, _ := os.ReadFile(log)
+		os.Remove(log)
+		text := string(b)
+		return strings.Count(text, "--query-gpu\n"), strings.Count(text, "--query-compute-apps\n")
+	}
+}
+
+// While a worker the listing has judged holds the GPU, a poll runs
+// nvidia-smi once; compute apps are read again only every appsRefresh
+// polls. A monitor, once judged, costs nothing more either.
+func TestWaitFreeSMIRunsPerPoll(t *testing.T) {
+	h := newHost(t, 1)
+	cfg, calls := countingSMI(t, h)
+	h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidia-uvm"), "--mem-mib", "5000")
+	h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"))
+	r := waitFree(t, WaitFreeRequest{Config: cfg, Timeout: Duration(time.Second), Interval: Duration(20 * time.Millisecond)})
+	gpu, apps := calls()
+	if r.Outcome != WaitTimedOut || gpu != r.Polls {
+		t.Fatalf("outcome %s polls %d, query-gpu runs %d", r.Outcome, r.Polls, gpu)
+	}
+	if max := 1 + r.Polls/appsRefresh; apps > max || apps < 1 {
+		t.Errorf("%d polls ran compute apps %d times, want 1..%d", r.Polls, apps, max)
+	}
+	t.Logf("%d polls: %d query-gpu, %d compute-apps runs", r.Polls, gpu, apps)
 }

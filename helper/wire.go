@@ -65,6 +65,10 @@ type Config struct {
 	NvidiaSMI string `json:"nvidia_smi,omitempty"`
 	// ProcDir is the proc filesystem (default /proc); tests only.
 	ProcDir string `json:"proc_dir,omitempty"`
+	// DriverDir is the driver's proc folder (default ProcDir/driver/nvidia),
+	// whose gpus/*/information files map /dev/nvidiaN to GPUs. The lab points
+	// it at fake information files (GPUs nvidia-smi does not list).
+	DriverDir string `json:"driver_dir,omitempty"`
 	// Protected adds process names (comm or argv[0] base, globs allowed) that
 	// are never signalled unless a request forces it.
 	Protected []string `json:"protected,omitempty"`
@@ -292,6 +296,13 @@ const (
 	WaitMemoryHeld = "memory-held" // no holder left, memory still used
 	WaitNewHolder  = "new-holder"  // a process that was not there at the start holds a GPU
 	WaitTimedOut   = "timed-out"   // holders still there at the deadline
+	// A chosen GPU's memory cannot be read (not listed, [N/A], no
+	// nvidia-smi): never free, and waiting cannot change that.
+	WaitUnknown = "unknown"
+	// Memory held only by protected processes (never killed without force).
+	WaitProtected = "protected"
+	// A protected name behaving like a worker holds a chosen GPU.
+	WaitSuspicious = "suspicious"
 )
 
 // WaitFreeRequest polls until the chosen GPUs are free.

@@ -127,10 +127,20 @@ func (c *Config) FaultFor(form string) string {
 
 // MemMiB reads the memory a gpu-holder claims from its argv: --mem-mib N,
 // --mem-mib=N, -mem-mib N (the forms Go's flag package accepts).
-func MemMiB(argv []string) int64 {
+func MemMiB(argv []string) int64 { return intFlag(argv, "mem-mib") }
+
+// KeepsMemOf reads a --keeper child's --keeps-mem-of PID and
+// --keeps-mem-mib N: the memory of a (possibly dead) parent it keeps alive.
+func KeepsMemOf(argv []string) (pid int, mem int64) {
+	return int(intFlag(argv, "keeps-mem-of")), intFlag(argv, "keeps-mem-mib")
+}
+
+// intFlag reads a non-negative integer flag in the forms Go's flag package
+// accepts; 0 when absent or malformed.
+func intFlag(argv []string, flag string) int64 {
 	for i, a := range argv {
 		name, val, hasVal := strings.Cut(a, "=")
-		if name != "--mem-mib" && name != "-mem-mib" {
+		if name != "--"+flag && name != "-"+flag {
 			continue
 		}
 		if !hasVal {
@@ -156,6 +166,10 @@ type Proc struct {
 	Name    string
 	Devices map[string]bool // relative to the dev dir
 	MemMiB  int64
+	// KeepsOf and KeepsMiB: a --keeper child keeps this pid's memory
+	// (KeepsMiB per GPU) alive once that pid has died.
+	KeepsOf  int
+	KeepsMiB int64
 }
 
 // Key names the process for its lifetime.
@@ -179,15 +193,17 @@ func Scan(procDir, devDir string) ([]Proc, error) {
 			continue
 		}
 		base := filepath.Join(procDir, e.Name())
-		fds, err := os.ReadDir(filepath.Join(base, "fd"))
-		if err != nil {
-			continue
-		}
-		devs := map[string]bool{}
-		for _, fd := range fds {
-			l, err := os.Readlink(filepath.Join(base, "fd", fd.Name()))
-			if err == nil && strings.HasPrefix(l, devDir+"/") {
-				devs[strings.TrimPrefix(l, devDir+"/")] = true
+		devs := devsUnder(filepath.Join(base, "fd"), devDir)
+		// A thread-group leader that exited has no fds of its own; its
+		// live threads still hold the process's files (and its context).
+		live := base
+		if len(devs) == 0 {
+			tasks, _ := os.ReadDir(filepath.Join(base, "task"))
+			for _, t := range tasks {
+				if d := devsUnder(filepath.Join(base, "task", t.Name(), "fd"), devDir); len(d) > 0 {
+					devs, live = d, filepath.Join(base, "task", t.Name())
+					break
+				}
 			}
 		}
 		if len(devs) == 0 {
@@ -203,17 +219,35 @@ func Scan(procDir, devDir string) ([]Proc, error) {
 			continue
 		}
 		f := strings.Fields(s[end+1:])
-		if len(f) < 20 || f[0] == "Z" {
+		if len(f) < 20 || f[0] == "Z" && live == base {
 			continue
 		}
 		st, _ := strconv.ParseUint(f[19], 10, 64)
-		cmd, _ := os.ReadFile(filepath.Join(base, "cmdline"))
+		cmd, _ := os.ReadFile(filepath.Join(live, "cmdline"))
 		argv := strings.Split(strings.TrimRight(string(cmd), "\x00"), "\x00")
 		name := s[open+1 : end]
 		if len(argv) > 0 && argv[0] != "" {
 			name = argv[0]
 		}
-		out = append(out, Proc{PID: pid, StartTime: st, Name: name, Devices: devs, MemMiB: MemMiB(argv)})
+		p := Proc{PID: pid, StartTime: st, Name: name, Devices: devs, MemMiB: MemMiB(argv)}
+		p.KeepsOf, p.KeepsMiB = KeepsMemOf(argv)
+		out = append(out, p)
 	}
 	return out, nil
+}
+
+// devsUnder lists the files under devDir that an fd folder's links name.
+func devsUnder(fdDir, devDir string) map[string]bool {
+	fds, err := os.ReadDir(fdDir)
+	if err != nil {
+		return nil
+	}
+	devs := map[string]bool{}
+	for _, fd := range fds {
+		l, err := os.Readlink(filepath.Join(fdDir, fd.Name()))
+		if err == nil && strings.HasPrefix(l, devDir+"/") {
+			devs[strings.TrimPrefix(l, devDir+"/")] = true
+		}
+	}
+	return devs
 }

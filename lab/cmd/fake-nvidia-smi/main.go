@@ -294,13 +294,27 @@ func observe(cfgPath string, cfg *labgpu.Config) (*observed, error) {
 		o.used[g.Index] = g.BaselineMiB
 	}
 	live := map[string]seen{}
+	ghosts := map[[2]int]bool{} // (dead pid, GPU position) already charged
 	for _, p := range procs {
 		var held []int
 		for gi, g := range cfg.GPUs {
-			if p.Devices[g.Dev()] {
-				held = append(held, g.Index)
-				o.used[g.Index] += p.MemMiB
+			if !p.Devices[g.Dev()] {
+				continue
+			}
+			held = append(held, g.Index)
+			o.used[g.Index] += p.MemMiB
+			// NVML lists only processes with a context on the GPU: a
+			// monitor holding the device file is not a compute app.
+			if p.MemMiB > 0 {
 				o.apps = append(o.apps, app{gpu: gi, proc: p})
+			}
+			// A keeper's dead parent stays listed, its memory charged to
+			// its pid, as the driver does for a context a forked child
+			// inherited.
+			if p.KeepsOf > 0 && p.KeepsMiB > 0 && !ghosts[[2]int{p.KeepsOf, gi}] && !running(p.KeepsOf) {
+				ghosts[[2]int{p.KeepsOf, gi}] = true
+				o.used[g.Index] += p.KeepsMiB
+				o.apps = append(o.apps, app{gpu: gi, proc: labgpu.Proc{PID: p.KeepsOf, Name: p.Name, MemMiB: p.KeepsMiB}})
 			}
 		}
 		if len(held) > 0 && p.MemMiB > 0 {
@@ -355,4 +369,15 @@ func observe(cfgPath string, cfg *labgpu.Config) (*observed, error) {
 		return nil, fmt.Errorf("write state: %w", err)
 	}
 	return o, nil
+}
+
+// running reports whether pid is a live process (a zombie has died).
+func running(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
 }

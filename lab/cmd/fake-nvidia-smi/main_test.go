@@ -139,7 +139,7 @@ func (h *h200) start(argv0 string, args ...string) []int {
 	}
 	want := 1
 	for _, a := range args {
-		if a == "--child-mem-mib" {
+		if a == "--child-mem-mib" || a == "--keeper" {
 			want = 2
 		}
 	}
@@ -309,4 +309,69 @@ func TestConfigFromEnv(t *testing.T) {
 	if err != nil || bytes.Count(out, []byte("\n")) != 2 {
 		t.Errorf("env config: %v %q", err, out)
 	}
+}
+
+// NVML lists only processes with a context: a monitor holding the device
+// file is no compute app. A dead parent whose memory a --keeper child keeps
+// stays listed under its own pid, its memory still counted; a holder whose
+// main thread exited is listed too (its threads keep the context).
+func TestComputeAppsOwnersGhostsZombies(t *testing.T) {
+	h := newH200(t)
+	mon := h.start("python3", "--dev", h.dv("nvidia0"), "--dev", h.dv("nvidiactl"))
+	pk := h.start("python3", "--dev", h.dv("nvidia0"), "--dev", h.dv("nvidia-uvm"), "--mem-mib", "8802", "--keeper")
+	zl := h.start("python3", "--dev", h.dv("nvidia0"), "--mem-mib", "100", "--zombie-leader")
+	for state(zl[0]) != "Z" {
+		time.Sleep(5 * time.Millisecond) // bounded by the test's deadline
+	}
+	apps := func() map[int]string {
+		out, code := h.run(queryApps, noUnits)
+		if code != 0 {
+			t.Fatalf("compute apps: exit %d %s", code, out)
+		}
+		m := map[int]string{}
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			f := strings.Split(l, ", ")
+			pid, _ := strconv.Atoi(f[0])
+			m[pid] = filepath.Base(f[1]) + " " + f[4]
+		}
+		return m
+	}
+	used := func() string {
+		out, _ := h.run("--query-gpu=memory.used", noUnits)
+		return strings.TrimSpace(out)
+	}
+	got := apps()
+	if len(got) != 2 || got[pk[0]] != "python3 8802" || got[zl[0]] != "python3 100" {
+		t.Errorf("apps %v (monitor %d, parent %d, keeper %d, zombie leader %d)", got, mon[0], pk[0], pk[1], zl[0])
+	}
+	if u := used(); u != "8902" {
+		t.Errorf("used %s, want 8902", u)
+	}
+	syscall.Kill(pk[0], syscall.SIGKILL)
+	for state(pk[0]) != "gone" && state(pk[0]) != "Z" {
+		time.Sleep(5 * time.Millisecond)
+	}
+	got = apps()
+	if len(got) != 2 || got[pk[0]] != "python3 8802" || got[pk[1]] != "" {
+		t.Errorf("after the parent died: apps %v (parent %d, keeper %d)", got, pk[0], pk[1])
+	}
+	if u := used(); u != "8902" {
+		t.Errorf("after the parent died: used %s, want 8902 (the keeper keeps it)", u)
+	}
+	syscall.Kill(pk[1], syscall.SIGKILL)
+	for state(pk[1]) != "gone" && state(pk[1]) != "Z" {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got = apps(); len(got) != 1 || used() != "100" {
+		t.Errorf("keeper gone too: apps %v used %s", got, used())
+	}
+}
+
+func state(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "gone"
+	}
+	s := string(b)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[0]
 }

@@ -6,6 +6,9 @@
 //	gpu-holder --dev DIR/nvidia0 --dev DIR/nvidiactl --mem-mib 10240
 //	gpu-holder ... --ignore-term          # survives SIGTERM
 //	gpu-holder ... --child-mem-mib 6144   # plus a child worker that outlives it
+//	gpu-holder ... --keeper               # plus a child that inherits the devices and
+//	                                      # keeps this process's memory when it dies
+//	gpu-holder ... --zombie-leader        # the main thread exits, other threads hold on
 //
 // comm cannot be set by a flag; run a copy or link of the binary under the
 // wanted name (python3, nvidia-persistenced).
@@ -18,6 +21,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,13 +36,27 @@ type devList []string
 func (d *devList) String() string     { return strings.Join(*d, ",") }
 func (d *devList) Set(v string) error { *d = append(*d, v); return nil }
 
+// The zombie-leader mode must run its main goroutine on the main thread
+// (the thread-group leader), which only init can arrange.
+func init() {
+	if slices.Contains(os.Args[1:], "--zombie-leader") || slices.Contains(os.Args[1:], "-zombie-leader") {
+		runtime.LockOSThread()
+	}
+}
+
 func main() {
 	var devs devList
 	flag.Var(&devs, "dev", "device file to hold open (repeatable)")
 	mem := flag.Int64("mem-mib", 0, "GPU memory (MiB) this process uses on each GPU device it holds")
 	ignoreTerm := flag.Bool("ignore-term", false, "ignore SIGTERM")
 	childMem := flag.Int64("child-mem-mib", 0, "also start a child holder of the same devices using this much memory; it outlives this process")
+	keeper := flag.Bool("keeper", false, "also start a child that inherits the open devices and uses no memory of its own: "+
+		"after this process dies its memory stays charged to its pid (what the driver does for a forked child)")
+	keepsOf := flag.Int("keeps-mem-of", 0, "(set by --keeper) pid whose memory this process keeps alive")
+	keepsMem := flag.Int64("keeps-mem-mib", 0, "(set by --keeper) how much memory that is, per GPU")
+	zombie := flag.Bool("zombie-leader", false, "after ready, exit the main thread only: the leader turns Z while other threads hold the devices")
 	flag.Parse()
+	_, _ = keepsOf, keepsMem // read by the fake nvidia-smi from the command line
 	if len(devs) == 0 {
 		fmt.Fprintln(os.Stderr, "gpu-holder: at least one --dev is required")
 		os.Exit(2)
@@ -66,9 +85,19 @@ func main() {
 			os.Exit(1)
 		}
 	}
+	if *keeper {
+		var err error
+		if childPID, err = startKeeper(files, *mem); err != nil {
+			fmt.Fprintf(os.Stderr, "gpu-holder: keeper: %v\n", err)
+			os.Exit(1)
+		}
+	}
 	fmt.Println(labgpu.ReadyLine(os.Getpid()))
 	if childPID > 0 {
 		fmt.Println(labgpu.ReadyLine(childPID))
+	}
+	if *zombie {
+		exitMainThread(files)
 	}
 	for {
 		time.Sleep(time.Hour)
@@ -107,4 +136,55 @@ func startChild(devs []string, mem int64) (int, error) {
 		return 0, fmt.Errorf("child said %q, want ready <pid>", line)
 	}
 	return pid, nil
+}
+
+// startKeeper starts a child that inherits the open device files (fd 3..),
+// as a forked CUDA worker does, and reports its pid once it is ready.
+func startKeeper(files []*os.File, mem int64) (int, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return 0, err
+	}
+	args := []string{}
+	for i := range files {
+		// The child reopens nothing: /dev/fd/N is the inherited file.
+		args = append(args, "--dev", "/dev/fd/"+strconv.Itoa(3+i))
+	}
+	args = append(args, "--keeps-mem-of", strconv.Itoa(os.Getpid()), "--keeps-mem-mib", strconv.FormatInt(mem, 10))
+	cmd := exec.Command(exe, args...)
+	// argv[0] as this process has it, as a fork keeps it (python3).
+	cmd.Args[0] = os.Args[0]
+	cmd.ExtraFiles = files
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("start %s: %w", exe, err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		return 0, fmt.Errorf("keeper %d exited before ready: %w", cmd.Process.Pid, err)
+	}
+	pid, ok := labgpu.ReadyPID(line)
+	if !ok {
+		return 0, fmt.Errorf("keeper said %q, want ready <pid>", line)
+	}
+	return pid, nil
+}
+
+// exitMainThread ends the main thread alone (exit(2), not exit_group(2)):
+// the leader becomes a zombie while the runtime's other threads, which
+// share the fd table, keep the devices open. Through syscall.Syscall the
+// runtime sees the goroutine as in a syscall forever and schedules (and
+// collects garbage) without it.
+func exitMainThread(files []*os.File) {
+	go func() {
+		for {
+			time.Sleep(time.Hour)
+			runtime.KeepAlive(files)
+		}
+	}()
+	syscall.Syscall(syscall.SYS_EXIT, 0, 0, 0)
 }

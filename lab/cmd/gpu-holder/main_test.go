@@ -6,10 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpush/gpush/lab/labgpu"
 )
@@ -132,5 +134,94 @@ func TestHolderUsage(t *testing.T) {
 		if err == nil {
 			t.Errorf("%v: exit 0", args)
 		}
+	}
+}
+
+// startReady runs the holder and returns its ready pids (want of them).
+func startReady(t *testing.T, want int, args ...string) (*exec.Cmd, []int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	var pids []int
+	for len(pids) < want && sc.Scan() {
+		if p, ok := labgpu.ReadyPID(sc.Text()); ok {
+			pids = append(pids, p)
+		}
+	}
+	if len(pids) < want {
+		t.Fatalf("%v: %d ready lines, want %d", args, len(pids), want)
+	}
+	return cmd, pids
+}
+
+// --keeper: a child inherits the open devices and names the parent whose
+// memory it keeps; it lives on when the parent dies.
+func TestKeeper(t *testing.T) {
+	dev := t.TempDir()
+	for _, n := range []string{"nvidia0", "nvidia-uvm"} {
+		os.WriteFile(filepath.Join(dev, n), nil, 0o666)
+	}
+	cmd, pids := startReady(t, 2, "--dev", filepath.Join(dev, "nvidia0"), "--dev", filepath.Join(dev, "nvidia-uvm"), "--mem-mib", "8802", "--keeper")
+	keeper := pids[1]
+	defer func() {
+		syscall.Kill(keeper, syscall.SIGKILL)
+		var ws syscall.WaitStatus
+		syscall.Wait4(keeper, &ws, 0, nil)
+	}()
+	got := holds(t, keeper, dev)
+	sort.Strings(got)
+	if strings.Join(got, ",") != "nvidia-uvm,nvidia-uvm,nvidia0,nvidia0" {
+		t.Errorf("keeper holds %q: want the inherited fds and their reopened twins", got)
+	}
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", keeper))
+	argv := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	if of, mem := labgpu.KeepsMemOf(argv); of != pids[0] || mem != 8802 || labgpu.MemMiB(argv) != 0 || argv[0] != bin {
+		t.Errorf("keeper argv %q", argv)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if s := state(keeper); s == "gone" || s == "Z" {
+		t.Errorf("keeper died with its parent: %s", s)
+	}
+}
+
+// --zombie-leader: the leader turns Z with no fds while another thread of
+// the process still holds the devices, and a signal still ends it.
+func TestZombieLeader(t *testing.T) {
+	dev := t.TempDir()
+	os.WriteFile(filepath.Join(dev, "nvidia0"), nil, 0o666)
+	cmd, pids := startReady(t, 1, "--dev", filepath.Join(dev, "nvidia0"), "--zombie-leader")
+	pid := pids[0]
+	for state(pid) != "Z" {
+		time.Sleep(5 * time.Millisecond) // bounded by the test's deadline
+	}
+	if fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); len(fds) != 0 {
+		t.Errorf("leader has %d fds", len(fds))
+	}
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	held := 0
+	for _, tk := range tasks {
+		if tk.Name() == strconv.Itoa(pid) {
+			continue
+		}
+		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task/%s/fd", pid, tk.Name()))
+		for _, fd := range fds {
+			if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/task/%s/fd/%s", pid, tk.Name(), fd.Name())); l == filepath.Join(dev, "nvidia0") {
+				held++
+			}
+		}
+	}
+	if held == 0 {
+		t.Fatalf("no live thread holds the device (%d tasks)", len(tasks))
+	}
+	syscall.Kill(pid, syscall.SIGTERM)
+	cmd.Wait()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGTERM {
+		t.Errorf("ended with %v, want SIGTERM", cmd.ProcessState)
 	}
 }
