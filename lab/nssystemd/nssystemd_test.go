@@ -1,0 +1,115 @@
+package nssystemd
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// boot boots a systemd for t; in CI (CI=true) not being able to is a
+// failure, elsewhere a skip when not root.
+func boot(t *testing.T, share ...string) *Systemd {
+	t.Helper()
+	if why := Available(); why != "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("real systemd needed in CI: %s", why)
+		}
+		t.Skip("skipping: " + why)
+	}
+	s, err := Boot(context.Background(), Options{Dir: t.TempDir(), Share: share})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+// A boot gives a running systemd whose units live in its own cgroup subtree
+// and run inside its namespace; the host's /tmp is left as it was, and Stop
+// removes what the boot made.
+func TestBootRunStop(t *testing.T) {
+	// A file in the host's /tmp that systemd-tmpfiles would clean up.
+	marker, err := os.CreateTemp("", "gpush-nssystemd-marker-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker.Close()
+	old := time.Now().Add(-90 * 24 * time.Hour)
+	os.Chtimes(marker.Name(), old, old)
+	defer os.Remove(marker.Name())
+
+	work := t.TempDir()
+	s := boot(t, work)
+	rss, err := s.RSS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("systemd pid %d booted in %s, RSS %d KiB, cgroup %s", s.PID, s.Boot, rss, s.CgroupBase)
+
+	ctx := context.Background()
+	out := filepath.Join(work, "out")
+	unit := "[Service]\nExecStart=/bin/sh -c 'echo $$$$ > " + out + "; exec sleep 600'\n"
+	if err := s.WriteUnit(ctx, "nss-probe.service", unit); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(ctx, "start", "nss-probe.service"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Show(ctx, "nss-probe.service", "MainPID", "ControlGroup", "ActiveState")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p["ActiveState"] != "active" || p["ControlGroup"] != s.CgroupBase+"/system.slice/nss-probe.service" {
+		t.Fatalf("show: %v", p)
+	}
+	// MainPID is a namespace pid; the unit wrote the same one into a shared folder.
+	var b []byte
+	for deadline := time.Now().Add(10 * time.Second); len(b) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		b, _ = os.ReadFile(out)
+	}
+	if strings.TrimSpace(string(b)) != p["MainPID"] {
+		t.Fatalf("unit wrote pid %q, MainPID %s", b, p["MainPID"])
+	}
+	ns, _ := strconv.Atoi(p["MainPID"])
+	host := s.HostPID(ns)
+	if host <= 0 || host == ns {
+		t.Fatalf("HostPID(%d) = %d", ns, host)
+	}
+	cg, err := os.ReadFile(filepath.Join(s.Hierarchies[0], p["ControlGroup"], "cgroup.procs"))
+	if err != nil || strings.TrimSpace(string(cg)) != strconv.Itoa(host) {
+		t.Fatalf("cgroup.procs of the unit: %q %v, want %d", cg, err, host)
+	}
+	if _, err := os.Stat(marker.Name()); err != nil {
+		t.Errorf("host /tmp file gone after the boot: %v", err)
+	}
+
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat("/proc/" + strconv.Itoa(host)); err == nil {
+		t.Errorf("unit process %d alive after Stop", host)
+	}
+	for _, h := range s.Hierarchies {
+		if _, err := os.Stat(filepath.Join(h, s.CgroupBase)); !os.IsNotExist(err) {
+			t.Errorf("cgroup %s still there after Stop (%v)", filepath.Join(h, s.CgroupBase), err)
+		}
+	}
+	if _, err := os.Stat(marker.Name()); err != nil {
+		t.Errorf("host /tmp file gone after the stop: %v", err)
+	}
+}
+
+// Boot refuses a relative folder (or says why it cannot boot at all).
+func TestBootNeedsAbsoluteDir(t *testing.T) {
+	if _, err := Boot(context.Background(), Options{Dir: "rel"}); err == nil {
+		t.Errorf("err = %v", err)
+	}
+}
