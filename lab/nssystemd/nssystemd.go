@@ -180,7 +180,9 @@ func Boot(ctx context.Context, o Options) (s *Systemd, err error) {
 	// container= tells systemd it is a container's init: it leaves the
 	// machine (hostname, kernel modules, reboot) alone and exits on halt.
 	s.cmd.Env = []string{"container=gpush-nssystemd", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C"}
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID, Setsid: true}
+	// Pdeathsig: a test binary that dies without Stop (a panic, a timeout)
+	// takes its systemd, and with it the whole namespace, along.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID, Setsid: true, Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("nssystemd: start %s in a new PID+mount namespace: %w", script, err)
 	}
