@@ -2,6 +2,7 @@ package nssystemd
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -46,6 +47,7 @@ func TestBootRunStop(t *testing.T) {
 	os.Chtimes(marker.Name(), old, old)
 	defer os.Remove(marker.Name())
 
+	before := hostCgroupState()
 	work := t.TempDir()
 	s := boot(t, work)
 	rss, err := s.RSS()
@@ -105,6 +107,30 @@ func TestBootRunStop(t *testing.T) {
 	if _, err := os.Stat(marker.Name()); err != nil {
 		t.Errorf("host /tmp file gone after the stop: %v", err)
 	}
+	if after := hostCgroupState(); after != before {
+		t.Errorf("host cgroup roots changed:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// hostCgroupState is what a systemd that took the host's cgroups over
+// would change: release agents, enabled controllers, slices at the roots.
+func hostCgroupState() string {
+	var b strings.Builder
+	roots, _ := filepath.Glob(cgroupRoot + "/*")
+	roots = append(roots, cgroupRoot)
+	for _, r := range roots {
+		for _, f := range []string{"release_agent", "notify_on_release", "cgroup.subtree_control"} {
+			if v, err := os.ReadFile(filepath.Join(r, f)); err == nil {
+				fmt.Fprintf(&b, "%s/%s=%q ", r, f, strings.TrimSpace(string(v)))
+			}
+		}
+		for _, d := range []string{"system.slice", "init.scope", "user.slice"} {
+			if _, err := os.Stat(filepath.Join(r, d)); err == nil {
+				fmt.Fprintf(&b, "%s/%s ", r, d)
+			}
+		}
+	}
+	return b.String()
 }
 
 // Boot refuses a relative folder (or says why it cannot boot at all).
