@@ -582,3 +582,37 @@ func TestRealSystemdHostileNames(t *testing.T) {
 		t.Errorf("systemctl calls:\n%s", b)
 	}
 }
+
+// LoadState decides before any action: not-found and bad-setting units
+// are not acted on (nothing but show runs), except a not-found unit that
+// still runs (its file was removed while it ran), which is real.
+func TestUnitLoadStates(t *testing.T) {
+	old := systemdRunDir
+	systemdRunDir = filepath.Join(t.TempDir(), "no-systemd")
+	t.Cleanup(func() { systemdRunDir = old })
+	for _, tc := range []struct {
+		load, active, want string
+		acted, ok          bool
+	}{
+		{"not-found", "inactive", "unit x.service not found", false, false},
+		{"bad-setting", "inactive", "unit x.service could not be loaded (LoadState=bad-setting)", false, false},
+		{"not-found", "active", "after stop: state active, 0 processes left in the cgroup, 0 GPU holders of the unit", true, false},
+		{"loaded", "inactive", "", true, true},
+	} {
+		dir := t.TempDir()
+		calls := filepath.Join(dir, "calls")
+		sc := filepath.Join(dir, "systemctl")
+		script := fmt.Sprintf("#!/bin/sh\necho \"$1\" >> %s\n[ \"$1\" = show ] && printf 'LoadState=%s\\nActiveState=%s\\nSubState=x\\nMainPID=0\\nControlGroup=\\nRestart=no\\n'\nexit 0\n", calls, tc.load, tc.active)
+		if err := os.WriteFile(sc, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		r, err := Unit(context.Background(), UnitRequest{Config: Config{Systemctl: sc, ProcDir: "/proc", DevDir: t.TempDir(), NvidiaSMI: filepath.Join(dir, "absent")}, Action: UnitStop, Unit: "x"})
+		if err != nil {
+			t.Fatalf("%s/%s: %v", tc.load, tc.active, err)
+		}
+		acted := strings.Contains(readFile(calls), "stop")
+		if r.OK != tc.ok || r.Reason != tc.want || acted != tc.acted || r.LoadState != tc.load || r.Restart != "no" {
+			t.Errorf("%s/%s: acted %v, %+v", tc.load, tc.active, acted, r)
+		}
+	}
+}
