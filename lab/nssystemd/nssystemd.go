@@ -453,16 +453,6 @@ func (s *Systemd) Stop() error {
 	return nil
 }
 
-// Exited reports whether PID 1 has exited.
-func (s *Systemd) Exited() bool {
-	select {
-	case <-s.waited:
-		return true
-	default:
-		return false
-	}
-}
-
 func shquote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // tail is the end of a log file, for errors.

@@ -93,9 +93,11 @@ func TestBootRunStop(t *testing.T) {
 		t.Errorf("host /tmp file gone after the boot: %v", err)
 	}
 
+	stopStart := time.Now()
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("halted and cleaned up in %s", time.Since(stopStart))
 	if _, err := os.Stat("/proc/" + strconv.Itoa(host)); err == nil {
 		t.Errorf("unit process %d alive after Stop", host)
 	}
