@@ -122,7 +122,7 @@ var boots atomic.Int64
 
 // Boot starts systemd and waits until it is running. On error nothing is
 // left behind.
-func Boot(ctx context.Context, o Options) (s *Systemd, err error) {
+func Boot(ctx context.Context, o Options) (_ *Systemd, err error) {
 	if why := Available(); why != "" {
 		return nil, errors.New("nssystemd: " + why)
 	}
@@ -151,7 +151,8 @@ func Boot(ctx context.Context, o Options) (s *Systemd, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("nssystemd: %w", err)
 	}
-	s = &Systemd{Dir: o.Dir, Hierarchies: hs, Log: filepath.Join(o.Dir, "systemd-console.log"), waited: make(chan struct{})}
+	// s, not the result: a failed Boot returns nil and still cleans up s.
+	s := &Systemd{Dir: o.Dir, Hierarchies: hs, Log: filepath.Join(o.Dir, "systemd-console.log"), waited: make(chan struct{})}
 	s.CgroupBase, err = s.makeCgroups()
 	if err != nil {
 		return nil, err
@@ -416,16 +417,23 @@ func (s *Systemd) RSS() (int64, error) {
 	return 0, errors.New("nssystemd: no VmRSS in /proc/PID/status")
 }
 
-// Stop halts systemd (SIGRTMIN+3, as a container manager does), KILLs it
-// if it has not exited after 10s (the kernel then kills everything in its
+// Stop halts systemd (SIGRTMIN+3, as a container manager does; KILL if
+// the boot did not finish), KILLs it if it has not exited after 10s (the kernel then kills everything in its
 // PID namespace), and removes its cgroup subtree. It may be called twice.
 func (s *Systemd) Stop() error {
 	if s.stopped.Swap(true) {
 		return nil
 	}
 	var errs []error
-	if s.cmd != nil && s.cmd.Process != nil {
-		halt := syscall.Signal(34 + 3) // SIGRTMIN+3: halt
+	switch {
+	case s.cmd == nil || s.cmd.Process == nil:
+	case s.Boot == 0:
+		// Not booted: PID 1 may still be the boot script, which (as a
+		// namespace's init without a handler) ignores everything but KILL.
+		s.cmd.Process.Kill()
+		<-s.waited
+	default:
+		halt := syscall.Signal(34 + 3) // SIGRTMIN+3 (glibc's SIGRTMIN is 34): halt
 		if err := s.cmd.Process.Signal(halt); err != nil && !errors.Is(err, os.ErrProcessDone) {
 			errs = append(errs, fmt.Errorf("halt pid %d: %w", s.PID, err))
 		}

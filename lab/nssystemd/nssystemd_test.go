@@ -15,12 +15,7 @@ import (
 // (CI=true) and for root, a skip otherwise.
 func boot(t *testing.T, share ...string) *Systemd {
 	t.Helper()
-	if why := Available(); why != "" {
-		if os.Getenv("CI") == "true" || os.Geteuid() == 0 {
-			t.Fatalf("real systemd needed in CI: %s", why)
-		}
-		t.Skip("skipping: " + why)
-	}
+	need(t)
 	s, err := Boot(context.Background(), Options{Dir: t.TempDir(), Share: share})
 	if err != nil {
 		t.Fatal(err)
@@ -31,6 +26,17 @@ func boot(t *testing.T, share ...string) *Systemd {
 		}
 	})
 	return s
+}
+
+// need fails (CI, root) or skips t when no systemd can be booted here.
+func need(t *testing.T) {
+	t.Helper()
+	if why := Available(); why != "" {
+		if os.Getenv("CI") == "true" || os.Geteuid() == 0 {
+			t.Fatalf("real systemd needed in CI and for root: %s", why)
+		}
+		t.Skip("skipping: " + why)
+	}
 }
 
 // A boot gives a running systemd whose units live in its own cgroup subtree
@@ -139,5 +145,22 @@ func hostCgroupState() string {
 func TestBootNeedsAbsoluteDir(t *testing.T) {
 	if _, err := Boot(context.Background(), Options{Dir: "rel"}); err == nil {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// A boot that fails (here: its deadline passes at once) leaves no process
+// and no cgroup behind.
+func TestBootFailureCleansUp(t *testing.T) {
+	need(t)
+	s, err := Boot(context.Background(), Options{Dir: t.TempDir(), BootTimeout: time.Nanosecond})
+	if err == nil {
+		s.Stop()
+		t.Fatal("boot with a 1ns deadline succeeded")
+	}
+	t.Log(err)
+	hs, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", fmt.Sprintf("gpush-nssystemd-%d-*", os.Getpid())))
+	top, _ := filepath.Glob(filepath.Join(cgroupRoot, fmt.Sprintf("gpush-nssystemd-%d-*", os.Getpid())))
+	if left := append(hs, top...); len(left) > 0 {
+		t.Errorf("cgroups left: %v", left)
 	}
 }
