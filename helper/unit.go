@@ -124,6 +124,17 @@ func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 	if timeout <= 0 {
 		timeout = DefaultUnitTimeout
 	}
+	// Look before acting: a unit systemd does not know is never acted on,
+	// and is never reported as stopped (a typo in a unit name is not a free).
+	pre, err := showUnit(ctx, systemctl, timeout, name)
+	if err != nil {
+		return nil, err
+	}
+	if why := unknownUnit(name, pre); why != "" {
+		resp.fill(pre)
+		resp.Reason = why
+		return resp, nil
+	}
 	var actionErr error
 	if req.Action != UnitStatus {
 		_, errb, err := runBounded(ctx, timeout, []string{systemctl, req.Action, "--", name})
@@ -131,23 +142,22 @@ func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 			actionErr = withOutput(err, errb)
 		}
 	}
-	out, errb, err := runBounded(ctx, timeout, []string{systemctl, "show", "-p", "LoadState", "-p", "ActiveState", "-p", "SubState", "-p", "MainPID", "-p", "ControlGroup", "--", name})
-	if err != nil {
-		return nil, withOutput(err, errb)
+	props := pre
+	if req.Action != UnitStatus {
+		if props, err = showUnit(ctx, systemctl, timeout, name); err != nil {
+			return nil, err
+		}
 	}
-	props := parseShow(out)
-	resp.ActiveState, resp.SubState, resp.ControlGroup = props["ActiveState"], props["SubState"], props["ControlGroup"]
-	resp.MainPID, _ = strconv.Atoi(props["MainPID"])
+	resp.fill(props)
 	if req.Action == UnitStop || req.Action == UnitStatus {
 		if err := fillUnitLeftovers(ctx, req.Config, resp); err != nil {
 			return nil, err
 		}
 	}
+	masked := resp.LoadState == "masked"
 	switch {
-	// Before actionErr: systemctl stop of an unknown unit exits 5 ("not loaded").
-	case props["LoadState"] == "not-found":
-		resp.Reason = "unit " + name + " not found"
-		resp.OK = req.Action == UnitStop // stopping a unit that does not exist leaves it stopped
+	case masked && (req.Action == UnitStart || req.Action == UnitRestart):
+		resp.Reason = "unit " + name + " is masked: it cannot be started"
 	case actionErr != nil:
 		resp.Reason = actionErr.Error()
 	case req.Action == UnitStop:
@@ -163,7 +173,56 @@ func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 	default:
 		resp.OK = true
 	}
+	if masked && resp.OK {
+		// Stopped or looked at, and true; the operator still learns the unit is masked.
+		resp.Reason = "unit " + name + " is masked"
+	}
 	return resp, nil
+}
+
+// showProps are the properties the unit verb reads.
+var showProps = []string{"LoadState", "ActiveState", "SubState", "MainPID", "ControlGroup", "Restart"}
+
+// showUnit runs `systemctl show -p ... -- name` and parses it.
+func showUnit(ctx context.Context, systemctl string, timeout time.Duration, name string) (map[string]string, error) {
+	argv := []string{systemctl, "show"}
+	for _, p := range showProps {
+		argv = append(argv, "-p", p)
+	}
+	out, errb, err := runBounded(ctx, timeout, append(argv, "--", name))
+	if err != nil {
+		return nil, fmt.Errorf("unit %s: systemctl show: %w", name, withOutput(err, errb))
+	}
+	props := parseShow(out)
+	if props["LoadState"] == "" {
+		return nil, fmt.Errorf("unit %s: systemctl show gave no LoadState: %.200q", name, out)
+	}
+	return props, nil
+}
+
+// unknownUnit says why name cannot be acted on when systemd has no such
+// unit, or "". A unit whose file was removed while it ran is "not-found"
+// but still active: that one is real and may be stopped.
+func unknownUnit(name string, props map[string]string) string {
+	active := props["ActiveState"]
+	switch props["LoadState"] {
+	case "not-found":
+		if active == "" || active == "inactive" {
+			return "unit " + name + " not found"
+		}
+	case "bad-setting", "error":
+		if active == "" || active == "inactive" {
+			return "unit " + name + " could not be loaded (LoadState=" + props["LoadState"] + ")"
+		}
+	}
+	return ""
+}
+
+// fill copies the shown properties into the response.
+func (r *UnitResponse) fill(props map[string]string) {
+	r.LoadState, r.ActiveState, r.SubState = props["LoadState"], props["ActiveState"], props["SubState"]
+	r.ControlGroup, r.Restart = props["ControlGroup"], props["Restart"]
+	r.MainPID, _ = strconv.Atoi(props["MainPID"])
 }
 
 // parseShow reads `systemctl show` Key=Value lines.

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpush/gpush/lab/labgpu"
+	"github.com/gpush/gpush/lab/nssystemd"
 )
 
 // fakeSystemctlBin is lab/cmd/fake-systemctl, built on first use.
@@ -249,8 +250,8 @@ func TestUnitStopControlGroup(t *testing.T) {
 			t.Errorf("pid %d still holds a GPU after the stop: %+v", p, x)
 		}
 	}
-	// An unknown unit: stopped already, and said so.
-	if u := h.unit(UnitStop, "nope"); !u.OK || !strings.Contains(u.Reason, "not found") {
+	// An unknown unit is not "stopped": it is not there.
+	if u := h.unit(UnitStop, "nope"); u.OK || u.Reason != "unit nope.service not found" || u.LoadState != "not-found" {
 		t.Errorf("stop of an unknown unit: %+v", u)
 	}
 }
@@ -310,5 +311,308 @@ func TestUnitCgroupProcsHybrid(t *testing.T) {
 	os.WriteFile(filepath.Join(v2, "e", "cgroup.procs"), nil, 0o644)
 	if got := unitCgroupProcs(v2, "/e"); got == nil || len(got) != 0 {
 		t.Errorf("empty: %#v", got)
+	}
+}
+
+// realHost is a test host driven by the machine's real systemd, booted as
+// PID 1 of a private PID+mount namespace (lab/nssystemd). Units write their
+// output to a log in the test's folder; pids they print are namespace pids.
+type realHost struct {
+	*host
+	sd *nssystemd.Systemd
+}
+
+// newRealHost boots systemd for t. In CI (CI=true) a failure to boot fails
+// the test; elsewhere only a missing root skips it.
+func newRealHost(t *testing.T, nGPU int) *realHost {
+	t.Helper()
+	if why := nssystemd.Available(); why != "" {
+		if os.Getenv("CI") == "true" || os.Geteuid() == 0 {
+			t.Fatalf("real systemd: %s", why)
+		}
+		t.Skip("skipping: " + why)
+	}
+	h := &realHost{host: newHost(t, nGPU)}
+	sd, err := nssystemd.Boot(context.Background(), nssystemd.Options{Dir: t.TempDir(), Share: []string{h.dir, filepath.Dir(holderBin)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sd.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	h.sd = sd
+	h.cfg.Systemctl = sd.Systemctl
+	return h
+}
+
+// addUnit writes a service running argv; extra are more [Service] lines.
+func (h *realHost) addUnit(name string, argv []string, extra ...string) {
+	h.t.Helper()
+	body := "[Unit]\nDescription=gpush test " + name + "\n[Service]\nExecStart=" + strings.Join(argv, " ") + "\n" +
+		"StandardOutput=append:" + h.logPath(name) + "\nStandardError=inherit\n" + strings.Join(extra, "\n") + "\n"
+	if err := h.sd.WriteUnit(context.Background(), name, body); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *realHost) logPath(unit string) string { return filepath.Join(h.dir, unit+".log") }
+
+// ready waits for n "ready PID" lines and returns their host pids.
+func (h *realHost) ready(unit string, n int) []int {
+	h.t.Helper()
+	return h.readyAfter(unit, 0, n)
+}
+
+// readyAfter waits for n "ready PID" lines after the first skip (those of
+// processes that may be gone) and returns their host pids.
+func (h *realHost) readyAfter(unit string, skip, n int) []int {
+	h.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(h.logPath(unit))
+		ns := labgpu.ReadyPIDs(string(b))
+		if len(ns) >= skip+n {
+			var out []int
+			for _, p := range ns[skip : skip+n] {
+				hp := h.sd.HostPID(p)
+				if hp == 0 {
+					h.t.Fatalf("%s: namespace pid %d has no host pid in %s", unit, p, h.sd.CgroupBase)
+				}
+				out = append(out, hp)
+			}
+			return out
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%s: %d of %d ready lines after 30s:\n%s\nsystemd console:\n%s", unit, len(ns), skip+n, b, readFile(h.sd.Log))
+		}
+	}
+}
+
+func readFile(p string) string { b, _ := os.ReadFile(p); return string(b) }
+
+func (h *realHost) unit(action, unit string) *UnitResponse {
+	h.t.Helper()
+	r, err := Unit(context.Background(), UnitRequest{Config: h.cfg, Action: action, Unit: unit, Timeout: Duration(20 * time.Second)})
+	if err != nil {
+		h.t.Fatalf("unit %s %s: %v", action, unit, err)
+	}
+	return r
+}
+
+// Real systemd, KillMode=process: the stop TERMs the main process only; the
+// worker it forked keeps GPU 0 and stays in the unit's cgroup, and the unit
+// verb says so (Remaining, GPUHolders, host pids). Killing the worker by
+// identity leaves the unit clean.
+func TestRealSystemdKillModeProcess(t *testing.T) {
+	h := newRealHost(t, 2)
+	const name = "sglang-qwen.service"
+	h.addUnit(name, []string{holderBin, "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"), "--mem-mib", "2048", "--child-mem-mib", "8192"}, "KillMode=process")
+	st := h.unit(UnitStart, "sglang-qwen")
+	if !st.OK || st.LoadState != "loaded" || st.Restart != "no" || st.ActiveState != "active" || st.ControlGroup != h.sd.CgroupBase+"/system.slice/"+name {
+		t.Fatalf("start: %+v", st)
+	}
+	pids := h.ready(name, 2)
+	main, worker := pids[0], pids[1]
+	if got := h.sd.HostPID(st.MainPID); got != main {
+		t.Errorf("MainPID %d is host pid %d, want the main holder %d", st.MainPID, got, main)
+	}
+	snap, err := TakeSnapshot(context.Background(), h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pids {
+		if x := findHolder(snap, p); x == nil || x.Unit != name || !inCgroup(x.Cgroup, st.ControlGroup) {
+			t.Errorf("holder %d: %+v, want one of unit %s", p, x, name)
+		}
+	}
+
+	r := h.unit(UnitStop, name)
+	if r.OK || r.ActiveState != "inactive" || r.LoadState != "loaded" || r.MainPID != 0 {
+		t.Errorf("stop: %+v", r)
+	}
+	if len(r.Remaining) != 1 || r.Remaining[0].PID != worker {
+		t.Errorf("remaining: %+v, want the worker %d", r.Remaining, worker)
+	}
+	if len(r.GPUHolders) != 1 || r.GPUHolders[0].PID != worker || r.GPUHolders[0].Unit != name || r.GPUHolders[0].MemMiB != 8192 || fmt.Sprint(r.GPUHolders[0].GPUs) != "[0]" {
+		t.Errorf("gpu holders: %+v", r.GPUHolders)
+	}
+	if !strings.Contains(r.Reason, "1 processes left in the cgroup, 1 GPU holders of the unit") {
+		t.Errorf("reason %q", r.Reason)
+	}
+	if labAlive(main) {
+		t.Errorf("main process %d alive after the stop", main)
+	}
+
+	k, err := Kill(context.Background(), KillRequest{Config: h.cfg, Targets: []Identity{r.GPUHolders[0].Identity}, Grace: Duration(2 * time.Second)})
+	if err != nil || len(k.Results) != 1 || k.Results[0].Outcome != OutcomeExited {
+		t.Fatalf("kill the leftover: %+v %v", k, err)
+	}
+	if after := h.unit(UnitStatus, name); !after.OK || after.ActiveState != "inactive" || len(after.Remaining) != 0 || len(after.GPUHolders) != 0 {
+		t.Errorf("status after the kill: %+v", after)
+	}
+	if again := h.unit(UnitStop, name); !again.OK {
+		t.Errorf("second stop: %+v", again)
+	}
+}
+
+// labAlive: pid exists and is not a zombie.
+func labAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && parseStatState(b) != "Z"
+}
+
+// Real systemd, KillMode=control-group (the default): the stop alone ends
+// main process and worker, and the GPU has no holder left.
+func TestRealSystemdControlGroup(t *testing.T) {
+	h := newRealHost(t, 1)
+	const name = "vllm-embed.service"
+	h.addUnit(name, []string{holderBin, "--dev", h.d("nvidia0"), "--mem-mib", "1024", "--child-mem-mib", "4096"})
+	if r := h.unit(UnitRestart, name); !r.OK || r.ActiveState != "active" {
+		t.Fatalf("restart of a stopped unit: %+v", r)
+	}
+	pids := h.ready(name, 2)
+	r := h.unit(UnitStop, name)
+	if !r.OK || r.ActiveState != "inactive" || len(r.Remaining) != 0 || len(r.GPUHolders) != 0 || r.Reason != "" {
+		t.Errorf("stop: %+v", r)
+	}
+	snap, err := TakeSnapshot(context.Background(), h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pids {
+		if x := findHolder(snap, p); x != nil || labAlive(p) {
+			t.Errorf("pid %d alive or holding a GPU after the stop: %+v", p, x)
+		}
+	}
+}
+
+// Real systemd, Restart=always: the unit verb reports Restart= so that the
+// caller knows the unit brings its workers back. systemd does bring back a
+// worker that dies, and does not restart a unit that was stopped.
+func TestRealSystemdRestartAlways(t *testing.T) {
+	h := newRealHost(t, 1)
+	const name = "trainer.service"
+	h.addUnit(name, []string{holderBin, "--dev", h.d("nvidia0"), "--mem-mib", "4096"}, "Restart=always", "RestartSec=100ms")
+	st := h.unit(UnitStart, name)
+	if !st.OK || st.Restart != "always" {
+		t.Fatalf("start: %+v", st)
+	}
+	first := h.ready(name, 1)[0]
+	// The worker dies (not through systemd): systemd starts a new one.
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	second := h.readyAfter(name, 1, 1)[0]
+	if second == first {
+		t.Fatalf("no new worker after the kill")
+	}
+	r := h.unit(UnitStop, name)
+	if !r.OK || r.Restart != "always" || r.ActiveState != "inactive" || len(r.GPUHolders) != 0 {
+		t.Errorf("stop: %+v", r)
+	}
+	// A stopped unit stays stopped: status after a start job would have run.
+	if _, err := h.sd.Run(context.Background(), "is-active", "--quiet", name); err == nil {
+		t.Errorf("%s active again after the stop", name)
+	}
+	if st := h.unit(UnitStatus, name); !st.OK || st.ActiveState != "inactive" || st.Restart != "always" {
+		t.Errorf("status: %+v", st)
+	}
+}
+
+// A unit that does not exist (a typo) is ok=false "not found" for every
+// action, is never started or stopped, and is not "stopped". A masked unit
+// says that it is masked and cannot be started.
+func TestRealSystemdUnknownAndMasked(t *testing.T) {
+	h := newRealHost(t, 1)
+	for _, act := range []string{UnitStop, UnitStart, UnitRestart, UnitStatus} {
+		r := h.unit(act, "vllm-embd.service")
+		if r.OK || !r.Systemd || r.LoadState != "not-found" || r.Reason != "unit vllm-embd.service not found" {
+			t.Errorf("%s of a unit that does not exist: %+v", act, r)
+		}
+	}
+	if err := os.Symlink("/dev/null", filepath.Join(fmt.Sprintf("/proc/%d/root", h.sd.PID), "run/systemd/system/masked-svc.service")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.sd.Run(context.Background(), "daemon-reload"); err != nil {
+		t.Fatal(err)
+	}
+	for _, act := range []string{UnitStart, UnitRestart} {
+		if r := h.unit(act, "masked-svc"); r.OK || r.LoadState != "masked" || r.Reason != "unit masked-svc.service is masked: it cannot be started" {
+			t.Errorf("%s of a masked unit: %+v", act, r)
+		}
+	}
+	if r := h.unit(UnitStop, "masked-svc"); !r.OK || r.LoadState != "masked" || r.ActiveState != "inactive" || r.Reason != "unit masked-svc.service is masked" {
+		t.Errorf("stop of a masked unit: %+v", r)
+	}
+}
+
+// Hostile unit names are refused by the helper before any systemctl runs;
+// a name with systemd's escapes goes through as one argument.
+func TestRealSystemdHostileNames(t *testing.T) {
+	h := newRealHost(t, 1)
+	calls := filepath.Join(h.dir, "systemctl-calls")
+	rec := filepath.Join(h.dir, "recording-systemctl")
+	script := "#!/bin/sh\nprintf '%s\\n' \"$*\" >> " + calls + "\nexec " + h.sd.Systemctl + " \"$@\"\n"
+	if err := os.WriteFile(rec, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h.cfg.Systemctl = rec
+	marker := filepath.Join(h.dir, "pwned")
+	for _, name := range []string{"--now", "-H", "-Hroot@elsewhere", "a b.service", "x;reboot", "$(touch " + marker + ")", "`id`", "../../etc/passwd",
+		"foo\n.service", "unit@.service", "@x.service", ".service", "", strings.Repeat("a", 300), "sshd.service\x00", "ü.service"} {
+		for _, act := range []string{UnitStop, UnitStatus} {
+			if r, err := Unit(context.Background(), UnitRequest{Config: h.cfg, Action: act, Unit: name}); err == nil {
+				t.Errorf("%s %q: accepted: %+v", act, name, r)
+			}
+		}
+	}
+	if b, err := os.ReadFile(calls); err == nil {
+		t.Errorf("systemctl ran for a refused name:\n%s", b)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("a name was run through a shell")
+	}
+	// An escaped name is valid: systemctl sees it as one argument.
+	h.addUnit(`gpu\x2dworker.service`, []string{holderBin, "--dev", h.d("nvidia0")})
+	if r := h.unit(UnitStart, `gpu\x2dworker`); !r.OK || r.ActiveState != "active" {
+		t.Errorf("start of an escaped name: %+v", r)
+	}
+	if b := readFile(calls); !strings.Contains(b, `start -- gpu\x2dworker.service`) {
+		t.Errorf("systemctl calls:\n%s", b)
+	}
+}
+
+// LoadState decides before any action: not-found and bad-setting units
+// are not acted on (nothing but show runs), except a not-found unit that
+// still runs (its file was removed while it ran), which is real.
+func TestUnitLoadStates(t *testing.T) {
+	old := systemdRunDir
+	systemdRunDir = filepath.Join(t.TempDir(), "no-systemd")
+	t.Cleanup(func() { systemdRunDir = old })
+	for _, tc := range []struct {
+		load, active, want string
+		acted, ok          bool
+	}{
+		{"not-found", "inactive", "unit x.service not found", false, false},
+		{"bad-setting", "inactive", "unit x.service could not be loaded (LoadState=bad-setting)", false, false},
+		{"not-found", "active", "after stop: state active, 0 processes left in the cgroup, 0 GPU holders of the unit", true, false},
+		{"loaded", "inactive", "", true, true},
+	} {
+		dir := t.TempDir()
+		calls := filepath.Join(dir, "calls")
+		sc := filepath.Join(dir, "systemctl")
+		script := fmt.Sprintf("#!/bin/sh\necho \"$1\" >> %s\n[ \"$1\" = show ] && printf 'LoadState=%s\\nActiveState=%s\\nSubState=x\\nMainPID=0\\nControlGroup=\\nRestart=no\\n'\nexit 0\n", calls, tc.load, tc.active)
+		if err := os.WriteFile(sc, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		r, err := Unit(context.Background(), UnitRequest{Config: Config{Systemctl: sc, ProcDir: "/proc", DevDir: t.TempDir(), NvidiaSMI: filepath.Join(dir, "absent")}, Action: UnitStop, Unit: "x"})
+		if err != nil {
+			t.Fatalf("%s/%s: %v", tc.load, tc.active, err)
+		}
+		acted := strings.Contains(readFile(calls), "stop")
+		if r.OK != tc.ok || r.Reason != tc.want || acted != tc.acted || r.LoadState != tc.load || r.Restart != "no" {
+			t.Errorf("%s/%s: acted %v, %+v", tc.load, tc.active, acted, r)
+		}
 	}
 }

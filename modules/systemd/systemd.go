@@ -65,6 +65,9 @@ func action(h modules.Host, act string) glua.LGFunction {
 		}
 		var resp helper.UnitResponse
 		modules.CallHelper(L, h, fn, helper.VerbUnit, req, &resp)
+		if !would && act == helper.UnitStop {
+			noteRestart(h, resp)
+		}
 		t := unitTable(L, resp)
 		if would {
 			t.RawSetString("ok", glua.LTrue)
@@ -76,12 +79,25 @@ func action(h modules.Host, act string) glua.LGFunction {
 	}
 }
 
+// noteRestart records a stopped unit whose Restart= is set as something
+// that may bring a GPU worker back, so that gpu.wait_free keeps the GPUs
+// watched for the settle time instead of calling them free at once.
+func noteRestart(h modules.Host, r helper.UnitResponse) {
+	if !r.Systemd || r.LoadState == "not-found" || r.Restart == "" || r.Restart == "no" {
+		return
+	}
+	h.Respawners().Add(helper.Supervisor{Unit: r.Unit, Restart: r.Restart,
+		Why: fmt.Sprintf("unit %s has Restart=%s: it may start again", r.Unit, r.Restart)})
+}
+
 func unitTable(L *glua.LState, r helper.UnitResponse) *glua.LTable {
 	t := L.NewTable()
 	t.RawSetString("ok", glua.LBool(r.OK))
 	t.RawSetString("unit", glua.LString(r.Unit))
 	t.RawSetString("action", glua.LString(r.Action))
 	t.RawSetString("systemd", glua.LBool(r.Systemd))
+	luaconv.SetStr(t, "load_state", r.LoadState)
+	luaconv.SetStr(t, "restart", r.Restart)
 	luaconv.SetStr(t, "active_state", r.ActiveState)
 	luaconv.SetStr(t, "sub_state", r.SubState)
 	t.RawSetString("main_pid", glua.LNumber(r.MainPID))

@@ -1,0 +1,278 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpush/gpush/lab"
+	"github.com/gpush/gpush/lab/labgpu"
+	"github.com/gpush/gpush/lab/nssystemd"
+)
+
+// These tests run `gpush run free_gpus.lua` on the local host (no SSH)
+// against the machine's real systemd, booted as PID 1 of a private
+// PID+mount namespace (lab/nssystemd), with fake GPU devices, the lab's
+// fake nvidia-smi and real gpu-holder processes as the units' workers.
+
+var sdBins struct {
+	once          sync.Once
+	err           error
+	dir           string
+	gpush, holder string
+	smi           string
+}
+
+// systemdBins returns the gpush and lab binaries, reusing TestMain's when it
+// built them (it does only where sshd is installed).
+func systemdBins(t *testing.T) {
+	t.Helper()
+	sdBins.once.Do(func() {
+		if gpushBin != "" && labBin.Holder != "" {
+			sdBins.dir, sdBins.gpush, sdBins.holder, sdBins.smi = filepath.Dir(labBin.Holder), gpushBin, labBin.Holder, labBin.FakeSMI
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		dir, err := os.MkdirTemp("", "gpush-e2e-systemd-bin-")
+		if err != nil {
+			sdBins.err = err
+			return
+		}
+		sdBins.dir = dir
+		sdBins.gpush = filepath.Join(dir, "gpush")
+		if sdBins.err = lab.BuildGpush(ctx, sdBins.gpush); sdBins.err != nil {
+			return
+		}
+		b, err := lab.Build(ctx, dir, lab.Binaries{})
+		sdBins.err, sdBins.holder, sdBins.smi = err, b.Holder, b.FakeSMI
+	})
+	if sdBins.err != nil {
+		t.Fatalf("build: %v", sdBins.err)
+	}
+}
+
+// sdHost is the local host with one fake GPU and a real systemd.
+type sdHost struct {
+	t   *testing.T
+	sd  *nssystemd.Systemd
+	dir string
+	dev string
+	smi string
+}
+
+func newSDHost(t *testing.T) *sdHost {
+	t.Helper()
+	if why := nssystemd.Available(); why != "" {
+		if os.Getenv("CI") == "true" || os.Geteuid() == 0 {
+			t.Fatalf("real systemd: %s", why)
+		}
+		t.Skip("skipping: " + why)
+	}
+	systemdBins(t)
+	h := &sdHost{t: t, dir: t.TempDir()}
+	h.dev = filepath.Join(h.dir, "dev")
+	smiDir := filepath.Join(h.dir, "smi")
+	for _, d := range []string{h.dev, smiDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"nvidiactl", "nvidia-uvm", "nvidia0"} {
+		if err := os.WriteFile(filepath.Join(h.dev, n), nil, 0o666); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.smi = filepath.Join(smiDir, "nvidia-smi")
+	if err := os.Symlink(sdBins.smi, h.smi); err != nil {
+		t.Fatal(err)
+	}
+	cfg := labgpu.Config{DevDir: h.dev, GPUs: []labgpu.GPU{{Index: 0, UUID: "GPU-d7f963c5-cdb5-ba9d-c562-000000000000",
+		Name: "NVIDIA H200", BusID: "00000000:18:00.0", TotalMiB: 143771}}}
+	if err := cfg.Save(filepath.Join(smiDir, labgpu.ConfigName)); err != nil {
+		t.Fatal(err)
+	}
+	sd, err := nssystemd.Boot(context.Background(), nssystemd.Options{Dir: t.TempDir(), Share: []string{h.dir, sdBins.dir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sd.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	h.sd = sd
+	return h
+}
+
+// unit writes and starts a service whose worker is a gpu-holder of GPU 0,
+// and returns the host pids of its n holders once they are ready.
+func (h *sdHost) unit(name, args string, n int, extra ...string) []int {
+	h.t.Helper()
+	ctx := context.Background()
+	log := filepath.Join(h.dir, name+".log")
+	body := fmt.Sprintf("[Service]\nExecStart=%s --dev %s %s\nStandardOutput=append:%s\n%s\n",
+		sdBins.holder, filepath.Join(h.dev, "nvidia0"), args, log, strings.Join(extra, "\n"))
+	if err := h.sd.WriteUnit(ctx, name, body); err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := h.sd.Run(ctx, "start", name); err != nil {
+		h.t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(log)
+		if ns := labgpu.ReadyPIDs(string(b)); len(ns) >= n {
+			var out []int
+			for _, p := range ns[:n] {
+				out = append(out, h.sd.HostPID(p))
+			}
+			return out
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%s: not %d ready lines after 30s:\n%s", name, n, b)
+		}
+	}
+}
+
+// inventory writes an inventory of the local host with the gpush_* vars
+// and services as host vars (no -e parsing involved).
+func (h *sdHost) inventory(services ...string) string {
+	h.t.Helper()
+	inv := map[string]any{"all": map[string]any{"hosts": map[string]any{"localhost": map[string]any{
+		"ansible_connection": "local",
+		"gpush_dev_dir":      h.dev,
+		"gpush_nvidia_smi":   h.smi,
+		"gpush_systemctl":    h.sd.Systemctl,
+		"services":           services,
+	}}}}
+	b, err := json.Marshal(inv) // JSON is YAML
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	p := filepath.Join(h.dir, "inventory.yaml")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+	return p
+}
+
+func (h *sdHost) gpush(args ...string) runResult {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, sdBins.gpush, args...)
+	cmd.Env = append(os.Environ(), "SSH_AUTH_SOCK=", "NO_COLOR=1", "HOME="+h.t.TempDir())
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := runResult{stdout: out.String(), stderr: errb.String()}
+	var x *exec.ExitError
+	switch {
+	case errors.As(err, &x):
+		r.code = x.ExitCode()
+	case err != nil:
+		h.t.Fatalf("gpush %v: %v", args, err)
+	}
+	h.t.Logf("gpush %s -> exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	return r
+}
+
+func (h *sdHost) active(unit string) string {
+	p, err := h.sd.Show(context.Background(), unit, "ActiveState")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return p["ActiveState"]
+}
+
+func pidAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] != 'Z'
+}
+
+// A typo in a unit name fails the host, saying the unit was not found;
+// it is never "stopped".
+func TestSystemdFreeGPUsUnknownUnit(t *testing.T) {
+	h := newSDHost(t)
+	h.unit("vllm-embed.service", "--mem-mib 10240", 1)
+	r := h.gpush("run", "free_gpus.lua", "-i", h.inventory("vllm-embd.service"))
+	if r.code != 2 {
+		t.Errorf("exit %d, want 2 (host failed)", r.code)
+	}
+	requireContains(t, r.stdout+r.stderr, "unit vllm-embd.service not found")
+	if strings.Contains(r.stdout+r.stderr, "stopped vllm-embd.service") {
+		t.Error("the unknown unit was reported stopped")
+	}
+}
+
+// KillMode=process: the stop leaves the unit's worker holding GPU 0; it is
+// found in the unit's cgroup, killed, and the GPU is verified free.
+func TestSystemdFreeGPUsKillModeProcess(t *testing.T) {
+	h := newSDHost(t)
+	pids := h.unit("sglang-qwen.service", "--mem-mib 2048 --child-mem-mib 8192", 2, "KillMode=process")
+	r := h.gpush("run", "free_gpus.lua", "-i", h.inventory("sglang-qwen.service"))
+	if r.code != 0 {
+		t.Errorf("exit %d, want 0", r.code)
+	}
+	for _, p := range pids {
+		if pidAlive(p) {
+			t.Errorf("holder %d alive after free_gpus", p)
+		}
+	}
+	if st := h.active("sglang-qwen.service"); st != "inactive" {
+		t.Errorf("sglang-qwen.service %s after free_gpus", st)
+	}
+	requireContains(t, r.stdout+r.stderr, "sglang-qwen.service", fmt.Sprint(pids[1]))
+	h.requireFree()
+}
+
+// Restart=always: the unit is stopped and stays stopped (systemd does not
+// restart a unit that was stopped); its worker is gone and the GPU free.
+func TestSystemdFreeGPUsRestartAlways(t *testing.T) {
+	h := newSDHost(t)
+	pids := h.unit("trainer.service", "--mem-mib 4096", 1, "Restart=always", "RestartSec=100ms")
+	r := h.gpush("run", "free_gpus.lua", "-i", h.inventory("trainer.service"))
+	if r.code != 0 {
+		t.Errorf("exit %d, want 0", r.code)
+	}
+	if pidAlive(pids[0]) {
+		t.Errorf("worker %d alive after free_gpus", pids[0])
+	}
+	if st := h.active("trainer.service"); st != "inactive" {
+		t.Errorf("trainer.service %s after free_gpus", st)
+	}
+	h.requireFree()
+}
+
+// requireFree wants no process of the namespaced systemd's units left and
+// a gpu_status run that shows GPU 0 with no holder.
+func (h *sdHost) requireFree() {
+	h.t.Helper()
+	for _, p := range h.sd.Procs() {
+		if p == h.sd.PID {
+			continue
+		}
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p)); err == nil && strings.Contains(string(b), "gpu-holder") {
+			h.t.Errorf("holder %d left: %q", p, b)
+		}
+	}
+	r := h.gpush("run", "gpu_status.lua", "-i", filepath.Join(h.dir, "inventory.yaml"))
+	if r.code != 0 {
+		h.t.Errorf("gpu_status: exit %d", r.code)
+	}
+	requireRow(h.t, r.stdout, "localhost 0 NVIDIA H200 0 143771")
+}
