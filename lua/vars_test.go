@@ -306,3 +306,39 @@ func FuzzVarDecls(f *testing.F) {
 		}
 	})
 }
+
+// FuzzConvert: whatever string -e brings, a conversion that succeeds gives
+// a value of the declared Go type that converts to itself, and an empty
+// list never comes out.
+func FuzzConvert(f *testing.F) {
+	for i, s := range []string{"a,b", "0,1", "[0, 1]", `["a"]`, "1m30s", "90", "no", "0.5", "", " , ", "[]", "1e300", "-0"} {
+		f.Add(uint8(i), s)
+	}
+	f.Fuzz(func(t *testing.T, ti uint8, s string) {
+		d := VarDecl{Name: "v", Type: VarTypes[int(ti)%len(VarTypes)], Help: "h"}
+		got, err := d.Convert(s)
+		if err != nil {
+			return
+		}
+		ok := false
+		switch x := got.(type) {
+		case string:
+			ok = (d.Type == VarString || d.Type == VarDuration) && x != ""
+		case int64:
+			ok = d.Type == VarInt
+		case float64:
+			ok = d.Type == VarNumber
+		case bool:
+			ok = d.Type == VarBool
+		case []any:
+			ok = (d.Type == VarList || d.Type == VarIntList) && len(x) > 0
+		}
+		if !ok {
+			t.Fatalf("%s %q -> %#v", d.Type, s, got)
+		}
+		again, err := d.Convert(got)
+		if err != nil || !reflect.DeepEqual(again, got) {
+			t.Fatalf("%s %q -> %#v reconverts to %#v, %v", d.Type, s, got, again, err)
+		}
+	})
+}
