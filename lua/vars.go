@@ -194,8 +194,13 @@ func (ds VarDecls) Closest(name string) string {
 	best, bestD := "", math.MaxInt
 	for _, d := range ds {
 		dist := editDistance(name, d.Name)
-		if strings.HasPrefix(d.Name, name) || strings.HasPrefix(name, d.Name) {
-			dist = min(dist, 1) // gpu -> gpus, service -> services
+		// gpu -> gpus, service -> services, verify_timeout -> timeout.
+		short, long := name, d.Name
+		if len(short) > len(long) {
+			short, long = long, short
+		}
+		if len(short) >= 3 && (strings.HasPrefix(long, short) || strings.HasSuffix(long, short)) {
+			dist = min(dist, 1)
 		}
 		if dist < bestD {
 			best, bestD = d.Name, dist

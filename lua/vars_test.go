@@ -41,8 +41,11 @@ local x = 1
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got\n%#v\nwant\n%#v", got, want)
 	}
-	if got.Closest("gpu") != "gpus" || got.Closest("servics") != "services" || got.Closest("zzzzzz") != "" {
-		t.Errorf("closest: %q %q %q", got.Closest("gpu"), got.Closest("servics"), got.Closest("zzzzzz"))
+	for name, want := range map[string]string{"gpu": "gpus", "servics": "services", "service": "services", "Force": "force",
+		"verify_grace": "grace", "user_name": "user", "zzzzzz": "", "g": "", "unit": "units", "ratios": "ratio", "rat": "ratio"} {
+		if c := got.Closest(name); c != want {
+			t.Errorf("closest to %q: %q, want %q", name, c, want)
+		}
 	}
 	none, err := ParseVarDecls("none.lua", []byte("-- no vars here\nreturn 1\n-- @var x int after code\n"))
 	if err != nil || len(none) != 0 {

@@ -69,9 +69,19 @@ func scriptDoc(w io.Writer, s *lua.Script) error {
 		return fmt.Errorf("doc %s: %w", s.Name, err)
 	}
 	fmt.Fprintf(w, "%s (%s)\n\n", s.Name, s.Path)
+	// The @var lines become the table below; so does a "vars:" heading
+	// over them, and the blank lines they leave collapse into one.
 	var text []string
 	for _, l := range strings.Split(h.Text, "\n") {
-		if !strings.HasPrefix(strings.TrimSpace(l), "@var") {
+		t := strings.TrimSpace(l)
+		n := len(text)
+		switch {
+		case strings.HasPrefix(t, "@var"):
+			if n > 0 && strings.TrimSpace(text[n-1]) == "vars:" {
+				text = text[:n-1]
+			}
+		case t == "" && n > 0 && strings.TrimSpace(text[n-1]) == "":
+		default:
 			text = append(text, l)
 		}
 	}

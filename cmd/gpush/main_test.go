@@ -153,7 +153,7 @@ func TestScriptsDocVersion(t *testing.T) {
 	}
 	for _, name := range []string{"free", "free.lua"} {
 		code, out, _ = gpush(t, "doc", name)
-		want := "free.lua (" + filepath.Join(dir, "scripts", "free.lua") + ")\n\nFree some GPUs (a test script).\n\n" +
+		want := "free.lua (" + filepath.Join(dir, "scripts", "free.lua") + ")\n\nFree some GPUs (a test script).\n\nexample: gpush run free.lua -e gpus=0\n\n" +
 			"vars (gpush run free.lua -e NAME=VALUE):\n" +
 			"  NAME      TYPE      DEFAULT  HELP\n" +
 			"  services  list      -        units to stop first\n" +
@@ -194,11 +194,14 @@ func declaredScript(t *testing.T, dir string) string {
 	p := filepath.Join(dir, "free.lua")
 	src := `-- Free some GPUs (a test script).
 --
+-- vars:
 -- @var services list    units to stop first
 -- @var gpus     intlist GPU indices to free; every GPU when left out
 -- @var force    bool    also signal protected processes (default: no)
 -- @var grace    duration TERM -> KILL grace period (default: 5s)
 -- @var user     string  only this user's holders
+--
+-- example: gpush run free.lua -e gpus=0
 return {services = vars.services, gpus = vars.gpus, force = vars.force, grace = vars.grace,
         user = vars.user, dev = vars.gpush_dev_dir, gpu_type = vars.gpus and type(vars.gpus[1])}
 `
