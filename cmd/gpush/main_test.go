@@ -125,6 +125,10 @@ func TestScriptsDocVersion(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "scripts", "free_gpus.lua"), []byte("-- my own free\nreturn 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A library for require: listed as a module, without a vars line.
+	if err := os.WriteFile(filepath.Join(dir, "scripts", "helpers.lua"), []byte("-- module: my helpers\nreturn {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	t.Chdir(dir)
 	t.Setenv("GPUSH_PATH", "")
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
@@ -132,7 +136,7 @@ func TestScriptsDocVersion(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("scripts: exit %d", code)
 	}
-	for _, want := range []string{"./scripts:\n  free_gpus.lua          my own free", "embedded:", "gpu_status.lua", "[shadowed by ./scripts]", "(module for require)"} {
+	for _, want := range []string{"./scripts:\n  free_gpus.lua          my own free", "embedded:", "gpu_status.lua", "[shadowed by ./scripts]", "  helpers.lua            (module for require) my helpers\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("scripts output lacks %q:\n%s", want, out)
 		}
