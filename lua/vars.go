@@ -316,16 +316,31 @@ func ApplyVars(decls VarDecls, vars map[string]any) error {
 func (d VarDecl) Convert(v any) (any, error) {
 	out, err := d.convert(v)
 	if errors.Is(err, errEmpty) {
-		how := "leave it out instead"
-		switch {
-		case d.HasDefault:
-			how = "leave it out for its default, " + d.DefaultText
-		case d.Help != "":
-			how += " (" + d.Help + ")"
-		}
-		return nil, fmt.Errorf("%w; %s", err, how)
+		return nil, fmt.Errorf("%w; %s", err, d.leaveOut())
 	}
 	return out, err
+}
+
+// leaveOut says what leaving the var out means, for an empty value: its
+// default, or what its help says of that ("...; every GPU when left out",
+// "...; leave it out for every GPU"), or the help itself.
+func (d VarDecl) leaveOut() string {
+	if d.HasDefault {
+		return "leave it out for its default, " + d.DefaultText
+	}
+	for _, clause := range strings.Split(d.Help, ";") {
+		c := strings.TrimSpace(clause)
+		if strings.HasPrefix(strings.ToLower(c), "leave it out") {
+			return c
+		}
+		if what, ok := strings.CutSuffix(c, " when left out"); ok && what != "" {
+			return "leave it out to mean " + what
+		}
+	}
+	if d.Help == "" {
+		return "leave it out instead"
+	}
+	return "leave it out instead (" + d.Help + ")"
 }
 
 // errEmpty marks an empty value; Convert adds what to do instead.

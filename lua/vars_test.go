@@ -141,6 +141,7 @@ func TestConvert(t *testing.T) {
 		want string
 	}{
 		{VarIntList, "", "empty list; leave it out instead (what it does)"},
+		{VarString, " ", "empty value; leave it out instead (what it does)"},
 		{VarList, "  ", "empty list"},
 		{VarList, []any{}, "empty list"},
 		{VarList, "a,,b", "item 2 is empty"},
@@ -168,6 +169,16 @@ func TestConvert(t *testing.T) {
 			t.Errorf("%s %#v: error %v, want one containing %q", c.typ, c.in, err, c.want)
 		}
 	}
+	for help, want := range map[string]string{
+		"GPU indices to free; every GPU when left out":    "empty list; leave it out to mean every GPU",
+		"GPU indices to free; leave it out for every GPU": "empty list; leave it out for every GPU",
+		"units to stop first":                             "empty list; leave it out instead (units to stop first)",
+	} {
+		d := VarDecl{Name: "gpus", Type: VarIntList, Help: help}
+		if _, err := d.Convert("[]"); err == nil || err.Error() != want {
+			t.Errorf("help %q: error %v, want %q", help, err, want)
+		}
+	}
 	withDefault := VarDecl{Name: "grace", Type: VarDuration, Help: "x", HasDefault: true, Default: "5s", DefaultText: "5s"}
 	if _, err := withDefault.Convert(""); err == nil || !strings.Contains(err.Error(), "leave it out for its default, 5s") {
 		t.Errorf("empty with a default: %v", err)
@@ -193,7 +204,7 @@ func TestCheckExtraVars(t *testing.T) {
 		{decls, map[string]any{"gpu": "2"}, "free_gpus.lua: no var gpu; did you mean gpus?"},
 		{decls, map[string]any{"timeout": "2"}, "free_gpus.lua: no var timeout (its vars: gpus, services, force)"},
 		{nil, map[string]any{"gpus": "2"}, "free_gpus.lua declares no vars, so it takes no -e gpus; to give it one, declare it with -- @var NAME TYPE"},
-		{decls, map[string]any{"gpus": ""}, "gpus: empty list; leave it out instead (GPU indices to free; every GPU when left out)"},
+		{decls, map[string]any{"gpus": ""}, "gpus: empty list; leave it out to mean every GPU"},
 		{decls, map[string]any{"force": "maybe", "gpus": "x"}, "force: want true/false"}, // sorted: the same error every run
 	} {
 		_, err := CheckExtraVars("free_gpus.lua", c.decls, c.extra)

@@ -240,7 +240,7 @@ func TestRunChecksExtraVarsBeforeDialling(t *testing.T) {
 		{[]string{free, "-e", "gpu=2"}, `-e "gpu=2": free.lua: no var gpu; did you mean gpus?`},
 		{[]string{free, "-e", "gpus=0", "-e", "servics=a.service"}, `-e "servics=a.service": free.lua: no var servics; did you mean services?`},
 		{[]string{free, "-e", "timeout=9"}, "free.lua: no var timeout (its vars: services, gpus, force, grace, user)"},
-		{[]string{free, "-e", "gpus="}, `-e "gpus=": gpus: empty list; leave it out instead (GPU indices to free; every GPU when left out)`},
+		{[]string{free, "-e", "gpus="}, `-e "gpus=": gpus: empty list; leave it out to mean every GPU`},
 		{[]string{free, "-e", "user="}, "user: empty value"},
 		{[]string{free, "-e", "gpus=0,x"}, `gpus: item 2: want an integer, got "x"`},
 		{[]string{free, "-e", "force=maybe"}, `-e "force=maybe": force: want true/false`},
