@@ -294,3 +294,31 @@ func TestRunConvertsExtraVars(t *testing.T) {
 		}
 	}
 }
+
+// TestRunConvertsHostVars: declared vars set in the inventory are converted
+// like -e; a bad one fails its host only, naming host and var.
+func TestRunConvertsHostVars(t *testing.T) {
+	dir := t.TempDir()
+	free := declaredScript(t, dir)
+	inv := filepath.Join(dir, "inv.yaml")
+	src := `all:
+  vars: {ansible_connection: local}
+  hosts:
+    good: {services: "a.service, b.service", gpus: [1, 2], force: "yes", grace: 30}
+    bad: {gpus: "0,one"}
+`
+	if err := os.WriteFile(inv, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := gpush(t, "run", free, "-i", inv, "--json")
+	want := `{"host":"good","status":"ok","value":{"force":true,"gpu_type":"number","gpus":[1,2],"grace":"30s","services":["a.service","b.service"]},`
+	if code != 2 || !strings.Contains(stdout, want) ||
+		!strings.Contains(stdout, `{"host":"bad","status":"failed","value":null,"error":"host bad: var gpus: item 2: want an integer, got \"one\""`) {
+		t.Errorf("exit %d (want 2)\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	// -e wins over the bad host var, converted the same way.
+	code, stdout, _ = gpush(t, "run", free, "-i", inv, "--json", "--limit", "bad", "-e", "gpus=3")
+	if code != 0 || !strings.Contains(stdout, `"gpus":[3]`) {
+		t.Errorf("-e over a bad host var: exit %d\n%s", code, stdout)
+	}
+}
