@@ -37,13 +37,18 @@ type hostState struct {
 	failMsg string
 }
 
-func newHostState(h inventory.Host, o Options) (*hostState, error) {
+// newHostState merges h's vars with the extra vars and converts those decls
+// declares (nil for a REPL: no script, vars as given).
+func newHostState(h inventory.Host, o Options, decls VarDecls) (*hostState, error) {
 	vars := make(map[string]any, len(h.Vars)+len(o.ExtraVars))
 	for k, v := range h.Vars {
 		vars[k] = v
 	}
 	for k, v := range o.ExtraVars {
 		vars[k] = v
+	}
+	if err := ApplyVars(decls, vars); err != nil {
+		return nil, fmt.Errorf("host %s: %w", h.Name, err)
 	}
 	cfg, err := helperConfig(vars)
 	if err != nil {

@@ -65,10 +65,25 @@ type HostResult struct {
 // Run runs s on every host, at most o.Forks at once, and returns one
 // result per host in the order of hosts. Cancelling ctx (Ctrl-C) ends every
 // host promptly as failed "interrupted".
+//
+// The script's var declarations (Script.Vars) bind every host: extra vars
+// it does not declare, or that do not convert, fail every host before any
+// is dialled; declared host vars that do not convert fail their host.
 func Run(ctx context.Context, s *Script, hosts []inventory.Host, o Options) []HostResult {
 	results := make([]HostResult, len(hosts))
+	decls, err := s.Vars()
+	if err == nil {
+		o.ExtraVars, err = CheckExtraVars(s.Name, decls, o.ExtraVars)
+	}
+	if err != nil {
+		for i, h := range hosts {
+			results[i] = HostResult{Host: h.Name, Status: StatusFailed, Error: err.Error()}
+			emitDone(o, results[i])
+		}
+		return results
+	}
 	fanOut(ctx, len(hosts), o.Forks, func(i int) {
-		results[i] = runHost(ctx, s, hosts[i], o)
+		results[i] = runHost(ctx, s, decls, hosts[i], o)
 	}, func(i int) {
 		results[i] = HostResult{Host: hosts[i].Name, Status: StatusFailed, Error: "interrupted"}
 		emitDone(o, results[i])
@@ -94,7 +109,7 @@ func levelOf(status string) string {
 	return modules.LevelError
 }
 
-func runHost(parent context.Context, s *Script, h inventory.Host, o Options) (res HostResult) {
+func runHost(parent context.Context, s *Script, decls VarDecls, h inventory.Host, o Options) (res HostResult) {
 	start := time.Now()
 	res.Host = h.Name
 	if o.OnEvent != nil {
@@ -133,7 +148,7 @@ func runHost(parent context.Context, s *Script, h inventory.Host, o Options) (re
 		return res
 	}
 	var err error
-	if hs, err = newHostState(h, o); err != nil {
+	if hs, err = newHostState(h, o, decls); err != nil {
 		res.Status, res.Error = StatusFailed, err.Error()
 		return res
 	}

@@ -305,7 +305,9 @@ func TestVarsAndHelperConfig(t *testing.T) {
 	f, hosts := newFleet("gpu01")
 	hosts[0].Vars = map[string]any{"a": 1, "b": "host", "services": []any{"sglang.service"},
 		"gpush_dev_dir": "/lab/gpu01/dev", "gpush_protected": []any{"exporter"}, "gpush_smi_timeout": "3s"}
-	res := Run(t.Context(), script(`
+	// Declared: b and extra; a and services are undeclared host vars and pass as they are.
+	res := Run(t.Context(), script(`-- @var b string a var the extra vars override
+		-- @var extra bool a var only -e gives
 		gpu.mem()
 		return {a = vars.a, b = vars.b, hb = host.vars.b, svc = vars.services[1], name = host.name,
 		        addr = host.address, groups = host.groups, extra = vars.extra}`),

@@ -27,7 +27,7 @@ type Session struct {
 // besides the built-in library ("" for none). o.Forks and o.Timeout are not
 // used; o.Dial, o.Check, o.ExtraVars, o.OnEvent and o.Logger are.
 func NewSession(h inventory.Host, dir string, o Options) (*Session, error) {
-	hs, err := newHostState(h, o)
+	hs, err := newHostState(h, o, nil)
 	if err != nil {
 		return nil, err
 	}

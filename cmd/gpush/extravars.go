@@ -3,44 +3,97 @@ package main
 import (
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/gpush/gpush/lua"
 )
 
-// parseExtraVars merges -e arguments left to right, as ansible-playbook does:
-// "k=v" (v is a string; several space-separated pairs allowed), "@file.yaml"
-// (a YAML or JSON mapping) or an inline YAML/JSON mapping "{...}".
-func parseExtraVars(args []string) (map[string]any, error) {
-	out := map[string]any{}
+// extraArg is one -e argument and the vars it gives.
+type extraArg struct {
+	arg  string
+	vars map[string]any
+}
+
+// name is how errors quote the argument.
+func (e extraArg) name() string {
+	if strings.HasPrefix(e.arg, "@") {
+		return "-e " + e.arg
+	}
+	return fmt.Sprintf("-e %q", e.arg)
+}
+
+// pairStart finds where each "key=" of a "k=v k2=v2" argument starts: a
+// space begins a new pair only before a key, so "gpus=[0, 1]" is one pair.
+var pairStart = regexp.MustCompile(`(?:^|\s+)([A-Za-z_][A-Za-z0-9_]*)=`)
+
+// parseExtraArgs reads -e arguments as ansible-playbook does: "k=v" (v is
+// a string; several space-separated pairs allowed), "@file.yaml" (a YAML or
+// JSON mapping) or an inline YAML/JSON mapping "{...}".
+func parseExtraArgs(args []string) ([]extraArg, error) {
+	out := make([]extraArg, 0, len(args))
 	for _, a := range args {
+		e := extraArg{arg: a, vars: map[string]any{}}
 		switch {
 		case strings.HasPrefix(a, "@"):
-			path := a[1:]
-			b, err := os.ReadFile(path)
+			b, err := os.ReadFile(a[1:])
 			if err != nil {
-				return nil, usagef("-e %s: %w", a, err)
+				return nil, usagef("%s: %w", e.name(), err)
 			}
-			m, err := yamlMapping(b)
-			if err != nil {
-				return nil, usagef("-e %s: %w", a, err)
+			if e.vars, err = yamlMapping(b); err != nil {
+				return nil, usagef("%s: %w", e.name(), err)
 			}
-			merge(out, m)
 		case strings.HasPrefix(strings.TrimSpace(a), "{"):
-			m, err := yamlMapping([]byte(a))
-			if err != nil {
-				return nil, usagef("-e %q: %w", a, err)
+			var err error
+			if e.vars, err = yamlMapping([]byte(a)); err != nil {
+				return nil, usagef("%s: %w", e.name(), err)
 			}
-			merge(out, m)
 		default:
-			for _, kv := range strings.Fields(a) {
-				k, v, ok := strings.Cut(kv, "=")
-				if !ok || k == "" {
-					return nil, usagef("-e %q: want key=value, @file.yaml or a {...} mapping", a)
+			s := strings.TrimSpace(a)
+			starts := pairStart.FindAllStringSubmatchIndex(s, -1)
+			if len(starts) == 0 || starts[0][0] != 0 {
+				return nil, usagef("%s: want key=value, @file.yaml or a {...} mapping", e.name())
+			}
+			for i, m := range starts {
+				end := len(s)
+				if i+1 < len(starts) {
+					end = starts[i+1][0]
 				}
-				out[k] = v
+				e.vars[s[m[2]:m[3]]] = strings.TrimSpace(s[m[1]:end])
 			}
 		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// parseExtraVars merges -e arguments left to right (later wins), as given:
+// what the REPL gets, with no script to check them against.
+func parseExtraVars(args []string) (map[string]any, error) {
+	parts, err := parseExtraArgs(args)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{}
+	for _, p := range parts {
+		merge(out, p.vars)
+	}
+	return out, nil
+}
+
+// checkExtraVars checks each -e argument against the script's declared
+// vars, so that the error names the argument, and merges the converted
+// vars left to right.
+func checkExtraVars(script string, decls lua.VarDecls, parts []extraArg) (map[string]any, error) {
+	out := map[string]any{}
+	for _, p := range parts {
+		conv, err := lua.CheckExtraVars(script, decls, p.vars)
+		if err != nil {
+			return nil, usagef("%s: %w", p.name(), err)
+		}
+		merge(out, conv)
 	}
 	return out, nil
 }

@@ -17,7 +17,7 @@ func fleetFlags(forksUsage, timeoutUsage string) []cli.Flag {
 	return append(inventoryFlags(),
 		&cli.IntFlag{Name: "forks", Aliases: []string{"f"}, Value: 50, Usage: forksUsage},
 		&cli.BoolFlag{Name: "check", Aliases: []string{"C"}, Usage: "change nothing: destructive calls say what they would do"},
-		&cli.StringSliceFlag{Name: "extra-vars", Aliases: []string{"e"}, Usage: "vars for the script: k=v, @file.yaml or {\"k\": ...} (repeatable; later wins)"},
+		&cli.StringSliceFlag{Name: "extra-vars", Aliases: []string{"e"}, Usage: "vars for the script: k=v (v may hold commas: a,b), @file.yaml or {\"k\": ...} (repeatable; later wins); checked against the script's declared vars (gpush doc SCRIPT)"},
 		&cli.DurationFlag{Name: "timeout", Usage: timeoutUsage},
 		&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "show debug lines and connection logs (on stderr)"},
 		&cli.StringFlag{Name: "known-hosts", Usage: "known_hosts file (default ~/.ssh/known_hosts)", EnvVars: []string{"GPUSH_KNOWN_HOSTS"}},
@@ -33,9 +33,12 @@ type fleet struct {
 	forks   int
 	timeout time.Duration
 	check   bool
-	extra   map[string]any
-	logger  *slog.Logger
-	remote  remote.Options
+	extra   map[string]any // every -e merged, as given
+	// extraArgs are the -e arguments one by one, for checking against a
+	// script's declared vars.
+	extraArgs []extraArg
+	logger    *slog.Logger
+	remote    remote.Options
 }
 
 // parseFleet checks the fleet flags (usage errors name the flag), then loads
@@ -56,8 +59,12 @@ func parseFleet(c *cli.Context) (*fleet, error) {
 		return nil, usagef("--host-key-policy %q: want %s or %s", policy, remote.HostKeyStrict, remote.HostKeyAcceptNew)
 	}
 	var err error
-	if f.extra, err = parseExtraVars(c.StringSlice("extra-vars")); err != nil {
+	if f.extraArgs, err = parseExtraArgs(c.StringSlice("extra-vars")); err != nil {
 		return nil, err
+	}
+	f.extra = map[string]any{}
+	for _, p := range f.extraArgs {
+		merge(f.extra, p.vars)
 	}
 	if f.inv, f.hosts, err = selectHosts(c); err != nil {
 		return nil, err

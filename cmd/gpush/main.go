@@ -42,6 +42,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		// Errors are printed once by run, with the exit code mapped there.
 		ExitErrHandler:  func(*cli.Context, error) {},
 		HideHelpCommand: true,
+		// -e services=a.service,b.service is one var holding a list, not
+		// two -e arguments: the var's declared type decides what a comma means.
+		DisableSliceFlagSeparator: true,
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
 			return usageError{err}
 		},

@@ -45,8 +45,17 @@ func runRun(c *cli.Context) error {
 	if err != nil {
 		return usagef("run: %w", err)
 	}
+	decls, err := script.Vars()
+	if err != nil {
+		return usagef("run: %w", err)
+	}
 	f, err := parseFleet(c)
 	if err != nil {
+		return err
+	}
+	// Checked before any host is dialled: an unknown or empty var must not
+	// reach a script that would read its absence as "every GPU".
+	if f.extra, err = checkExtraVars(script.Name, decls, f.extraArgs); err != nil {
 		return err
 	}
 	hosts := f.hosts

@@ -10,13 +10,14 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpush/gpush/lua"
 	"github.com/gpush/gpush/scripts"
 )
 
 func scriptsCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "scripts",
-		Usage:  "list the scripts gpush run finds, with each one's description, in lookup order",
+		Usage:  "list the scripts gpush run finds, with each one's description and vars, in lookup order",
 		Action: scriptsRun,
 	}
 }
@@ -79,7 +80,26 @@ func scriptsRun(c *cli.Context) error {
 				seen[e.Name] = d.label
 			}
 			fmt.Fprintf(w, "  %-22s %s\n", e.Name, desc)
+			if !e.Module {
+				fmt.Fprintf(w, "  %-22s %s\n", "", varsLine(d.fsys, e.Name))
+			}
 		}
 	}
 	return nil
+}
+
+// varsLine names a script's declared vars, or says why it has none.
+func varsLine(fsys fs.FS, name string) string {
+	src, err := fs.ReadFile(fsys, name)
+	if err != nil {
+		return fmt.Sprintf("vars: unreadable: %v", err)
+	}
+	decls, err := lua.ParseVarDecls(name, src)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("vars: bad declaration: %v", err)
+	case len(decls) == 0:
+		return "vars: none (takes no -e)"
+	}
+	return "vars: " + strings.Join(decls.Names(), ", ")
 }
