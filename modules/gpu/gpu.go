@@ -338,7 +338,7 @@ func (m *mod) waitFree(L *glua.LState) int {
 	t.RawSetString("gpus", gpus)
 	t.RawSetString("holders", holderList(L, resp.Holders))
 	t.RawSetString("status", statusList(L, resp.Status))
-	t.RawSetString("supervisors", supervisorList(L, req.Watch))
+	t.RawSetString("supervisors", supervisorList(L, m.h.Respawners().List()))
 	L.Push(t)
 	return 1
 }

@@ -476,13 +476,21 @@ func (g *GPUHost) remove(pid int, killed bool) {
 	}
 }
 
+// removeProc ends a process; a respawn it had not started yet dies with it.
 func (g *GPUHost) removeProc(pid int) {
 	for i, p := range g.procs {
 		if p.PID == pid {
 			g.procs = append(g.procs[:i], g.procs[i+1:]...)
-			return
+			break
 		}
 	}
+	kept := g.holders[:0]
+	for _, h := range g.holders {
+		if g.visible(h) || h.PPID != pid {
+			kept = append(kept, h)
+		}
+	}
+	g.holders = kept
 }
 
 // reapers never count as supervisors: they adopt orphans, they restart nothing.

@@ -1,0 +1,33 @@
+-- gpu.free and a supervisor that restarts its workers
+local sup = fake.add_proc{pid = 633, comm = "python3", cmdline = {"/usr/bin/python3", "train.py"}}
+local w = fake.add_holder{mem = {[0] = 10240}, ppid = sup, respawn_after_polls = 20}
+local r = gpu.free{grace = "10ms", timeout = "1s", settle = "5s"}
+assert.eq(r.ok, false, "a worker came back inside the settle: never freed")
+assert.eq(r.rows[1].step, "not-freed")
+assert.eq(r.rows[1].state, "new-holder")
+assert.match(r.rows[1].reason, "pid 633 %(python3 train.py%) restarts its workers: stop it or its unit")
+assert.eq(r.supervisors[1].pid, 633)
+assert.eq(r.rows[2].step, "already-free", "GPU 1 stayed free through its own settle")
+local wf = fake.calls("wait-free")
+assert.eq(wf[#wf].gpus, {1})
+assert.eq(wf[#wf].settle, "5s")
+assert.eq(fake.alive(sup), true)
+local back = fake.holders_of(0)
+assert.len(back, 1)
+
+-- kill_supervisors: the supervisor's tree from the top, then the settle holds
+r = gpu.free{grace = "10ms", timeout = "1s", settle = "5s", kill_supervisors = true}
+assert.eq(r.ok, true, r.reason)
+assert.eq(r.rows[1].step, "stage 1")
+assert.eq(r.rows[2].step, "already-free")
+assert.eq(fake.alive(sup), false)
+assert.eq(fake.alive(back[1]), false)
+local k = fake.calls("kill")
+assert.eq(k[#k].tree, true)
+assert.eq(k[#k].targets[1].pid, 633)
+local sawsup = false
+for _, x in ipairs(r.killed) do sawsup = sawsup or (x.pid == 633 and x.stage == "supervisors") end
+assert.truthy(sawsup, "the supervisor's kill is in killed")
+-- the waits settled and watched
+wf = fake.calls("wait-free")
+assert.eq(wf[#wf].settle, "5s")
