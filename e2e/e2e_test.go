@@ -162,15 +162,30 @@ func systemctl(t *testing.T, h lab.Host, args ...string) string {
 }
 
 // rowOf returns the fleet table's line for host and GPU, fields joined by
-// one space ("" when there is none).
+// one space ("" when there is none). Rows equal on several hosts are folded
+// under a node set ("lab[01-02]"), which counts for each of them.
 func rowOf(out, host string, gpu int) string {
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
-		if len(f) > 1 && f[0] == host && f[1] == fmt.Sprint(gpu) {
+		if len(f) > 1 && inSet(f[0], host) && f[1] == fmt.Sprint(gpu) {
 			return strings.Join(f, " ")
 		}
 	}
 	return ""
+}
+
+// inSet: host is set, or a member of the folded set "prefix[NN-MM]".
+func inSet(set, host string) bool {
+	if set == host {
+		return true
+	}
+	prefix, rng, ok := strings.Cut(strings.TrimSuffix(set, "]"), "[")
+	lo, hi, ok2 := strings.Cut(rng, "-")
+	if !ok || !ok2 || !strings.HasPrefix(host, prefix) {
+		return false
+	}
+	n := strings.TrimPrefix(host, prefix)
+	return len(n) == len(lo) && n >= lo && n <= hi
 }
 
 // requireRowHas wants host's row for gpu to contain each of want.
@@ -336,17 +351,20 @@ func TestFreeGPUs(t *testing.T) {
 func TestRespawningSupervisor(t *testing.T) {
 	l := startLab(t, lab.Options{Hosts: 1, Scenario: lab.ScenarioRespawn})
 	sup := l.Find("lab01", lab.RoleSupervisor)[0]
-	r := gpush(t, l, "run", "free_gpus.lua", "-e", "grace=1s", "-e", `{"settle": "3s"}`)
+	r := gpush(t, l, "run", "free_gpus.lua", "-e", "grace=1s", "-e", `{"settle": "3s", "timeout": "3s"}`)
 	if r.code != 2 {
 		t.Errorf("exit %d, want 2 (a host failed)", r.code)
 	}
-	requireContains(t, r.stdout, "failed=1", "GPU 3 not freed: new holder pid ",
+	requireContains(t, r.stdout, "failed=1", "ERROR GPU 3 not freed: ",
 		fmt.Sprintf("pid %d (sh -c while", sup.PID), "restarts its workers: stop it or its unit")
+	if old := l.Find("lab01", lab.RoleRespawner); len(old) < 2 {
+		t.Errorf("respawners %v: the one killed should have come back", old)
+	}
 	if !lab.Alive(sup) {
 		t.Fatal("the supervisor must not be killed unless asked")
 	}
 
-	r = gpush(t, l, "run", "free_gpus.lua", "-e", "grace=1s", "-e", `{"settle": "3s", "kill_supervisors": true}`)
+	r = gpush(t, l, "run", "free_gpus.lua", "-e", "grace=1s", "-e", `{"settle": "3s", "timeout": "3s", "kill_supervisors": true}`)
 	if r.code != 0 {
 		t.Errorf("exit %d, want 0", r.code)
 	}
