@@ -154,7 +154,8 @@ func (r *freeRun) run() {
 		}
 		row.state, row.before, row.after, row.reason = st.State, st.UsedMiB, st.UsedMiB, st.Reason
 		if st.State == helper.GPUFree {
-			row.step, row.freed = StepAlreadyFree, true
+			n, ok := r.m.settled[idx]
+			row.step, row.freed, row.settled = StepAlreadyFree, true, ok && n == len(r.m.h.Respawners().List())
 			continue
 		}
 		if why := r.hopeless(st); why != "" {

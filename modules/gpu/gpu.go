@@ -27,7 +27,7 @@ func init() { modules.Register(Module) }
 
 // Loader pushes the gpu table for host h.
 func Loader(L *glua.LState, h modules.Host) int {
-	m := &mod{h: h}
+	m := &mod{h: h, settled: map[int]int{}}
 	L.Push(L.SetFuncs(L.NewTable(), map[string]glua.LGFunction{
 		"mem":       m.mem,
 		"snapshot":  m.snapshot,
@@ -39,7 +39,14 @@ func Loader(L *glua.LState, h modules.Host) int {
 	return 1
 }
 
-type mod struct{ h modules.Host }
+type mod struct {
+	h modules.Host
+	// settled: GPUs a wait kept free for the settle time, with how many
+	// supervisors were recorded then; while no new one is recorded, a GPU
+	// that still reads free needs no second settle (gpu.free after a
+	// script's own wait for the release).
+	settled map[int]int
+}
 
 // fetch takes a fresh snapshot and records the memory readings.
 func (m *mod) fetch(L *glua.LState, fn string) helper.Snapshot {
@@ -369,6 +376,13 @@ func (m *mod) callWait(L *glua.LState, fn string, req helper.WaitFreeRequest, se
 	var resp helper.WaitFreeResponse
 	modules.CallHelper(L, m.h, fn, helper.VerbWaitFree, req, &resp)
 	m.h.Stats().ObserveGPUs(resp.GPUs, resp.ThresholdMiB)
+	for _, st := range resp.Status {
+		if settle > 0 && resp.OK && st.State == helper.GPUFree {
+			m.settled[st.Index] = len(req.Watch)
+		} else {
+			delete(m.settled, st.Index)
+		}
+	}
 	return resp, settle
 }
 

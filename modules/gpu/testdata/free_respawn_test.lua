@@ -31,3 +31,16 @@ assert.truthy(sawsup, "the supervisor's kill is in killed")
 -- the waits settled and watched
 wf = fake.calls("wait-free")
 assert.eq(wf[#wf].settle, "5s")
+
+-- a GPU a wait already kept free for the settle needs no second settle,
+-- until a new supervisor is recorded
+local waits = #fake.calls("wait-free")
+assert.eq(gpu.wait_free{gpus = {1}, settle = "1s"}.ok, true)
+r = gpu.free{gpus = {1}, settle = "1s"}
+assert.eq(r.rows[1].step, "already-free")
+assert.eq(#fake.calls("wait-free"), waits + 1, "gpu.free did not settle GPU 1 again")
+local sup2 = fake.add_proc{comm = "bash"}
+gpu.kill({fake.add_holder{mem = {[0] = 10}, ppid = sup2}})
+r = gpu.free{gpus = {1}, settle = "1s"}
+assert.eq(#fake.calls("wait-free"), waits + 2, "a new supervisor: GPU 1 is watched again")
+assert.eq(r.ok, true)
