@@ -44,8 +44,8 @@ type FakeHolder struct {
 	// GPUs and nvidiactl, no nvidia-uvm, no memory. Set GPUs.
 	Monitor bool
 	// NoUVM: it does not open nvidia-uvm (protected holders and monitors
-	// never do by default).
-	NoUVM bool
+	// never do by default); UVM: it does, even so (a spoofed protected name).
+	NoUVM, UVM bool
 	// IgnoreTerm: TERM leaves it running; KILL still works.
 	IgnoreTerm bool
 	// Stuck: in D state, it survives KILL too.
@@ -193,7 +193,7 @@ func (g *GPUHost) addHolder(h FakeHolder) *FakeHolder {
 			h.Devices = append(h.Devices, fmt.Sprintf("nvidia%d", idx))
 		}
 		h.Devices = append(h.Devices, "nvidiactl")
-		if !h.Monitor && !h.Protected && !h.NoUVM {
+		if h.UVM || !h.Monitor && !h.Protected && !h.NoUVM {
 			h.Devices = append(h.Devices, "nvidia-uvm")
 		}
 	}

@@ -141,8 +141,8 @@ func Fake(L *glua.LState, h *Host) *glua.LTable {
 			fh.Monitor = o.Bool("monitor", false)
 			// uvm: nil keeps AddHolder's default, false never opens it, true
 			// always does (a protected name with nvidia-uvm open).
-			wantUVM := o.Has("uvm") && o.Bool("uvm", false)
-			fh.NoUVM = o.Has("uvm") && !wantUVM
+			fh.UVM = o.Has("uvm") && o.Bool("uvm", false)
+			fh.NoUVM = o.Has("uvm") && !fh.UVM
 			fh.Heir = int(o.Int("heir", 0))
 			fh.RespawnAfterPolls = int(o.Int("respawn_after_polls", 0))
 			fh.ZombieLeader = o.Bool("zombie_leader", false)
@@ -156,9 +156,6 @@ func Fake(L *glua.LState, h *Host) *glua.LTable {
 			}
 			o.Done()
 			p := m.AddHolder(fh)
-			if wantUVM && !hasDevice(p.Devices, "nvidia-uvm") {
-				p.Devices = append(p.Devices, "nvidia-uvm")
-			}
 			L.Push(glua.LNumber(p.PID))
 			return 1
 		},
