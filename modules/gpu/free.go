@@ -43,6 +43,7 @@ type freeRow struct {
 	freed         bool
 	before, after int64
 	killed        []int
+	first         map[int]bool // its holders at the first look
 	// settled: its last verification kept it watched for the settle time
 	// (or none was needed then).
 	settled bool
@@ -153,6 +154,10 @@ func (r *freeRun) run() {
 			continue
 		}
 		row.state, row.before, row.after, row.reason = st.State, st.UsedMiB, st.UsedMiB, st.Reason
+		row.first = map[int]bool{}
+		for _, pid := range append(append(append([]int{}, st.Owners...), st.Others...), st.Suspicious...) {
+			row.first[pid] = true
+		}
 		if st.State == helper.GPUFree {
 			n, ok := r.m.settled[idx]
 			row.step, row.freed, row.settled = StepAlreadyFree, true, ok && n == len(r.m.h.Respawners().List())
@@ -343,13 +348,22 @@ func (r *freeRun) wait(stage string, gpus []int) []int {
 			row.reason = st.Reason
 			stay = append(stay, idx)
 		default:
-			r.notFreed(row, st.Reason)
+			why := st.Reason
+			for _, pid := range st.Owners {
+				if !row.first[pid] && st.State == helper.GPUHeld {
+					// Not there at the first look: something restarted it.
+					why = "taken again after the kill: " + why
+					break
+				}
+			}
+			r.notFreed(row, why)
 		}
 	}
 	return stay
 }
 
-// notFreed ends a row, naming holders that survived KILL.
+// notFreed ends a row, naming holders that survived KILL and, when an
+// owner came back after the kill, the supervisors of what was killed.
 func (r *freeRun) notFreed(row *freeRow, why string) {
 	row.step, row.freed = StepNotFreed, false
 	for _, pid := range row.killed {
@@ -357,7 +371,26 @@ func (r *freeRun) notFreed(row *freeRow, why string) {
 			why += fmt.Sprintf("; %s survived KILL (%s)", helper.Label(pid, k.Comm, nil), k.Reason)
 		}
 	}
+	if len(row.killed) > 0 {
+		for _, s := range r.m.h.Respawners().List() {
+			for _, c := range s.Children {
+				if containsInt(row.killed, c) && s.Why != "" && !strings.Contains(why, s.Why) {
+					why += "; " + s.Why
+					break
+				}
+			}
+		}
+	}
 	row.reason = why
+}
+
+func containsInt(xs []int, x int) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
 }
 
 // settleFreed: while something may restart a worker, a GPU counts as

@@ -61,7 +61,8 @@ type FakeHolder struct {
 	Heir int
 	// RespawnAfterPolls > 0: when it is killed while its parent (a FakeProc)
 	// lives, its parent starts a copy under a new pid that opens the GPU
-	// that many wait-free polls later (torchrun's agent, a shell loop).
+	// that many wait-free polls later (torchrun's agent, a shell loop); < 0:
+	// at once, before anything looks again.
 	RespawnAfterPolls int
 }
 
@@ -466,10 +467,10 @@ func (g *GPUHost) remove(pid int, killed bool) {
 				}
 			}
 		}
-		if killed && h.RespawnAfterPolls > 0 && g.proc(h.PPID) != nil {
+		if killed && h.RespawnAfterPolls != 0 && g.proc(h.PPID) != nil {
 			c := *h
 			c.PID, c.StartTime, c.PGID, c.SID, c.GPUs, c.Devices, c.Heir = 0, 0, 0, 0, nil, nil, 0
-			c.AppearAfterPolls = h.RespawnAfterPolls
+			c.AppearAfterPolls = max(h.RespawnAfterPolls, 0)
 			g.addHolder(c)
 		}
 		return

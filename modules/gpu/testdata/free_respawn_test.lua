@@ -44,3 +44,23 @@ gpu.kill({fake.add_holder{mem = {[0] = 10}, ppid = sup2}})
 r = gpu.free{gpus = {1}, settle = "1s"}
 assert.eq(#fake.calls("wait-free"), waits + 2, "a new supervisor: GPU 1 is watched again")
 assert.eq(r.ok, true)
+
+-- a worker back before the GPU ever read free: the row says so (the fake's wait calls it a
+-- new holder; a helper that calls the GPU held gets "taken again"), and who restarts it
+local sup3 = fake.add_proc{comm = "bash", cmdline = {"/bin/bash", "run.sh"}}
+local w3 = fake.add_holder{mem = {[1] = 500}, ppid = sup3, respawn_after_polls = 1}
+r = gpu.free{gpus = {1}, grace = "10ms", timeout = "1s", settle = "1s"}
+assert.eq(r.rows[1].step, "not-freed")
+assert.truthy(r.rows[1].reason:match("^new holder pid %d+") or r.rows[1].reason:match("^taken again after the kill: held by pid %d+"), r.rows[1].reason)
+assert.match(r.rows[1].reason, "pid " .. sup3 .. " %(bash run.sh%) restarts its workers")
+assert.eq(r.rows[1].killed, tostring(w3))
+
+-- restarted before the wait even began: the GPU reads held, "taken again after the kill"
+assert.eq(gpu.free{gpus = {1}, grace = "10ms", settle = "1s", kill_supervisors = true}.ok, true)
+assert.eq(fake.alive(sup3), false)
+sup3 = fake.add_proc{comm = "bash", cmdline = {"/bin/bash", "run.sh"}}
+fake.add_holder{mem = {[1] = 500}, ppid = sup3, respawn_after_polls = -1}
+r = gpu.free{gpus = {1}, grace = "10ms", timeout = "300ms", settle = "1s"}
+assert.eq(r.rows[1].state, "held")
+assert.match(r.rows[1].reason, "^taken again after the kill: held by pid %d+ %(python3 train.py%) 500 MiB")
+assert.match(r.rows[1].reason, "pid " .. sup3 .. " %(bash run.sh%) restarts its workers")
