@@ -40,12 +40,15 @@ end
 local release = {}
 for g in pairs(held) do if not leftover[g] then release[#release + 1] = g end end
 table.sort(release)
-if #release > 0 and not check then gpu.wait_free{gpus = release, timeout = vars.release_timeout or "10s"} end
+if #release > 0 and not check then
+  gpu.wait_free{gpus = release, timeout = vars.release_timeout or "10s", settle = vars.settle, threshold_mib = vars.threshold_mib}
+end
 
 local r = gpu.free{gpus = vars.gpus, grace = vars.grace, timeout = vars.timeout, settle = vars.settle,
   threshold_mib = vars.threshold_mib, force = vars.force, group = vars.group, kill_supervisors = vars.kill_supervisors}
 for _, row in ipairs(r.rows) do
-  if row.freed then log.info("GPU %d freed (%s): %d -> %d MiB%s", row.gpu, row.step, row.before_mib, row.after_mib,
+  if row.step == "already-free" then log.info("GPU %d already free: %d MiB used", row.gpu, row.after_mib)
+  elseif row.freed then log.info("GPU %d freed (%s): %d -> %d MiB%s", row.gpu, row.step, row.before_mib, row.after_mib,
       row.killed ~= "" and ", killed " .. row.killed or "")
   elseif row.step == "would-kill" then log.info("GPU %d would kill %s: %s", row.gpu, row.killed, row.reason)
   else log.error("GPU %d not freed: %s", row.gpu, row.reason) end
