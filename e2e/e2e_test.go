@@ -161,12 +161,55 @@ func systemctl(t *testing.T, h lab.Host, args ...string) string {
 	return string(out)
 }
 
+// rowOf returns the fleet table's line for host and GPU, fields joined by
+// one space ("" when there is none). Rows equal on several hosts are folded
+// under a node set ("lab[01-02]"), which counts for each of them.
+func rowOf(out, host string, gpu int) string {
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 1 && inSet(f[0], host) && f[1] == fmt.Sprint(gpu) {
+			return strings.Join(f, " ")
+		}
+	}
+	return ""
+}
+
+// inSet: host is set, or a member of the folded set "prefix[NN-MM]".
+func inSet(set, host string) bool {
+	if set == host {
+		return true
+	}
+	prefix, rng, ok := strings.Cut(strings.TrimSuffix(set, "]"), "[")
+	lo, hi, ok2 := strings.Cut(rng, "-")
+	if !ok || !ok2 || !strings.HasPrefix(host, prefix) {
+		return false
+	}
+	n := strings.TrimPrefix(host, prefix)
+	return len(n) == len(lo) && n >= lo && n <= hi
+}
+
+// requireRowHas wants host's row for gpu to contain each of want.
+func requireRowHas(t *testing.T, out, host string, gpu int, want ...string) {
+	t.Helper()
+	row := rowOf(out, host, gpu)
+	if row == "" {
+		t.Errorf("no row for %s GPU %d", host, gpu)
+		return
+	}
+	for _, w := range want {
+		if !strings.Contains(row, w) {
+			t.Errorf("%s GPU %d row %q lacks %q", host, gpu, row, w)
+		}
+	}
+}
+
 // The main job: two hosts with GPU services, a stopped service's leftovers
 // and a host that cannot be reached. --check first (stops and kills
 // nothing), then the real run (exit 4 for the unreachable host; on the
 // others the services are stopped, what sglang-qwen.service left behind is
-// found by its cgroup and killed, with the rest of the leftovers), then a
-// --json run of the reachable ones (already free, exit 0).
+// killed in stage 1 with the other owners; the NVML monitor, which owns no
+// memory, survives), then a --json run of the reachable ones (already
+// free, exit 0).
 func TestFreeGPUs(t *testing.T) {
 	l := startLab(t, lab.Options{Hosts: 2, Scenario: lab.ScenarioLeftovers, Unreachable: 1})
 	victims := []string{lab.RoleOrphan, lab.RoleTermIgnorer, lab.RoleServiceMain, lab.RoleServiceChild}
@@ -175,25 +218,26 @@ func TestFreeGPUs(t *testing.T) {
 		t.Logf("the lab runs no services here (%s): the service steps are not checked", l.NoServices)
 		victims = []string{lab.RoleWorker, lab.RoleOrphan, lab.RoleTermIgnorer}
 	}
-	bystanders := []string{lab.RolePersistenced, lab.RoleUnrelated}
+	bystanders := []string{lab.RolePersistenced, lab.RoleMonitor, lab.RoleUnrelated}
 
 	t.Run("gpu_status fleet table", func(t *testing.T) {
 		r := gpush(t, l, "run", "gpu_status.lua", "--limit", "lab")
 		if r.code != 0 {
 			t.Errorf("exit %d, want 0", r.code)
 		}
-		requireRow(t, r.stdout, "HOST GPU NAME USED_MIB TOTAL_MIB HOLDERS")
-		if services {
-			// Holders carry their unit, from their cgroup.
-			for _, h := range l.Hosts {
-				m, c := l.Find(h.Name, lab.RoleServiceMain), l.Find(h.Name, lab.RoleServiceChild)
-				requireRow(t, r.stdout, fmt.Sprintf("%s 0 NVIDIA H200 10240 143771 %d %s python3 (vllm-embed.service)", h.Name, m[0].PID, l.User))
-				requireRow(t, r.stdout, fmt.Sprintf("%s 3 NVIDIA H200 10240 143771 %d %s python3 (sglang-qwen.service), %d %s python3 (sglang-qwen.service)",
-					h.Name, m[1].PID, l.User, c[0].PID, l.User))
+		requireRow(t, r.stdout, "HOST GPU NAME STATE USED_MIB TOTAL_MIB HOLDERS REASON")
+		for _, h := range l.Hosts {
+			mon := l.Find(h.Name, lab.RoleMonitor)[0]
+			// Owners are starred; the monitor holds every GPU and owns nothing.
+			requireRowHas(t, r.stdout, h.Name, 1, "NVIDIA H200 held 6144 143771", fmt.Sprintf("%d %s nvitop", mon.PID, l.User), "held by pid")
+			if !services {
+				continue
 			}
-		} else {
-			// GPU 3 is idle on both hosts: one folded row; GPU 0 differs (pids).
-			requireContains(t, r.stdout, "lab[01-02]  3    NVIDIA H200  0         143771\n", "lab01       0    NVIDIA H200  10240     143771     ")
+			// Holders carry their unit, from their cgroup.
+			m, c := l.Find(h.Name, lab.RoleServiceMain), l.Find(h.Name, lab.RoleServiceChild)
+			requireRowHas(t, r.stdout, h.Name, 0, "NVIDIA H200 held 10240 143771", fmt.Sprintf("%d %s python3* (vllm-embed.service)", m[0].PID, l.User))
+			requireRowHas(t, r.stdout, h.Name, 3, "NVIDIA H200 held 10240 143771",
+				fmt.Sprintf("%d %s python3* (sglang-qwen.service)", m[1].PID, l.User), fmt.Sprintf("%d %s python3* (sglang-qwen.service)", c[0].PID, l.User))
 		}
 	})
 
@@ -209,9 +253,9 @@ func TestFreeGPUs(t *testing.T) {
 				}
 			}
 		}
-		requireContains(t, r.stdout, "would kill pid", "would-kill")
+		requireContains(t, r.stdout, "would-kill")
 		for _, p := range l.Find("lab01", lab.RoleTermIgnorer) {
-			requireContains(t, r.stdout, fmt.Sprintf("would kill pid %d", p.PID))
+			requireContains(t, r.stdout, fmt.Sprintf("GPU 2 would kill %d: ", p.PID))
 		}
 		if services {
 			requireContains(t, r.stdout, "would stop vllm-embed.service", "would stop sglang-qwen.service")
@@ -239,8 +283,12 @@ func TestFreeGPUs(t *testing.T) {
 					t.Errorf("%s %s: must be left alone, %d of %d alive", h.Name, role, live, n)
 				}
 			}
+			// Each row says which stage freed its GPU and what it killed.
+			orphan, ignorer := l.Find(h.Name, lab.RoleOrphan)[0], l.Find(h.Name, lab.RoleTermIgnorer)[0]
+			requireRowHas(t, r.stdout, h.Name, 1, fmt.Sprintf("1 stage 1 true free 6144 0 %d held by pid %d", orphan.PID, orphan.PID))
+			requireRowHas(t, r.stdout, h.Name, 2, fmt.Sprintf("2 stage 1 true free 4096 0 %d held by pid %d", ignorer.PID, ignorer.PID))
 		}
-		requireContains(t, r.stdout, "ok=2 failed=0 unreachable=1", "down01", "unreachable", "kill")
+		requireContains(t, r.stdout, "ok=2 failed=0 unreachable=1", "down01", "unreachable")
 		if !services {
 			requireContains(t, r.stdout, "already-free")
 			return
@@ -250,16 +298,14 @@ func TestFreeGPUs(t *testing.T) {
 			if len(child) != 1 {
 				t.Fatalf("%s: sglang worker %v", h.Name, child)
 			}
-			// The stop is reported with what it left; the leftover is killed
-			// with its unit named; each row says which step freed the GPU.
+			// The stop is reported with what it left; the leftover goes in
+			// stage 1; GPU 0 was free once its unit stopped.
 			requireContains(t, r.stdout,
 				h.Name+" | INFO stopped vllm-embed.service\n",
-				fmt.Sprintf("%s | WARN stopped sglang-qwen.service, but it left 1 process(es) in its cgroup: pid %d (python3) on GPU 3\n", h.Name, child[0].PID),
-				fmt.Sprintf("%s | INFO exited pid %d (python3, sglang-qwen.service) after TERM\n", h.Name, child[0].PID),
-				fmt.Sprintf("pid %d (python3, sglang-qwen.service)", child[0].PID))
-			m := l.Find(h.Name, lab.RoleServiceMain)
-			requireRow(t, r.stdout, fmt.Sprintf("%s 0 service-stop true 10240 0 pid %d (python3, vllm-embed.service)", h.Name, m[0].PID))
-			requireRow(t, r.stdout, fmt.Sprintf("%s 3 kill true 10240 0 pid %d (python3, sglang-qwen.service); pid %d (python3, sglang-qwen.service)", h.Name, m[1].PID, child[0].PID))
+				h.Name+" | WARN stopped sglang-qwen.service; it left 1 process(es) in its cgroup",
+				fmt.Sprintf("%s | INFO GPU 3 freed (stage 1): ", h.Name))
+			requireRowHas(t, r.stdout, h.Name, 0, "0 already-free true free 0 0")
+			requireRowHas(t, r.stdout, h.Name, 3, "3 stage 1 true free", fmt.Sprintf(" %d held by pid %d", child[0].PID, child[0].PID))
 			if got := systemctl(t, h, "show", "-p", "ActiveState", "-p", "ControlGroup", "--value", lab.UnitVLLM, lab.UnitSGLang); got != "\ninactive\n\ninactive\n" {
 				t.Errorf("%s: units after the run (ControlGroup, ActiveState): %q, want inactive with no cgroup left", h.Name, got)
 			}
@@ -287,7 +333,7 @@ func TestFreeGPUs(t *testing.T) {
 				t.Errorf("%s: status %s, %d rows, want ok and 4 rows", obj.Host, obj.Status, len(obj.Value))
 			}
 			for _, row := range obj.Value {
-				if row["step"] != "already-free" || row["freed"] != true {
+				if row["step"] != "already-free" || row["freed"] != true || row["state"] != "free" {
 					t.Errorf("%s: row %v, want already-free", obj.Host, row)
 				}
 			}
@@ -298,16 +344,38 @@ func TestFreeGPUs(t *testing.T) {
 	})
 }
 
-// A holder that a supervisor restarts must fail the host with a reason that
-// says so.
-func TestRespawningHolderFails(t *testing.T) {
+// A worker that a supervisor restarts: the free is not verified (the
+// worker comes back inside the settle) and the host fails naming the
+// supervisor; asked to, gpush kills the supervisor's tree from the top and
+// the GPU stays free. The monitor and the protected daemon live through both.
+func TestRespawningSupervisor(t *testing.T) {
 	l := startLab(t, lab.Options{Hosts: 1, Scenario: lab.ScenarioRespawn})
-	r := gpush(t, l, "run", "free_gpus.lua", "-e", "grace=1s", "-e", "verify_timeout=2s")
+	sup := l.Find("lab01", lab.RoleSupervisor)[0]
+	r := gpush(t, l, "run", "free_gpus.lua", "-e", "grace=1s", "-e", `{"settle": "3s", "timeout": "3s"}`)
 	if r.code != 2 {
 		t.Errorf("exit %d, want 2 (a host failed)", r.code)
 	}
-	requireContains(t, r.stdout, "failed=1", "GPU 3", "new-holder")
-	for _, role := range []string{lab.RolePersistenced, lab.RoleUnrelated} {
+	requireContains(t, r.stdout, "failed=1", "ERROR GPU 3 not freed: ",
+		fmt.Sprintf("pid %d (sh -c while", sup.PID), "restarts its workers: stop it or its unit")
+	if old := l.Find("lab01", lab.RoleRespawner); len(old) < 2 {
+		t.Errorf("respawners %v: the one killed should have come back", old)
+	}
+	if !lab.Alive(sup) {
+		t.Fatal("the supervisor must not be killed unless asked")
+	}
+
+	r = gpush(t, l, "run", "free_gpus.lua", "-e", "grace=1s", "-e", `{"settle": "3s", "timeout": "3s", "kill_supervisors": true}`)
+	if r.code != 0 {
+		t.Errorf("exit %d, want 0", r.code)
+	}
+	requireRowHas(t, r.stdout, "lab01", 3, "3 stage 1 true free")
+	if n, live := alive(l, "lab01", lab.RoleSupervisor); live != 0 {
+		t.Errorf("supervisor: %d of %d alive after kill_supervisors", live, n)
+	}
+	if n, live := alive(l, "lab01", lab.RoleRespawner); live != 0 {
+		t.Errorf("respawner: %d of %d alive", live, n)
+	}
+	for _, role := range []string{lab.RolePersistenced, lab.RoleMonitor, lab.RoleUnrelated} {
 		if n, live := alive(l, "lab01", role); n == 0 || live != n {
 			t.Errorf("%s must be left alone", role)
 		}

@@ -45,13 +45,16 @@ const (
 	// on GPU 1, a worker that ignores SIGTERM on GPU 2, and on GPU 3 the
 	// service sglang-qwen.service (KillMode=process) whose worker outlives
 	// `systemctl stop`, in the unit's cgroup; plus nvidia-persistenced
-	// holding nvidiactl and an unrelated process, both to be left alone.
+	// holding nvidiactl, an NVML monitor (nvitop: nvidiactl and every
+	// nvidiaN, no nvidia-uvm, no memory) and an unrelated process, all to be
+	// left alone. Every worker has nvidia-uvm open: they own their memory.
 	// Where cgroups cannot be written (Lab.NoServices says why) there are no
 	// services: GPU 0 holds a plain worker and GPU 3 is free.
 	ScenarioLeftovers = "leftovers"
 	// ScenarioRespawn: the leftovers without sglang-qwen.service, and GPU 3
-	// held by a worker that a supervisor restarts whenever it dies (a new
-	// holder keeps coming back).
+	// held by a worker that a supervisor (a shell loop, as a `while true`
+	// wrapper or torchrun's agent is) restarts whenever it dies, after
+	// RespawnDelay: a new holder keeps coming back until the supervisor goes.
 	ScenarioRespawn = "respawn"
 )
 
@@ -67,7 +70,9 @@ const (
 	RoleOrphanParent = "orphan-parent" // killed by the lab at start
 	RoleOrphan       = "orphan"        // its child, re-parented, holds a GPU
 	RoleTermIgnorer  = "term-ignorer"  // holds a GPU, ignores TERM
-	RoleRespawner    = "respawner"     // holds a GPU, restarted when it dies
+	RoleRespawner    = "respawner"     // holds a GPU, restarted by its supervisor when it dies
+	RoleSupervisor   = "supervisor"    // the shell loop that restarts the respawner
+	RoleMonitor      = "monitor"       // an NVML client: every GPU's device file, no memory; never a target
 	RoleServiceMain  = "service-main"  // a service's main process (Proc.Unit), holds a GPU
 	RoleServiceChild = "service-child" // a worker the main process forked, in the unit's cgroup
 	RolePersistenced = "persistenced"  // protected daemon holding nvidiactl
@@ -385,12 +390,17 @@ func (l *Lab) hostUnits(h Host) (map[string]labsystemd.Unit, error) {
 	if h.Scenario == ScenarioLeftovers {
 		units[UnitSGLang] = labsystemd.Unit{
 			Description: "SGLang Qwen server (lab)",
-			Exec:        []string{py, "--dev", dev("nvidia3"), "--dev", dev("nvidiactl"), "--mem-mib", "2048", "--child-mem-mib", "8192"},
+			Exec:        []string{py, "--dev", dev("nvidia3"), "--dev", dev("nvidiactl"), "--dev", dev("nvidia-uvm"), "--mem-mib", "2048", "--child-mem-mib", "8192"},
 			KillMode:    labsystemd.KillProcess, StopTimeout: "10s",
 		}
 	}
 	return units, nil
 }
+
+// RespawnDelay is how long the lab's supervisor waits before it restarts
+// its worker (a real CUDA worker needs seconds more before it opens the
+// device: the lab's holder opens it at once).
+const RespawnDelay = "0.3"
 
 // unitGPU is the GPU a lab unit holds.
 var unitGPU = map[string]int{UnitVLLM: 0, UnitSGLang: 3}
@@ -493,17 +503,20 @@ func (l *Lab) startProcs(ctx context.Context, h Host) error {
 		{RolePersistenced, "nvidia-persistenced", -1, []string{"--dev", dev("nvidiactl")}},
 		{RoleUnrelated, "log-shipper", -1, []string{"--dev", filepath.Join(filepath.Dir(h.DevDir), "unrelated.log")}},
 	}
+	uvm := []string{"--dev", dev("nvidiactl"), "--dev", dev("nvidia-uvm")}
 	if h.Scenario != ScenarioIdle && len(h.Services) == 0 {
-		specs = append(specs, spec{RoleWorker, "python3", 0, []string{"--dev", gpuDev(0), "--dev", dev("nvidiactl"), "--dev", dev("nvidia-uvm"), "--mem-mib", "10240"}})
+		specs = append(specs, spec{RoleWorker, "python3", 0, append([]string{"--dev", gpuDev(0), "--mem-mib", "10240"}, uvm...)})
 	}
 	if h.Scenario != ScenarioIdle {
+		mon := []string{"--dev", dev("nvidiactl")}
+		for i := 0; i < l.opts.GPUs; i++ {
+			mon = append(mon, "--dev", gpuDev(i))
+		}
 		specs = append(specs,
-			spec{RoleOrphanParent, "python3", 1, []string{"--dev", gpuDev(1), "--dev", dev("nvidiactl"), "--mem-mib", "3072", "--child-mem-mib", "6144"}},
-			spec{RoleTermIgnorer, "python3", 2, []string{"--dev", gpuDev(2), "--dev", dev("nvidiactl"), "--mem-mib", "4096", "--ignore-term"}},
+			spec{RoleOrphanParent, "python3", 1, append([]string{"--dev", gpuDev(1), "--mem-mib", "3072", "--child-mem-mib", "6144"}, uvm...)},
+			spec{RoleTermIgnorer, "python3", 2, append([]string{"--dev", gpuDev(2), "--mem-mib", "4096", "--ignore-term"}, uvm...)},
+			spec{RoleMonitor, "nvitop", -1, mon},
 		)
-	}
-	if h.Scenario == ScenarioRespawn {
-		specs = append(specs, spec{RoleRespawner, "python3", 3, []string{"--dev", gpuDev(3), "--dev", dev("nvidiactl"), "--mem-mib", "2048"}})
 	}
 	for _, s := range specs {
 		bin, err := l.holderAs(s.as)
@@ -517,8 +530,7 @@ func (l *Lab) startProcs(ctx context.Context, h Host) error {
 		p := &proc{Proc: Proc{Host: h.Name, Role: s.role, GPU: s.gpu, PID: pids[0]}, exited: reap(cmd)}
 		p.StartTime, _ = StartTime(p.PID)
 		l.add(p)
-		switch s.role {
-		case RoleOrphanParent:
+		if s.role == RoleOrphanParent {
 			if len(pids) < 2 {
 				return fmt.Errorf("lab host %s: gpu-holder --child-mem-mib printed no child pid", h.Name)
 			}
@@ -529,9 +541,15 @@ func (l *Lab) startProcs(ctx context.Context, h Host) error {
 			// orphaned-worker case seen on real hosts.
 			cmd.Process.Signal(syscall.SIGKILL)
 			<-p.exited
-		case RoleRespawner:
-			l.wg.Add(1)
-			go l.respawn(p, bin, s.args)
+		}
+	}
+	if h.Scenario == ScenarioRespawn {
+		bin, err := l.holderAs("python3")
+		if err != nil {
+			return fmt.Errorf("lab host %s: %w", h.Name, err)
+		}
+		if err := l.startSupervisor(ctx, h, 3, bin, append([]string{"--dev", gpuDev(3), "--mem-mib", "2048"}, uvm...)); err != nil {
+			return fmt.Errorf("lab host %s: %w", h.Name, err)
 		}
 	}
 	for _, u := range h.Services {
@@ -596,31 +614,56 @@ func startHolder(ctx context.Context, bin string, args []string) ([]int, *exec.C
 	}
 }
 
-// respawn restarts a holder whenever it dies, like a supervisor with
-// Restart=always, until the lab stops.
-func (l *Lab) respawn(p *proc, bin string, args []string) {
-	defer l.wg.Done()
-	cur := p
-	for {
-		select {
-		case <-l.stopCh:
-			return
-		case <-cur.exited:
+// startSupervisor runs a shell loop that restarts a holder whenever it
+// exits, in its own process group, and records every holder it starts
+// (their "ready <pid>" lines) as a respawner. It returns once the first
+// one is ready.
+func (l *Lab) startSupervisor(ctx context.Context, h Host, gpu int, bin string, args []string) error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("supervisor: %w", err)
+	}
+	loop := `while :; do "$@"; sleep ` + RespawnDelay + `; done`
+	cmd := exec.Command("/bin/sh", append([]string{"-c", loop, "supervisor", bin}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdout, cmd.Stderr = w, os.Stderr
+	err = cmd.Start()
+	w.Close() // the loop and its holders keep the write end
+	if err != nil {
+		r.Close()
+		return fmt.Errorf("supervisor: %w", err)
+	}
+	sup := &proc{Proc: Proc{Host: h.Name, Role: RoleSupervisor, GPU: -1, PID: cmd.Process.Pid}, exited: reap(cmd)}
+	sup.StartTime, _ = StartTime(sup.PID)
+	l.add(sup)
+	ready := make(chan struct{})
+	go func() {
+		// Runs until every process of the group has closed the pipe.
+		defer r.Close()
+		sc := bufio.NewScanner(r)
+		first := true
+		for sc.Scan() {
+			pid, ok := labgpu.ReadyPID(sc.Text())
+			if !ok {
+				continue
+			}
+			p := &proc{Proc: Proc{Host: h.Name, Role: RoleRespawner, GPU: gpu, PID: pid}}
+			p.StartTime, _ = StartTime(pid)
+			l.add(p)
+			if first {
+				first = false
+				close(ready)
+			}
 		}
-		select {
-		case <-l.stopCh:
-			return
-		case <-time.After(50 * time.Millisecond):
-		}
-		pids, cmd, err := startHolder(context.Background(), bin, args)
-		if err != nil {
-			fmt.Fprintf(l.opts.Log, "lab host %s: respawn: %v\n", p.Host, err)
-			return
-		}
-		n := &proc{Proc: Proc{Host: p.Host, Role: RoleRespawner, GPU: p.GPU, PID: pids[0]}, exited: reap(cmd)}
-		n.StartTime, _ = StartTime(n.PID)
-		l.add(n)
-		cur = n
+	}()
+	select {
+	case <-ready:
+		return nil
+	case <-sup.exited:
+		return errors.New("supervisor exited before its worker was ready")
+	case <-ctx.Done():
+		syscall.Kill(-sup.PID, syscall.SIGKILL)
+		return fmt.Errorf("waiting for the supervisor's worker: %w", ctx.Err())
 	}
 }
 
@@ -786,6 +829,16 @@ func (l *Lab) Stop() error {
 		l.wg.Wait()
 		l.mu.Lock()
 		procs := append([]*proc(nil), l.procs...)
+		l.mu.Unlock()
+		// A supervisor goes with its group first, so that it starts no
+		// worker the lab has not seen.
+		for _, p := range procs {
+			if p.Role == RoleSupervisor && Alive(p.Proc) {
+				syscall.Kill(-p.PID, syscall.SIGKILL)
+			}
+		}
+		l.mu.Lock()
+		procs = append([]*proc(nil), l.procs...)
 		l.mu.Unlock()
 		for _, p := range procs {
 			if Alive(p.Proc) {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -50,7 +51,7 @@ func TestLeftoversLab(t *testing.T) {
 	if l.NoServices != "" {
 		gpu0 = RoleWorker
 	}
-	for _, role := range []string{gpu0, RoleOrphan, RoleTermIgnorer, RoleRespawner, RolePersistenced, RoleUnrelated} {
+	for _, role := range []string{gpu0, RoleOrphan, RoleTermIgnorer, RoleRespawner, RoleSupervisor, RoleMonitor, RolePersistenced, RoleUnrelated} {
 		ps := l.Find("lab02", role)
 		if len(ps) != 1 || !Alive(ps[0]) {
 			t.Errorf("%s: %v not alive", role, ps)
@@ -64,6 +65,19 @@ func TestLeftoversLab(t *testing.T) {
 		t.Errorf("persistenced comm %q", got)
 	}
 
+	// Workers own their memory (nvidia-uvm open); the monitor holds every
+	// GPU's device file and nvidiactl but no nvidia-uvm.
+	if fds := openDevs(t, l.Find("lab01", RoleTermIgnorer)[0].PID); !strings.Contains(fds, " nvidia-uvm ") {
+		t.Errorf("term-ignorer devices %q lack nvidia-uvm", fds)
+	}
+	if fds := openDevs(t, l.Find("lab01", RoleMonitor)[0].PID); fds != " nvidia0 nvidia1 nvidia2 nvidia3 nvidiactl " {
+		t.Errorf("monitor devices %q, want every nvidiaN and nvidiactl only", fds)
+	}
+	sup := l.Find("lab01", RoleSupervisor)[0]
+	if ppid := parentOf(t, l.Find("lab01", RoleRespawner)[0].PID); ppid != sup.PID {
+		t.Errorf("respawner's parent %d, want the supervisor %d", ppid, sup.PID)
+	}
+
 	// The respawner comes back as a new process when killed.
 	old := l.Find("lab01", RoleRespawner)[0]
 	if err := syscallKill(old.PID); err != nil {
@@ -74,8 +88,8 @@ func TestLeftoversLab(t *testing.T) {
 			t.Fatal("respawner never came back")
 		}
 	}
-	if n := l.Find("lab01", RoleRespawner)[1]; !Alive(n) || n.PID == old.PID {
-		t.Errorf("respawned %v", n)
+	if n := l.Find("lab01", RoleRespawner)[1]; !Alive(n) || n.PID == old.PID || parentOf(t, n.PID) != sup.PID {
+		t.Errorf("respawned %v (parent %d, want the supervisor %d)", n, parentOf(t, n.PID), sup.PID)
 	}
 
 	inv, err := os.ReadFile(l.Inventory)
@@ -187,5 +201,34 @@ func TestLeftoversServices(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// openDevs lists the NVIDIA device files (base names) pid has open, sorted,
+// space-separated and space-framed.
+func openDevs(t *testing.T, pid int) string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/" + itoa(pid) + "/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		target, err := os.Readlink("/proc/" + itoa(pid) + "/fd/" + e.Name())
+		if err == nil && strings.HasPrefix(filepath.Base(target), "nvidia") {
+			names = append(names, filepath.Base(target))
+		}
+	}
+	sort.Strings(names)
+	return " " + strings.Join(names, " ") + " "
+}
+
+func parentOf(t *testing.T, pid int) int {
+	t.Helper()
+	f, err := statFields(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ppid, _ := strconv.Atoi(f[1]) // fields after comm: state, ppid
+	return ppid
+}
 
 func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }

@@ -16,7 +16,7 @@ func TestLibraryHeadersAndSyntax(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"free_gpus.lua": false, "gpu_status.lua": false, "gpu_holders.lua": false, "restart_service.lua": false, "gpufree.lua": false}
+	want := map[string]bool{"free_gpus.lua": false, "gpu_status.lua": false, "gpu_holders.lua": false, "restart_service.lua": false}
 	for _, e := range entries {
 		if _, ok := want[e.Name]; ok {
 			want[e.Name] = true

@@ -1,47 +1,57 @@
--- Free the host's GPUs: stop services, wait, kill leftover holders, verify baseline.
+-- Free the host's GPUs: stop the services, wait for release, free in stages, verify.
 --
--- What operators do by hand after a serving job dies: stop the GPU services,
--- wait for the driver to release the memory, find whatever still holds a GPU
--- (orphaned workers included), TERM it, wait, KILL survivors, then check that
--- every GPU is back at its idle baseline. Returns one row per GPU saying what
--- freed it (already-free / service-stop / kill) or why it is not free
--- (not-freed: D state, new-holder, protected holder, memory-held). The host
--- fails when a GPU is not free. Under --check nothing is stopped or killed.
+-- Stage 1 kills only the processes that own GPU memory or a compute context;
+-- stage 2, only where memory stays held, the other holders of that GPU (a
+-- forked child keeping a dead parent's memory). Monitors (nvidia-smi, dcgm,
+-- pynvml probes) are left alone; protected processes are never killed without
+-- force. While something that restarts workers remains, a GPU counts as freed
+-- only after it stayed free for the settle time. One row per GPU says which
+-- stage freed it, or why not; the host fails when one is not freed.
+-- Under --check nothing is stopped or killed.
 --
 -- vars:
---   services         systemd units to stop first (list or "a.service,b.service"; default none)
---   release_timeout  wait for release after the stops (default "10s")
---   grace            TERM -> KILL grace period (default "5s")
---   verify_timeout   wait for release after the kills (default "15s")
---   gpus             GPU indices to free (default all)
---   threshold_mib    used MiB that counts as free (default: the idle baseline)
---   group            also signal each holder's process group (default false)
---   force            also signal protected processes (default false)
+-- @var services list systemd units to stop first
+-- @var gpus intlist GPU indices to free; leave it out for every GPU
+-- @var release_timeout duration wait for the services' GPUs after the stops (default: 10s)
+-- @var grace duration TERM -> KILL grace period (default: 5s)
+-- @var timeout duration wait for release after each stage of kills (default: 15s)
+-- @var settle duration how long freed GPUs must stay free while a supervisor remains; gpush's default when left out
+-- @var threshold_mib int used MiB that counts as free; the idle baseline when left out
+-- @var force bool also kill protected and suspicious holders (default: false)
+-- @var group bool also signal each holder's process group (default: false)
+-- @var kill_supervisors bool kill what restarts the workers, its tree from the top (default: false)
 --
 -- example: gpush run free_gpus.lua -i ct129 -e services=sglang-qwen.service -e grace=10s
-local gpufree = require("gpufree")
-
-local rows, failures = gpufree.free{
-  services = vars.services,
-  release_timeout = vars.release_timeout,
-  grace = vars.grace,
-  verify_timeout = vars.verify_timeout,
-  gpus = vars.gpus,
-  threshold_mib = vars.threshold_mib,
-  group = vars.group,
-  force = vars.force,
-}
-
-for _, r in ipairs(rows) do
-  if r.freed then
-    log.info("GPU %d free (%s): %d -> %d MiB", r.gpu, r.step, r.before_mib, r.after_mib)
-  elseif r.step ~= "not-freed" then
-    log.info("GPU %d %s: %s", r.gpu, r.step, r.holders)
-  else
-    log.error("GPU %d not freed: %s", r.gpu, r.reason)
+local held, leftover = {}, {} -- GPUs the units' workers held; GPUs their leftovers still hold
+for _, unit in ipairs(vars.services or {}) do
+  for _, h in ipairs(gpu.holders{units = {unit}, shared = false}) do
+    for _, g in ipairs(h.gpus) do held[g] = true end
   end
+  local s = systemd.stop(unit)
+  if s.load_state == "not-found" or not s.ok and #s.remaining == 0 then
+    fail("stop %s: %s", unit, s.reason or s.active_state or "failed")
+  end
+  for _, h in ipairs(s.gpu_holders) do for _, g in ipairs(h.gpus) do leftover[g] = true end end
+  if s.would then log.info("would stop %s", unit)
+  elseif s.ok then log.info("stopped %s", unit)
+  else log.warn("stopped %s; it left %d process(es) in its cgroup: %s", unit, #s.remaining, s.reason) end
 end
-if #failures > 0 then
-  fail("%d GPU(s) not freed: %s", #failures, table.concat(failures, "; "))
+-- Wait for the release only where waiting can help: not where a leftover worker holds the GPU.
+local release = {}
+for g in pairs(held) do if not leftover[g] then release[#release + 1] = g end end
+table.sort(release)
+if #release > 0 and not check then
+  gpu.wait_free{gpus = release, timeout = vars.release_timeout or "10s", settle = vars.settle, threshold_mib = vars.threshold_mib}
 end
-return rows
+
+local r = gpu.free{gpus = vars.gpus, grace = vars.grace, timeout = vars.timeout, settle = vars.settle,
+  threshold_mib = vars.threshold_mib, force = vars.force, group = vars.group, kill_supervisors = vars.kill_supervisors}
+for _, row in ipairs(r.rows) do
+  if row.step == "already-free" then log.info("GPU %d already free: %d MiB used", row.gpu, row.after_mib)
+  elseif row.freed then log.info("GPU %d freed (%s): %d -> %d MiB%s", row.gpu, row.step, row.before_mib, row.after_mib,
+      row.killed ~= "" and ", killed " .. row.killed or "")
+  elseif row.step == "would-kill" then log.info("GPU %d would kill %s: %s", row.gpu, row.killed, row.reason)
+  else log.error("GPU %d not freed: %s", row.gpu, row.reason) end
+end
+if not r.ok then fail("%s", r.reason) end
+return r.rows

@@ -1,36 +1,42 @@
--- Fleet table of GPUs: memory used/total and who holds each GPU.
+-- Fleet table of GPUs: state, memory used/total, why a GPU is not free, who holds it.
 --
--- Read-only. One row per GPU: host, index, name, used/total MiB and the
--- holders as "pid user comm (unit)". Every host's rows are gathered into one
--- table for the fleet.
+-- Read-only. One row per GPU the host has (also those nvidia-smi does not
+-- list: their memory is unknown): host, index, name, state (free, held,
+-- memory-held, protected, suspicious, unknown), used/total MiB, the holders
+-- as "pid user comm (unit)" with "*" after those owning memory, and the
+-- reason when not free. Every host's rows are gathered into one fleet table.
 --
 -- vars: none
 --
 -- example: gpush run gpu_status.lua -i ct129 --limit 'gpu[01-04]'
 local snap = gpu.snapshot()
 if not snap.smi then
-  log.warn("nvidia-smi unavailable: %s", table.concat(snap.warnings or {}, "; "))
+  log.warn("nvidia-smi unavailable: %s", table.concat(snap.warnings, "; "))
 end
 
 local by = {}
-for _, h in ipairs(snap.holders or {}) do
-  for _, g in ipairs(h.gpus or {}) do
+for _, h in ipairs(snap.holders) do
+  for _, g in ipairs(h.gpus) do
     by[g] = by[g] or {}
-    local who = string.format("%d %s %s", h.pid, h.user or "?", h.comm or "?")
-    local owner = (h.unit ~= nil and h.unit ~= "") and h.unit or h.container
-    if owner ~= nil and owner ~= "" then who = who .. " (" .. owner .. ")" end
+    local who = string.format("%d %s %s%s", h.pid, h.user or "?", h.comm or "?", h.owner and "*" or "")
+    local owner = h.unit or h.container
+    if owner ~= nil then who = who .. " (" .. owner .. ")" end
     table.insert(by[g], who)
   end
 end
 
 local rows = {}
-for _, g in ipairs(snap.gpus or {}) do
+for _, g in ipairs(snap.gpus) do
+  local st = {}
+  for _, s in ipairs(snap.status) do if s.index == g.index then st = s end end
   rows[#rows + 1] = {
     gpu = g.index,
     name = g.name,
+    state = st.state or "?",
     used_mib = g.used_mib,
     total_mib = g.total_mib,
     holders = table.concat(by[g.index] or {}, ", "),
+    reason = st.reason or "",
   }
 end
 return rows

@@ -1,50 +1,57 @@
 -- Restart a GPU service cleanly: stop it, free its GPUs, start it, wait until it holds them.
 --
--- Stops the unit, runs the free_gpus steps (wait, kill leftovers, verify
--- baseline) so the new instance does not start on half-freed GPUs, starts the
--- unit, then polls until a process of the unit holds a GPU again. Fails when
--- a GPU cannot be freed, the unit will not start, or it holds no GPU in time.
+-- Stops the unit, waits for the GPUs its workers held, frees them in stages as
+-- free_gpus.lua does (so that the new instance does not start on half-freed
+-- GPUs), starts the unit, then polls until a process of the unit owns a GPU
+-- again. Fails when the unit does not exist, a GPU cannot be freed, the unit
+-- will not start, or it holds no GPU in time.
 --
 -- vars:
---   service          the systemd unit (required)
---   start_timeout    how long to wait for the unit to hold a GPU (default "120s")
---   release_timeout, grace, verify_timeout, gpus, force: as free_gpus.lua
+-- @var service string the systemd unit (required)
+-- @var start_timeout duration how long to wait for the unit to hold a GPU (default: 120s)
+-- @var gpus intlist GPU indices to free; leave it out for every GPU
+-- @var grace duration TERM -> KILL grace period (default: 5s)
+-- @var timeout duration wait for release after each stage of kills (default: 15s)
+-- @var force bool also kill protected and suspicious holders (default: false)
 --
 -- example: gpush run restart_service.lua -i ct129 -e service=sglang-qwen.service
-local gpufree = require("gpufree")
-
 local unit = vars.service
 if unit == nil or unit == "" then fail("vars.service is required (-e service=NAME.service)") end
 
-local rows, failures = gpufree.free{
-  services = {unit},
-  release_timeout = vars.release_timeout,
-  grace = vars.grace,
-  verify_timeout = vars.verify_timeout,
-  gpus = vars.gpus,
-  force = vars.force,
-}
-if #failures > 0 then
-  fail("not restarting %s: %s", unit, table.concat(failures, "; "))
+local held = {}
+for _, h in ipairs(gpu.holders{units = {unit}, owner = true}) do
+  for _, g in ipairs(h.gpus) do held[#held + 1] = g end
 end
+local s = systemd.stop(unit)
+if s.load_state == "not-found" or not s.ok and #s.remaining == 0 then
+  fail("stop %s: %s", unit, s.reason or s.active_state or "failed")
+end
+if #held > 0 and #s.remaining == 0 and not check then gpu.wait_free{gpus = held, timeout = "10s"} end
+local r = gpu.free{gpus = vars.gpus, grace = vars.grace, timeout = vars.timeout, force = vars.force}
+if not r.ok then fail("not restarting %s: %s", unit, r.reason) end
 if check then
   log.info("would start %s", unit)
-  return {service = unit, freed = #rows, started = false, would = true}
+  return {service = unit, freed = #r.rows, started = false, would = true}
 end
 
-local s = systemd.start(unit)
+s = systemd.start(unit)
 if not s.ok then fail("start %s: %s", unit, s.reason or s.active_state or "failed") end
 log.info("started %s (main pid %d)", unit, s.main_pid or 0)
 
-local timeout = tonumber(string.match(tostring(vars.start_timeout or "120s"), "^(%d+)s?$")) or 120
-local waited = 0
-while waited < timeout do
-  local hs = gpu.holders{units = {unit}, shared = false}
+-- Seconds of a duration as gpush gives it ("2m0s", "90s") or a number.
+local function seconds(d)
+  if type(d) == "number" then return d end
+  local total, unit = 0, {h = 3600, m = 60, s = 1, ms = 0.001}
+  for n, u in string.gmatch(d, "([%d.]+)(%a+)") do total = total + tonumber(n) * (unit[u] or 0) end
+  return total
+end
+local timeout = math.ceil(seconds(vars.start_timeout or "120s"))
+for waited = 0, timeout - 1 do
+  local hs = gpu.holders{units = {unit}, owner = true}
   if #hs > 0 then
     log.info("%s holds GPUs again after %ds", unit, waited)
-    return {service = unit, freed = #rows, started = true, holders = #hs, waited_s = waited}
+    return {service = unit, freed = #r.rows, started = true, holders = #hs, waited_s = waited}
   end
   sleep("1s")
-  waited = waited + 1
 end
 fail("%s started but holds no GPU after %ds", unit, timeout)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"time"
 
 	glua "github.com/yuin/gopher-lua"
 
@@ -26,18 +27,26 @@ func init() { modules.Register(Module) }
 
 // Loader pushes the gpu table for host h.
 func Loader(L *glua.LState, h modules.Host) int {
-	m := &mod{h: h}
+	m := &mod{h: h, settled: map[int]int{}}
 	L.Push(L.SetFuncs(L.NewTable(), map[string]glua.LGFunction{
 		"mem":       m.mem,
 		"snapshot":  m.snapshot,
 		"holders":   m.holders,
 		"kill":      m.kill,
 		"wait_free": m.waitFree,
+		"free":      m.free,
 	}))
 	return 1
 }
 
-type mod struct{ h modules.Host }
+type mod struct {
+	h modules.Host
+	// settled: GPUs a wait kept free for the settle time, with how many
+	// supervisors were recorded then; while no new one is recorded, a GPU
+	// that still reads free needs no second settle (gpu.free after a
+	// script's own wait for the release).
+	settled map[int]int
+}
 
 // fetch takes a fresh snapshot and records the memory readings.
 func (m *mod) fetch(L *glua.LState, fn string) helper.Snapshot {
@@ -61,6 +70,8 @@ func (m *mod) snapshot(L *glua.LState) int {
 	t.RawSetString("smi", glua.LBool(s.SMI))
 	t.RawSetString("gpus", gpuList(L, s.GPUs))
 	t.RawSetString("holders", holderList(L, s.Holders))
+	t.RawSetString("ghosts", ghostList(L, s.Ghosts))
+	t.RawSetString("status", statusList(L, snapshotStatus(s, nil)))
 	t.RawSetString("warnings", luaconv.ToLua(L, nonNil(s.Warnings)))
 	L.Push(t)
 	return 1
@@ -84,12 +95,28 @@ type filter struct {
 	gpus                      []int
 	users, units, commands    []string
 	keepShared, keepProtected bool
+	owner                     *bool
 }
 
 func checkFilter(L *glua.LState, n int) filter {
-	o := luaconv.CheckOpts(L, n, "gpu.holders")
+	const fn = "gpu.holders"
+	o := luaconv.CheckOpts(L, n, fn)
 	f := filter{gpus: o.Ints("gpus"), users: o.Strings("users"), units: o.Strings("units"),
 		commands: o.Strings("commands"), keepShared: o.Bool("shared", true), keepProtected: o.Bool("protected", true)}
+	if o.Has("owner") {
+		v := o.Bool("owner", false)
+		f.owner = &v
+	}
+	// A filter given as an empty list ({vars.user} with vars.user nil) must
+	// not widen to "every holder": it is a mistake in the script.
+	for _, k := range []struct {
+		key string
+		n   int
+	}{{"gpus", len(f.gpus)}, {"users", len(f.users)}, {"units", len(f.units)}, {"commands", len(f.commands)}} {
+		if o.Has(k.key) && k.n == 0 {
+			L.ArgError(n, fmt.Sprintf("%s: option %s: empty list (leave it out to mean every holder)", fn, k.key))
+		}
+	}
 	for _, list := range [][]string{f.users, f.units, f.commands} {
 		for _, p := range list {
 			if _, err := path.Match(p, ""); err != nil {
@@ -106,6 +133,9 @@ func (f filter) match(h helper.Holder) bool {
 		return false
 	}
 	if !f.keepProtected && h.Protected {
+		return false
+	}
+	if f.owner != nil && h.Owner != *f.owner {
 		return false
 	}
 	if len(f.gpus) > 0 && !anyInt(f.gpus, h.GPUs) {
@@ -186,15 +216,25 @@ func (m *mod) kill(L *glua.LState) int {
 			}
 		}
 	}
-	var resp helper.KillResponse
-	if len(targets) > 0 {
-		req.Targets = targets
-		modules.CallHelper(L, m.h, fn, helper.VerbKill, req, &resp)
-	}
-	results := append(resp.Results, local...)
-	m.h.Stats().AddKills(results)
-	L.Push(killTable(L, results))
+	req.Targets = targets
+	resp := m.callKill(L, fn, req)
+	resp.Results = append(resp.Results, local...)
+	m.h.Stats().AddKills(local)
+	L.Push(killTable(L, resp))
 	return 1
+}
+
+// callKill sends req (nothing when it has no target), counts the outcomes
+// and records the supervisors found, so that later waits settle.
+func (m *mod) callKill(L *glua.LState, fn string, req helper.KillRequest) helper.KillResponse {
+	var resp helper.KillResponse
+	if len(req.Targets) == 0 {
+		return resp
+	}
+	modules.CallHelper(L, m.h, fn, helper.VerbKill, req, &resp)
+	m.h.Stats().AddKills(resp.Results)
+	m.h.Respawners().Add(resp.Supervisors...)
+	return resp
 }
 
 // checkTargets reads gpu.kill's first argument: a holder, a list of
@@ -238,24 +278,30 @@ func checkIdentity(L *glua.LState, n int, t *glua.LTable, what string) helper.Id
 	return id
 }
 
-func killTable(L *glua.LState, results []helper.KillResult) *glua.LTable {
+func killResultTable(L *glua.LState, r helper.KillResult) *glua.LTable {
+	rt := L.NewTable()
+	rt.RawSetString("pid", glua.LNumber(r.PID))
+	rt.RawSetString("ppid", glua.LNumber(r.PPID))
+	rt.RawSetString("comm", glua.LString(r.Comm))
+	rt.RawSetString("outcome", glua.LString(r.Outcome))
+	luaconv.SetStr(rt, "state", r.State)
+	luaconv.SetStr(rt, "reason", r.Reason)
+	rt.RawSetString("signals", luaconv.ToLua(L, nonNil(r.Signals)))
+	luaconv.SetStr(rt, "via", r.Via)
+	return rt
+}
+
+func killTable(L *glua.LState, resp helper.KillResponse) *glua.LTable {
 	counts := map[string]int{}
-	list := L.CreateTable(len(results), 0)
-	for _, r := range results {
+	list := L.CreateTable(len(resp.Results), 0)
+	for _, r := range resp.Results {
 		counts[r.Outcome]++
-		rt := L.NewTable()
-		rt.RawSetString("pid", glua.LNumber(r.PID))
-		rt.RawSetString("comm", glua.LString(r.Comm))
-		rt.RawSetString("outcome", glua.LString(r.Outcome))
-		luaconv.SetStr(rt, "state", r.State)
-		luaconv.SetStr(rt, "reason", r.Reason)
-		rt.RawSetString("signals", luaconv.ToLua(L, nonNil(r.Signals)))
-		luaconv.SetStr(rt, "via", r.Via)
-		list.Append(rt)
+		list.Append(killResultTable(L, r))
 	}
 	t := L.NewTable()
 	t.RawSetString("ok", glua.LBool(counts[helper.OutcomeSurvived] == 0))
 	t.RawSetString("results", list)
+	t.RawSetString("supervisors", supervisorList(L, resp.Supervisors))
 	t.RawSetString("exited", glua.LNumber(counts[helper.OutcomeExited]))
 	t.RawSetString("killed", glua.LNumber(counts[helper.OutcomeKilled]))
 	t.RawSetString("survived", glua.LNumber(counts[helper.OutcomeSurvived]))
@@ -275,18 +321,18 @@ func (m *mod) waitFree(L *glua.LState) int {
 	if o.Has("interval") {
 		req.Interval = helper.Duration(o.Duration("interval", 0))
 	}
+	settle := o.Duration("settle", 0)
 	o.Done()
 	if req.ThresholdMiB != nil && *req.ThresholdMiB < 0 {
 		L.ArgError(1, fmt.Sprintf("%s: option threshold_mib: %d is negative", fn, *req.ThresholdMiB))
 	}
-	var resp helper.WaitFreeResponse
-	modules.CallHelper(L, m.h, fn, helper.VerbWaitFree, req, &resp)
-	m.h.Stats().ObserveGPUs(resp.GPUs, resp.ThresholdMiB)
+	resp, _ := m.callWait(L, fn, req, settle)
 	t := L.NewTable()
 	t.RawSetString("ok", glua.LBool(resp.OK))
 	t.RawSetString("outcome", glua.LString(resp.Outcome))
-	luaconv.SetStr(t, "reason", resp.Reason)
+	luaconv.SetStr(t, "reason", waitReason(resp))
 	t.RawSetString("elapsed", glua.LNumber(resp.Elapsed.D().Seconds()))
+	t.RawSetString("settled", glua.LNumber(resp.Settled.D().Seconds()))
 	t.RawSetString("polls", glua.LNumber(resp.Polls))
 	gpus := gpuList(L, resp.GPUs)
 	// Each GPU carries the threshold the helper judged it by, so a script
@@ -298,15 +344,69 @@ func (m *mod) waitFree(L *glua.LState) int {
 	}
 	t.RawSetString("gpus", gpus)
 	t.RawSetString("holders", holderList(L, resp.Holders))
+	t.RawSetString("status", statusList(L, resp.Status))
+	t.RawSetString("supervisors", supervisorList(L, m.h.Respawners().List()))
 	L.Push(t)
 	return 1
+}
+
+// callWait sends a wait-free. While something that may restart a worker
+// is recorded for this host, the GPUs must also stay free for a settle time
+// (settle, or DefaultSettle when not given) and those supervisors are
+// watched, so that a worker coming back is named, not missed.
+func (m *mod) callWait(L *glua.LState, fn string, req helper.WaitFreeRequest, settle time.Duration) (helper.WaitFreeResponse, time.Duration) {
+	if settle < 0 {
+		L.ArgError(1, fmt.Sprintf("%s: option settle: %s is negative", fn, settle))
+	}
+	if sups := m.h.Respawners().List(); len(sups) > 0 {
+		req.Watch = sups
+		if settle == 0 {
+			settle = DefaultSettle
+		}
+	}
+	req.Settle = helper.Duration(settle)
+	if settle > 0 {
+		// The deadline is for the release; the settle comes on top of it.
+		timeout := req.Timeout.D()
+		if timeout <= 0 {
+			timeout = helper.DefaultWaitTimeout
+		}
+		req.Timeout = helper.Duration(timeout + settle)
+	}
+	var resp helper.WaitFreeResponse
+	modules.CallHelper(L, m.h, fn, helper.VerbWaitFree, req, &resp)
+	m.h.Stats().ObserveGPUs(resp.GPUs, resp.ThresholdMiB)
+	for _, st := range resp.Status {
+		if settle > 0 && resp.OK && st.State == helper.GPUFree {
+			m.settled[st.Index] = len(req.Watch)
+		} else {
+			delete(m.settled, st.Index)
+		}
+	}
+	return resp, settle
+}
+
+// waitReason is the helper's reason, or the non-free GPUs' reasons joined.
+func waitReason(resp helper.WaitFreeResponse) string {
+	if resp.Reason != "" || resp.OK {
+		return resp.Reason
+	}
+	var parts []string
+	for _, st := range resp.Status {
+		if st.State != helper.GPUFree {
+			parts = append(parts, fmt.Sprintf("GPU %d: %s", st.Index, st.Reason))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 func gpuList(L *glua.LState, gpus []helper.GPU) *glua.LTable {
 	list := L.CreateTable(len(gpus), 0)
 	for _, g := range gpus {
-		t := L.CreateTable(0, 6)
+		t := L.CreateTable(0, 8)
 		t.RawSetString("index", glua.LNumber(g.Index))
+		t.RawSetString("minor", glua.LNumber(g.Minor))
+		t.RawSetString("source", glua.LString(sourceOf(g)))
 		t.RawSetString("uuid", glua.LString(g.UUID))
 		t.RawSetString("name", glua.LString(g.Name))
 		t.RawSetString("bus_id", glua.LString(g.BusID))
@@ -336,6 +436,14 @@ func HolderTable(L *glua.LState, h helper.Holder) *glua.LTable {
 	t.RawSetString("devices", luaconv.ToLua(L, nonNil(h.Devices)))
 	t.RawSetString("shared_only", glua.LBool(h.SharedOnly))
 	t.RawSetString("mem_mib", glua.LNumber(h.MemMiB))
+	byGPU := L.CreateTable(0, len(h.MemByGPU))
+	for idx, mib := range h.MemByGPU {
+		byGPU.RawSetInt(idx, glua.LNumber(mib))
+	}
+	t.RawSetString("mem_by_gpu", byGPU)
+	t.RawSetString("owner", glua.LBool(h.Owner))
+	luaconv.SetStr(t, "suspicious", h.Suspicious)
+	t.RawSetString("zombie_leader", glua.LBool(h.ZombieLeader))
 	luaconv.SetStr(t, "unit", h.Unit)
 	luaconv.SetStr(t, "container", h.Container)
 	t.RawSetString("age_s", glua.LNumber(h.AgeSeconds))
@@ -358,4 +466,86 @@ func nonNil[T any](xs []T) []T {
 		return []T{}
 	}
 	return xs
+}
+
+// sourceOf reads an older helper's empty Source as nvidia-smi's.
+func sourceOf(g helper.GPU) string {
+	if g.Source == "" {
+		return helper.SourceSMI
+	}
+	return g.Source
+}
+
+// snapshotStatus is the helper's judgement of a snapshot, or Assess of it
+// where the helper sent none or other thresholds are wanted.
+func snapshotStatus(s helper.Snapshot, threshold map[int]int64) []helper.GPUStatus {
+	if threshold == nil && len(s.Status) == len(s.GPUs) && len(s.Status) > 0 {
+		return s.Status
+	}
+	return helper.Assess(s.GPUs, s.Holders, s.Ghosts, threshold)
+}
+
+func ghostTable(L *glua.LState, g helper.Ghost) *glua.LTable {
+	t := L.CreateTable(0, 5)
+	t.RawSetString("pid", glua.LNumber(g.PID))
+	t.RawSetString("name", glua.LString(g.Name))
+	t.RawSetString("gpu", glua.LNumber(g.GPU))
+	t.RawSetString("mem_mib", glua.LNumber(g.MemMiB))
+	t.RawSetString("held_by", luaconv.ToLua(L, nonNil(g.HeldBy)))
+	return t
+}
+
+func ghostList(L *glua.LState, gs []helper.Ghost) *glua.LTable {
+	list := L.CreateTable(len(gs), 0)
+	for _, g := range gs {
+		list.Append(ghostTable(L, g))
+	}
+	return list
+}
+
+// StatusTable converts one GPU's state to the table docs/lua-api.md describes.
+func StatusTable(L *glua.LState, st helper.GPUStatus) *glua.LTable {
+	t := L.CreateTable(0, 10)
+	t.RawSetString("index", glua.LNumber(st.Index))
+	t.RawSetString("state", glua.LString(st.State))
+	luaconv.SetStr(t, "reason", st.Reason)
+	t.RawSetString("used_mib", glua.LNumber(st.UsedMiB))
+	t.RawSetString("threshold_mib", glua.LNumber(st.ThresholdMiB))
+	t.RawSetString("owners", luaconv.ToLua(L, nonNil(st.Owners)))
+	t.RawSetString("others", luaconv.ToLua(L, nonNil(st.Others)))
+	t.RawSetString("protected", luaconv.ToLua(L, nonNil(st.Protected)))
+	t.RawSetString("suspicious", luaconv.ToLua(L, nonNil(st.Suspicious)))
+	t.RawSetString("ghosts", ghostList(L, st.Ghosts))
+	return t
+}
+
+func statusList(L *glua.LState, sts []helper.GPUStatus) *glua.LTable {
+	list := L.CreateTable(len(sts), 0)
+	for _, st := range sts {
+		list.Append(StatusTable(L, st))
+	}
+	return list
+}
+
+// SupervisorTable converts a supervisor to its Lua table.
+func SupervisorTable(L *glua.LState, s helper.Supervisor) *glua.LTable {
+	t := L.CreateTable(0, 9)
+	t.RawSetString("pid", glua.LNumber(s.PID))
+	t.RawSetString("start_time", glua.LNumber(s.StartTime))
+	t.RawSetString("boot_id", glua.LString(s.BootID))
+	luaconv.SetStr(t, "comm", s.Comm)
+	luaconv.SetStr(t, "cmdline", strings.Join(s.Cmdline, " "))
+	luaconv.SetStr(t, "unit", s.Unit)
+	luaconv.SetStr(t, "restart", s.Restart)
+	t.RawSetString("children", luaconv.ToLua(L, nonNil(s.Children)))
+	t.RawSetString("why", glua.LString(s.Why))
+	return t
+}
+
+func supervisorList(L *glua.LState, sups []helper.Supervisor) *glua.LTable {
+	list := L.CreateTable(len(sups), 0)
+	for _, s := range sups {
+		list.Append(SupervisorTable(L, s))
+	}
+	return list
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // FakeGPU is one GPU of the model. Its used memory is BaselineMiB plus
-// LeakedMiB plus what its holders hold on it.
+// LeakedMiB plus what its holders (and ghosts) hold on it.
 type FakeGPU struct {
 	Index       int
 	UUID        string
@@ -28,13 +28,24 @@ type FakeGPU struct {
 	LeakedMiB int64
 	// Unknown makes the driver report [N/A] (-1) for its memory.
 	Unknown bool
+	// Source is where the helper would know it from (helper.SourceSMI when
+	// empty); a GPU not listed by nvidia-smi has unknown memory.
+	Source string
 }
 
-// FakeHolder is one process holding GPUs.
+// FakeHolder is one process holding GPUs. Whether it is an owner is
+// derived as the helper derives it: it has memory on a GPU (nvidia-smi
+// lists it) or nvidia-uvm open.
 type FakeHolder struct {
 	helper.Holder
 	// MemByGPU is the memory it holds per GPU index.
 	MemByGPU map[int]int64
+	// Monitor: an NVML client (nvidia-smi, a pynvml probe): nvidiaN of its
+	// GPUs and nvidiactl, no nvidia-uvm, no memory. Set GPUs.
+	Monitor bool
+	// NoUVM: it does not open nvidia-uvm (protected holders and monitors
+	// never do by default); UVM: it does, even so (a spoofed protected name).
+	NoUVM, UVM bool
 	// IgnoreTerm: TERM leaves it running; KILL still works.
 	IgnoreTerm bool
 	// Stuck: in D state, it survives KILL too.
@@ -44,6 +55,24 @@ type FakeHolder struct {
 	// AppearAfterPolls > 0: it is not there until that many more wait-free
 	// polls have happened (a new holder appearing during the wait).
 	AppearAfterPolls int
+	// Heir is the pid of a holder (a forked child) that inherited its device
+	// files: when this one dies its memory stays charged to its dead pid (a
+	// ghost) for as long as the heir lives.
+	Heir int
+	// RespawnAfterPolls > 0: when it is killed while its parent (a FakeProc)
+	// lives, its parent starts a copy under a new pid that opens the GPU
+	// that many wait-free polls later (torchrun's agent, a shell loop); < 0:
+	// at once, before anything looks again.
+	RespawnAfterPolls int
+}
+
+// FakeProc is a live process that holds no GPU: a supervisor (the parent of
+// workers), which gpu.kill may find and kill.
+type FakeProc struct {
+	helper.Identity
+	PPID    int
+	Comm    string
+	Cmdline []string
 }
 
 // FakeUnit is a systemd unit of the model; stopping it ends its holders
@@ -53,6 +82,13 @@ type FakeUnit struct {
 	Active        bool
 	MainPID       int
 	StayAfterStop bool
+	// Restart is its Restart= ("" reads as "no").
+	Restart string
+}
+
+type fakeGhost struct {
+	helper.Ghost
+	keeper int // the pid whose open device files keep the memory
 }
 
 // GPUHost is an in-memory GPU host. All methods are safe for concurrent use.
@@ -60,22 +96,23 @@ type GPUHost struct {
 	mu       sync.Mutex
 	Hostname string
 	BootID   string
-	// NoSMI: nvidia-smi is missing; snapshots carry no GPUs and a warning.
+	// NoSMI: nvidia-smi is missing; the GPUs are known from the driver only
+	// (memory unknown) and snapshots carry a warning.
 	NoSMI bool
 	// NoSystemd: the unit verb answers systemd=false.
 	NoSystemd bool
 	gpus      []*FakeGPU
 	holders   []*FakeHolder
+	procs     []*FakeProc
+	ghosts    []fakeGhost
 	units     map[string]*FakeUnit
 	nextPID   int
 	polls     int
-	start     time.Time
 }
 
 // NewGPUHost returns a host with n idle H200-like GPUs (143771 MiB, 0 MiB used).
 func NewGPUHost(hostname string, n int) *GPUHost {
-	g := &GPUHost{Hostname: hostname, BootID: "boot-" + hostname, units: map[string]*FakeUnit{},
-		nextPID: 1000, start: time.Now()}
+	g := &GPUHost{Hostname: hostname, BootID: "boot-" + hostname, units: map[string]*FakeUnit{}, nextPID: 1000}
 	for i := 0; i < n; i++ {
 		g.gpus = append(g.gpus, &FakeGPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", hostname, i),
 			Name: "NVIDIA H200", BusID: fmt.Sprintf("00000000:%02X:00.0", 6+i), TotalMiB: 143771})
@@ -95,15 +132,24 @@ func (g *GPUHost) GPU(idx int) *FakeGPU {
 	return nil
 }
 
+func (g *GPUHost) newPID() int {
+	g.nextPID++
+	return g.nextPID
+}
+
 // AddHolder adds a holder. Zero fields get defaults: a fresh pid, start
 // time pid*100, the host's boot id, comm "python3", user "alice", devices
-// from MemByGPU plus nvidiactl and nvidia-uvm. It returns the holder.
+// from GPUs (default: the keys of MemByGPU) plus nvidiactl and, unless a
+// monitor, protected or NoUVM, nvidia-uvm. It returns the holder.
 func (g *GPUHost) AddHolder(h FakeHolder) *FakeHolder {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.addHolder(h)
+}
+
+func (g *GPUHost) addHolder(h FakeHolder) *FakeHolder {
 	if h.PID == 0 {
-		g.nextPID++
-		h.PID = g.nextPID
+		h.PID = g.newPID()
 	}
 	if h.StartTime == 0 {
 		h.StartTime = uint64(h.PID) * 100
@@ -136,8 +182,10 @@ func (g *GPUHost) AddHolder(h FakeHolder) *FakeHolder {
 		}
 	}
 	if h.GPUs == nil {
-		for idx := range h.MemByGPU {
-			h.GPUs = append(h.GPUs, idx)
+		for idx, m := range h.MemByGPU {
+			if m != 0 {
+				h.GPUs = append(h.GPUs, idx)
+			}
 		}
 		sort.Ints(h.GPUs)
 	}
@@ -145,7 +193,10 @@ func (g *GPUHost) AddHolder(h FakeHolder) *FakeHolder {
 		for _, idx := range h.GPUs {
 			h.Devices = append(h.Devices, fmt.Sprintf("nvidia%d", idx))
 		}
-		h.Devices = append(h.Devices, "nvidiactl", "nvidia-uvm")
+		h.Devices = append(h.Devices, "nvidiactl")
+		if h.UVM || !h.Monitor && !h.Protected && !h.NoUVM {
+			h.Devices = append(h.Devices, "nvidia-uvm")
+		}
 	}
 	h.SharedOnly = len(h.GPUs) == 0
 	if h.AppearAfterPolls > 0 {
@@ -157,6 +208,43 @@ func (g *GPUHost) AddHolder(h FakeHolder) *FakeHolder {
 	p := &h
 	g.holders = append(g.holders, p)
 	return p
+}
+
+// AddProc adds a process that holds no GPU (a supervisor). Zero fields get
+// defaults as in AddHolder; it returns the process.
+func (g *GPUHost) AddProc(p FakeProc) *FakeProc {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if p.PID == 0 {
+		p.PID = g.newPID()
+	}
+	if p.StartTime == 0 {
+		p.StartTime = uint64(p.PID) * 100
+	}
+	if p.BootID == "" {
+		p.BootID = g.BootID
+	}
+	if p.Comm == "" {
+		p.Comm = "python3"
+	}
+	if p.Cmdline == nil {
+		p.Cmdline = []string{"/usr/bin/" + p.Comm, "launch.py"}
+	}
+	if p.PPID == 0 {
+		p.PPID = 1
+	}
+	c := p
+	g.procs = append(g.procs, &c)
+	return &c
+}
+
+// AddGhost charges mib on GPU gpu to pid, a process that no longer exists,
+// for as long as the holder keeper lives (a forked child keeping its dead
+// parent's memory).
+func (g *GPUHost) AddGhost(pid int, name string, gpu int, mib int64, keeper int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ghosts = append(g.ghosts, fakeGhost{Ghost: helper.Ghost{PID: pid, Name: name, GPU: gpu, MemMiB: mib}, keeper: keeper})
 }
 
 // AddUnit adds a systemd unit.
@@ -178,11 +266,24 @@ func (g *GPUHost) Unit(name string) (FakeUnit, bool) {
 	return *u, true
 }
 
-// Alive reports whether pid is a live (visible) holder.
+// Alive reports whether pid is a live (visible) holder or process.
 func (g *GPUHost) Alive(pid int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.find(pid) != nil
+	return g.find(pid) != nil || g.proc(pid) != nil
+}
+
+// HoldersOf returns the pids of the live holders of GPU idx, in order.
+func (g *GPUHost) HoldersOf(idx int) []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []int
+	for _, h := range g.holderList() {
+		if contains(h.GPUs, idx) {
+			out = append(out, h.PID)
+		}
+	}
+	return out
 }
 
 // UsedMiB returns GPU idx's used memory now.
@@ -208,32 +309,63 @@ func (g *GPUHost) find(pid int) *FakeHolder {
 	return nil
 }
 
-func (g *GPUHost) used(x *FakeGPU) int64 {
-	if x.Unknown {
-		return -1
+func (g *GPUHost) proc(pid int) *FakeProc {
+	for _, p := range g.procs {
+		if p.PID == pid {
+			return p
+		}
 	}
+	return nil
+}
+
+func (x *FakeGPU) unknown(noSMI bool) bool {
+	return x.Unknown || noSMI || x.Source != "" && x.Source != helper.SourceSMI
+}
+
+// trueUsed is what the GPU really has in use, read or not.
+func (g *GPUHost) trueUsed(x *FakeGPU) int64 {
 	u := x.BaselineMiB + x.LeakedMiB
 	for _, h := range g.holders {
 		if g.visible(h) {
 			u += h.MemByGPU[x.Index]
 		}
 	}
+	for _, gh := range g.ghosts {
+		if gh.GPU == x.Index {
+			u += gh.MemMiB
+		}
+	}
 	return u
+}
+
+func (g *GPUHost) used(x *FakeGPU) int64 {
+	if x.unknown(g.NoSMI) {
+		return -1
+	}
+	return g.trueUsed(x)
 }
 
 func (g *GPUHost) gpuList() []helper.GPU {
 	out := make([]helper.GPU, 0, len(g.gpus))
 	for _, x := range g.gpus {
-		total := x.TotalMiB
-		if x.Unknown {
+		total, src := x.TotalMiB, x.Source
+		if src == "" {
+			src = helper.SourceSMI
+		}
+		if g.NoSMI && src == helper.SourceSMI {
+			src = helper.SourceDriver
+		}
+		if src != helper.SourceSMI {
 			total = -1
 		}
 		out = append(out, helper.GPU{Index: x.Index, UUID: x.UUID, Name: x.Name, BusID: x.BusID,
-			Minor: x.Index, MemUsedMiB: g.used(x), MemTotalMiB: total})
+			Minor: x.Index, MemUsedMiB: g.used(x), MemTotalMiB: total, Source: src})
 	}
 	return out
 }
 
+// holderList is what a snapshot reports, judged as the helper judges:
+// owner, memory per GPU (unknown without nvidia-smi), suspicious names.
 func (g *GPUHost) holderList() []helper.Holder {
 	var out []helper.Holder
 	for _, h := range g.holders {
@@ -241,9 +373,23 @@ func (g *GPUHost) holderList() []helper.Holder {
 			continue
 		}
 		c := h.Holder
-		c.MemMiB = 0
-		for _, m := range h.MemByGPU {
-			c.MemMiB += m
+		c.MemMiB, c.MemByGPU = 0, nil
+		for idx, m := range h.MemByGPU {
+			if m > 0 && !g.NoSMI {
+				if c.MemByGPU == nil {
+					c.MemByGPU = map[int]int64{}
+				}
+				c.MemByGPU[idx] = m
+				c.MemMiB += m
+			}
+		}
+		c.Owner = c.MemMiB > 0 || hasDevice(c.Devices, "nvidia-uvm")
+		if c.Protected && c.Owner && c.ProtectedWhy == c.Comm {
+			why := "it has nvidia-uvm open"
+			if c.MemMiB > 0 {
+				why = fmt.Sprintf("it owns %d MiB", c.MemMiB)
+			}
+			c.Suspicious = fmt.Sprintf("protected name %s, but %s", c.Comm, why)
 		}
 		c.AgeSeconds = float64(c.StartTime) / 100
 		out = append(out, c)
@@ -251,93 +397,194 @@ func (g *GPUHost) holderList() []helper.Holder {
 	return out
 }
 
+func hasDevice(devs []string, name string) bool {
+	for _, d := range devs {
+		if d == name {
+			return true
+		}
+	}
+	return false
+}
+
+// ghostList: memory charged to dead pids, with the live holders of the GPU
+// that nvidia-smi does not list as the likely keepers.
+func (g *GPUHost) ghostList(holders []helper.Holder) []helper.Ghost {
+	if g.NoSMI {
+		return nil
+	}
+	var out []helper.Ghost
+	for _, gh := range g.ghosts {
+		c := gh.Ghost
+		for _, h := range holders {
+			if contains(h.GPUs, c.GPU) && h.MemByGPU[c.GPU] == 0 {
+				c.HeldBy = append(c.HeldBy, h.PID)
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// assess judges the model's GPUs as the helper does (helper.Assess).
+func (g *GPUHost) assess(threshold map[int]int64) ([]helper.GPU, []helper.Holder, []helper.Ghost, []helper.GPUStatus) {
+	gpus, holders := g.gpuList(), g.holderList()
+	ghosts := g.ghostList(holders)
+	return gpus, holders, ghosts, helper.Assess(gpus, holders, ghosts, threshold)
+}
+
 func (g *GPUHost) snapshot() helper.Snapshot {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s := helper.Snapshot{Version: helper.Version, Hostname: g.Hostname, BootID: g.BootID,
-		Time: time.Now(), SMI: !g.NoSMI, Holders: g.holderList()}
+		Time: time.Now(), SMI: !g.NoSMI}
+	s.GPUs, s.Holders, s.Ghosts, s.Status = g.assess(nil)
 	if g.NoSMI {
-		s.Warnings = append(s.Warnings, "nvidia-smi: executable file not found in $PATH")
-	} else {
-		s.GPUs = g.gpuList()
+		s.Warnings = append(s.Warnings, "nvidia-smi: executable file not found in $PATH; GPUs known from /proc/driver/nvidia only, memory unknown")
 	}
 	return s
 }
 
-func (g *GPUHost) remove(pid int) {
+// remove ends holder pid: a ghost stays behind where an heir keeps its
+// device files, a copy is scheduled where a live parent respawns it, and
+// the ghosts it kept are released.
+func (g *GPUHost) remove(pid int, killed bool) {
 	for i, h := range g.holders {
-		if h.PID == pid {
-			g.holders = append(g.holders[:i], g.holders[i+1:]...)
-			return
+		if h.PID != pid {
+			continue
 		}
+		g.holders = append(g.holders[:i], g.holders[i+1:]...)
+		kept := g.ghosts[:0]
+		for _, gh := range g.ghosts {
+			if gh.keeper != pid {
+				kept = append(kept, gh)
+			}
+		}
+		g.ghosts = kept
+		if h.Heir != 0 && g.find(h.Heir) != nil {
+			for idx, m := range h.MemByGPU {
+				if m > 0 {
+					g.ghosts = append(g.ghosts, fakeGhost{Ghost: helper.Ghost{PID: h.PID, Name: h.Comm, GPU: idx, MemMiB: m}, keeper: h.Heir})
+				}
+			}
+		}
+		if killed && h.RespawnAfterPolls != 0 && g.proc(h.PPID) != nil {
+			c := *h
+			c.PID, c.StartTime, c.PGID, c.SID, c.GPUs, c.Devices, c.Heir = 0, 0, 0, 0, nil, nil, 0
+			c.AppearAfterPolls = max(h.RespawnAfterPolls, 0)
+			g.addHolder(c)
+		}
+		return
 	}
 }
 
+// removeProc ends a process; a respawn it had not started yet dies with it.
+func (g *GPUHost) removeProc(pid int) {
+	for i, p := range g.procs {
+		if p.PID == pid {
+			g.procs = append(g.procs[:i], g.procs[i+1:]...)
+			break
+		}
+	}
+	kept := g.holders[:0]
+	for _, h := range g.holders {
+		if g.visible(h) || h.PPID != pid {
+			kept = append(kept, h)
+		}
+	}
+	g.holders = kept
+}
+
+// reapers never count as supervisors: they adopt orphans, they restart nothing.
+var reapers = map[string]bool{"systemd": true, "init": true, "tini": true, "dumb-init": true, "containerd-shim": true}
+
 // kill follows the helper's contract on the model: identity re-checked,
-// protected skipped unless forced, TERM then KILL, stuck survives.
+// protected skipped unless forced, TERM then KILL, stuck survives, live
+// parents of what died reported as supervisors.
 func (g *GPUHost) kill(req helper.KillRequest) helper.KillResponse {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	resp := helper.KillResponse{Version: helper.Version}
 	done := map[int]bool{}
+	died := map[int]int{} // pid -> ppid of what this request ended
 	var consider func(id helper.Identity, via string, exact bool)
 	consider = func(id helper.Identity, via string, exact bool) {
 		if done[id.PID] {
 			return
 		}
 		done[id.PID] = true
-		h := g.find(id.PID)
-		if h == nil || (exact && (h.StartTime != id.StartTime || (id.BootID != "" && id.BootID != h.BootID))) {
+		h, p := g.find(id.PID), g.proc(id.PID)
+		var who helper.Holder
+		switch {
+		case h != nil:
+			who = h.Holder
+		case p != nil:
+			who = helper.Holder{Identity: p.Identity, PPID: p.PPID, Comm: p.Comm, Cmdline: p.Cmdline, State: "S"}
+		}
+		if who.PID == 0 || (exact && (who.StartTime != id.StartTime || (id.BootID != "" && id.BootID != who.BootID))) {
 			// Gone, or the pid was reused by another process: nothing to signal.
 			resp.Results = append(resp.Results, helper.KillResult{Identity: id, Outcome: helper.OutcomeExited,
 				Reason: "not running", Via: via})
 			return
 		}
-		r := helper.KillResult{Identity: h.Identity, Comm: h.Comm, Via: via}
+		stuck, ignoreTerm := h != nil && h.Stuck, h != nil && h.IgnoreTerm
+		end := func() {
+			died[who.PID] = who.PPID
+			if h != nil {
+				g.remove(who.PID, true)
+			} else {
+				g.removeProc(who.PID)
+			}
+		}
+		r := helper.KillResult{Identity: who.Identity, Comm: who.Comm, Via: via, PPID: who.PPID}
 		switch {
-		case h.PID <= 1:
+		case who.PID <= 1:
 			r.Outcome, r.Reason = helper.OutcomeSkipped, "pid 1"
-		case h.Protected && !req.Force:
-			r.Outcome, r.Reason = helper.OutcomeSkipped, "protected: "+h.ProtectedWhy
+		case who.Protected && !req.Force:
+			r.Outcome, r.Reason = helper.OutcomeSkipped, "protected: "+who.ProtectedWhy
 		case req.DryRun:
 			r.Outcome = helper.OutcomeWould
 		default:
-			first := strings.ToUpper(strings.TrimPrefix(strings.ToUpper(req.Signal), "SIG"))
+			first := strings.TrimPrefix(strings.ToUpper(req.Signal), "SIG")
 			if first == "" {
 				first = "TERM"
 			}
 			r.Signals = append(r.Signals, first)
 			switch {
-			case first == "KILL" && !h.Stuck:
+			case first == "KILL" && !stuck:
 				r.Outcome = helper.OutcomeKilled
-				g.remove(h.PID)
-			case first != "KILL" && !h.IgnoreTerm && !h.Stuck:
+				end()
+			case first != "KILL" && !ignoreTerm && !stuck:
 				r.Outcome = helper.OutcomeExited
-				g.remove(h.PID)
+				end()
 			default:
 				if first != "KILL" {
 					r.Signals = append(r.Signals, "KILL")
 				}
-				if h.Stuck {
+				if stuck {
 					r.Outcome, r.State, r.Reason = helper.OutcomeSurvived, "D", "still alive after KILL (state D)"
 				} else {
 					r.Outcome = helper.OutcomeKilled
-					g.remove(h.PID)
+					end()
 				}
 			}
 		}
 		resp.Results = append(resp.Results, r)
 		if req.Group {
 			for _, o := range g.holderList() {
-				if o.PGID == h.PGID && o.PID != h.PID {
-					consider(o.Identity, fmt.Sprintf("group of %d", h.PID), false)
+				if o.PGID == who.PGID && o.PID != who.PID {
+					consider(o.Identity, fmt.Sprintf("group of %d", who.PID), false)
 				}
 			}
 		}
 		if req.Tree {
 			for _, o := range g.holderList() {
-				if o.PPID == h.PID {
-					consider(o.Identity, fmt.Sprintf("child of %d", h.PID), false)
+				if o.PPID == who.PID {
+					consider(o.Identity, fmt.Sprintf("child of %d", who.PID), false)
+				}
+			}
+			for _, o := range append([]*FakeProc(nil), g.procs...) {
+				if o.PPID == who.PID {
+					consider(o.Identity, fmt.Sprintf("child of %d", who.PID), false)
 				}
 			}
 		}
@@ -345,18 +592,71 @@ func (g *GPUHost) kill(req helper.KillRequest) helper.KillResponse {
 	for _, t := range req.Targets {
 		consider(t, "target", true)
 	}
+	if !req.DryRun {
+		resp.Supervisors = g.supervisors(died)
+	}
 	return resp
 }
 
-// waitFree polls the model. Time is virtual (Interval per poll, no real
-// sleeping) so tests are fast; ctx is still honoured between polls.
+// supervisors: the live parents of what died, except pid 1, reapers and
+// what died in the same request.
+func (g *GPUHost) supervisors(died map[int]int) []helper.Supervisor {
+	byPID := map[int]*helper.Supervisor{}
+	var order []int
+	pids := make([]int, 0, len(died))
+	for pid := range died {
+		pids = append(pids, pid)
+	}
+	sort.Ints(pids)
+	for _, pid := range pids {
+		ppid := died[pid]
+		if ppid <= 1 {
+			continue
+		}
+		if _, gone := died[ppid]; gone {
+			continue
+		}
+		var id helper.Identity
+		var comm string
+		var cmd []string
+		if p := g.proc(ppid); p != nil {
+			id, comm, cmd = p.Identity, p.Comm, p.Cmdline
+		} else if h := g.find(ppid); h != nil {
+			id, comm, cmd = h.Identity, h.Comm, h.Cmdline
+		} else {
+			continue
+		}
+		if reapers[comm] {
+			continue
+		}
+		s, ok := byPID[ppid]
+		if !ok {
+			s = &helper.Supervisor{Identity: id, Comm: comm, Cmdline: cmd,
+				Why: helper.Label(id.PID, comm, cmd) + " restarts its workers: stop it or its unit"}
+			byPID[ppid] = s
+			order = append(order, ppid)
+		}
+		s.Children = append(s.Children, pid)
+	}
+	out := make([]helper.Supervisor, 0, len(order))
+	for _, pid := range order {
+		out = append(out, *byPID[pid])
+	}
+	return out
+}
+
+// waitFree polls the model and judges each poll with helper.Assess. Time
+// is virtual (Interval per poll, no real sleeping) so tests are fast; ctx
+// is still honoured between polls. Owners and suspicious holders block;
+// monitors do not. Once every chosen GPU reads free it stays watched for
+// Settle: an owner that appears in that time (a respawned worker) ends it.
 func (g *GPUHost) waitFree(ctx context.Context, req helper.WaitFreeRequest) (helper.WaitFreeResponse, error) {
 	interval, timeout := req.Interval.D(), req.Timeout.D()
 	if interval <= 0 {
-		interval = 100 * time.Millisecond
+		interval = helper.DefaultWaitInterval
 	}
 	if timeout <= 0 {
-		timeout = 30 * time.Second
+		timeout = helper.DefaultWaitTimeout
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -365,7 +665,7 @@ func (g *GPUHost) waitFree(ctx context.Context, req helper.WaitFreeRequest) (hel
 	for _, x := range g.gpus {
 		if len(req.GPUs) == 0 || contains(req.GPUs, x.Index) {
 			watched[x.Index] = true
-			t := x.BaselineMiB
+			t := helper.BaselineMiB
 			if req.ThresholdMiB != nil {
 				t = *req.ThresholdMiB
 			}
@@ -376,22 +676,7 @@ func (g *GPUHost) waitFree(ctx context.Context, req helper.WaitFreeRequest) (hel
 	for _, h := range g.holderList() {
 		initial[h.PID] = true
 	}
-	blocking := func() []helper.Holder {
-		var out []helper.Holder
-		for _, h := range g.holderList() {
-			if req.IgnoreShared && h.SharedOnly {
-				continue
-			}
-			hit := h.SharedOnly && len(req.GPUs) == 0
-			for _, idx := range h.GPUs {
-				hit = hit || watched[idx]
-			}
-			if hit {
-				out = append(out, h)
-			}
-		}
-		return out
-	}
+	freeSince := time.Duration(-1)
 	for t := time.Duration(0); ; t += interval {
 		if err := ctx.Err(); err != nil {
 			return resp, fmt.Errorf("wait-free interrupted: %w", err)
@@ -402,49 +687,99 @@ func (g *GPUHost) waitFree(ctx context.Context, req helper.WaitFreeRequest) (hel
 			if h.ExitAfterPolls > 0 && g.visible(h) {
 				h.ExitAfterPolls--
 				if h.ExitAfterPolls == 0 {
-					g.remove(h.PID)
+					g.remove(h.PID, false)
 					break
 				}
 			}
 		}
-		sample := helper.Sample{T: helper.Duration(t), UsedMiB: map[int]int64{}}
-		memFree := true
-		for _, x := range g.gpus {
-			if watched[x.Index] {
-				u := g.used(x)
-				sample.UsedMiB[x.Index] = u
-				if u > resp.ThresholdMiB[x.Index] {
-					memFree = false
+		gpus, holders, _, all := g.assess(resp.ThresholdMiB)
+		byPID := map[int]helper.Holder{}
+		for _, h := range holders {
+			byPID[h.PID] = h
+		}
+		var status []helper.GPUStatus
+		var blocking []helper.Holder
+		seen := map[int]bool{}
+		allFree := true
+		for _, st := range all {
+			if !watched[st.Index] {
+				continue
+			}
+			for _, pid := range append(append([]int{}, st.Owners...), st.Suspicious...) {
+				if !initial[pid] && st.State != helper.GPUSuspicious {
+					st.State = helper.GPUNewHolder
+					h := byPID[pid]
+					st.Reason = "new holder " + helper.Label(pid, h.Comm, h.Cmdline) + " appeared"
+					if freeSince >= 0 {
+						st.Reason += fmt.Sprintf(" %s after it read free", t-freeSince)
+					}
+					for _, w := range req.Watch {
+						if w.PID != 0 && w.PID == h.PPID {
+							st.Reason += "; " + w.Why
+						}
+					}
+				}
+				if !seen[pid] {
+					seen[pid] = true
+					blocking = append(blocking, byPID[pid])
 				}
 			}
+			allFree = allFree && st.State == helper.GPUFree
+			status = append(status, st)
 		}
-		left := blocking()
-		sample.Holders = len(left)
-		resp.Timeline = append(resp.Timeline, sample)
-		resp.Elapsed = helper.Duration(t)
-		for _, h := range left {
-			if !initial[h.PID] {
-				resp.Outcome, resp.Reason = helper.WaitNewHolder, fmt.Sprintf("new holder pid %d (%s) appeared", h.PID, h.Comm)
-				break
+		sample := helper.Sample{T: helper.Duration(t), UsedMiB: map[int]int64{}, Holders: len(blocking)}
+		for _, x := range gpus {
+			if watched[x.Index] {
+				sample.UsedMiB[x.Index] = x.MemUsedMiB
 			}
 		}
+		resp.Timeline = append(resp.Timeline, sample)
+		resp.Elapsed = helper.Duration(t)
+		newHolder := false
+		for _, st := range status {
+			newHolder = newHolder || st.State == helper.GPUNewHolder
+		}
+		if allFree && freeSince < 0 {
+			freeSince = t
+		}
+		settled := freeSince >= 0 && t-freeSince >= req.Settle.D()
 		switch {
-		case resp.Outcome != "":
-		case memFree && len(left) == 0:
+		case newHolder:
+			resp.Outcome = helper.WaitNewHolder
+		case allFree && settled:
 			resp.OK, resp.Outcome = true, helper.WaitFreed
-		case t+interval > timeout && len(left) == 0:
-			resp.Outcome, resp.Reason = helper.WaitMemoryHeld, "no holder left but memory is still used"
+		case !allFree && freeSince >= 0:
+			// It read free, then did not stay free: memory came back.
+			resp.Outcome = helper.WaitMemoryHeld
+		case t+interval > timeout && len(blocking) > 0:
+			resp.Outcome = helper.WaitTimedOut
+		case t+interval > timeout && allFree:
+			// The deadline cut the settle short: free, but not verified.
+			resp.Outcome = helper.WaitTimedOut
 		case t+interval > timeout:
-			resp.Outcome, resp.Reason = helper.WaitTimedOut, fmt.Sprintf("%d holders still there after %s", len(left), timeout)
+			resp.Outcome = helper.WaitMemoryHeld
 		default:
 			continue
 		}
-		for _, x := range g.gpuList() {
+		if freeSince >= 0 {
+			resp.Settled = helper.Duration(t - freeSince)
+		}
+		var reasons []string
+		for _, st := range status {
+			if st.State != helper.GPUFree {
+				reasons = append(reasons, fmt.Sprintf("GPU %d: %s", st.Index, st.Reason))
+			}
+		}
+		resp.Reason = strings.Join(reasons, "; ")
+		if resp.Reason == "" && !resp.OK {
+			resp.Reason = fmt.Sprintf("free for %s of the %s settle when the %s deadline passed", t-freeSince, req.Settle.D(), timeout)
+		}
+		for _, x := range gpus {
 			if watched[x.Index] {
 				resp.GPUs = append(resp.GPUs, x)
 			}
 		}
-		resp.Holders = left
+		resp.Status, resp.Holders = status, blocking
 		return resp, nil
 	}
 }
@@ -459,10 +794,14 @@ func (g *GPUHost) unit(req helper.UnitRequest) helper.UnitResponse {
 	}
 	u, ok := g.units[req.Unit]
 	if !ok {
-		resp.Reason = fmt.Sprintf("Unit %s could not be found.", req.Unit)
-		resp.ActiveState, resp.SubState = "inactive", "dead"
-		resp.OK = req.Action == helper.UnitStatus || req.Action == helper.UnitStop
+		// Never "stopped": a unit that does not exist is a typo to report.
+		resp.Reason = fmt.Sprintf("unit %s not found", req.Unit)
+		resp.LoadState, resp.ActiveState, resp.SubState = "not-found", "inactive", "dead"
 		return resp
+	}
+	resp.LoadState, resp.Restart = "loaded", u.Restart
+	if resp.Restart == "" {
+		resp.Restart = "no"
 	}
 	switch req.Action {
 	case helper.UnitStop:
@@ -470,7 +809,7 @@ func (g *GPUHost) unit(req helper.UnitRequest) helper.UnitResponse {
 		if !u.StayAfterStop {
 			for _, h := range append([]*FakeHolder(nil), g.holders...) {
 				if h.Unit == u.Name {
-					g.remove(h.PID)
+					g.remove(h.PID, false)
 				}
 			}
 		}

@@ -11,6 +11,7 @@ import (
 
 	glua "github.com/yuin/gopher-lua"
 
+	"github.com/gpush/gpush/helper"
 	"github.com/gpush/gpush/modules"
 	"github.com/gpush/gpush/modules/luaconv"
 )
@@ -88,9 +89,14 @@ func RunLuaFiles(t *testing.T, glob string, newHost func(t *testing.T) *Host, mo
 
 // Fake returns the `fake` table Lua tests use to drive the model behind h:
 //
-//	fake.add_holder{mem={[0]=10850}, comm=, user=, unit=, pid=, ppid=, pgid=,
-//	    ignore_term=, stuck=, protected=, exit_after_polls=, appear_after_polls=} -> pid
-//	fake.add_unit{name=, active=, main_pid=, stay=}
+//	fake.add_holder{mem={[0]=10850}, gpus={0}, comm=, user=, unit=, pid=, ppid=, pgid=,
+//	    cmdline={...}, ignore_term=, stuck=, protected=, monitor=, uvm=, heir=,
+//	    respawn_after_polls=, zombie_leader=, exit_after_polls=, appear_after_polls=} -> pid
+//	fake.add_proc{pid=, ppid=, comm=, cmdline={...}} -> pid   (a supervisor, no GPU)
+//	fake.ghost(pid, name, gpu, mib, keeper)   (memory of a dead pid kept by keeper)
+//	fake.source(gpu, "driver"|"device")   fake.unknown(gpu)   fake.no_smi()
+//	fake.holders_of(gpu) -> pids
+//	fake.add_unit{name=, active=, main_pid=, stay=, restart=}
 //	fake.used(gpu) -> MiB          fake.alive(pid) -> bool
 //	fake.leak(gpu, mib)            fake.baseline(gpu, mib)
 //	fake.calls([verb]) -> list of helper requests (as JSON tables)
@@ -132,6 +138,17 @@ func Fake(L *glua.LState, h *Host) *glua.LTable {
 			fh.IgnoreTerm = o.Bool("ignore_term", false)
 			fh.Stuck = o.Bool("stuck", false)
 			fh.Protected = o.Bool("protected", false)
+			fh.Monitor = o.Bool("monitor", false)
+			// uvm: nil keeps AddHolder's default, false never opens it, true
+			// always does (a protected name with nvidia-uvm open).
+			fh.UVM = o.Has("uvm") && o.Bool("uvm", false)
+			fh.NoUVM = o.Has("uvm") && !fh.UVM
+			fh.Heir = int(o.Int("heir", 0))
+			fh.RespawnAfterPolls = int(o.Int("respawn_after_polls", 0))
+			fh.ZombieLeader = o.Bool("zombie_leader", false)
+			if o.Has("gpus") {
+				fh.GPUs = o.Ints("gpus")
+			}
 			fh.ExitAfterPolls = int(o.Int("exit_after_polls", 0))
 			fh.AppearAfterPolls = int(o.Int("appear_after_polls", 0))
 			if o.Has("cmdline") {
@@ -142,10 +159,42 @@ func Fake(L *glua.LState, h *Host) *glua.LTable {
 			L.Push(glua.LNumber(p.PID))
 			return 1
 		},
+		"add_proc": func(L *glua.LState) int {
+			o := luaconv.OptsOf(L, 1, "fake.add_proc", L.CheckTable(1))
+			p := FakeProc{Identity: helper.Identity{PID: int(o.Int("pid", 0))}, PPID: int(o.Int("ppid", 0)),
+				Comm: o.String("comm", "")}
+			if o.Has("cmdline") {
+				p.Cmdline = o.Strings("cmdline")
+			}
+			o.Done()
+			L.Push(glua.LNumber(m.AddProc(p).PID))
+			return 1
+		},
+		"ghost": func(L *glua.LState) int {
+			m.AddGhost(L.CheckInt(1), L.CheckString(2), L.CheckInt(3), int64(L.CheckInt(4)), L.CheckInt(5))
+			return 0
+		},
+		"source": func(L *glua.LState) int {
+			m.GPU(L.CheckInt(1)).Source = L.CheckString(2)
+			return 0
+		},
+		"unknown": func(L *glua.LState) int {
+			m.GPU(L.CheckInt(1)).Unknown = true
+			return 0
+		},
+		"no_smi": func(L *glua.LState) int {
+			m.NoSMI = true
+			return 0
+		},
+		"holders_of": func(L *glua.LState) int {
+			L.Push(toLua(append([]int{}, m.HoldersOf(L.CheckInt(1))...)))
+			return 1
+		},
 		"add_unit": func(L *glua.LState) int {
 			o := luaconv.OptsOf(L, 1, "fake.add_unit", L.CheckTable(1))
 			u := FakeUnit{Name: o.String("name", ""), Active: o.Bool("active", true),
-				MainPID: int(o.Int("main_pid", 0)), StayAfterStop: o.Bool("stay", false)}
+				MainPID: int(o.Int("main_pid", 0)), StayAfterStop: o.Bool("stay", false),
+				Restart: o.String("restart", "")}
 			o.Done()
 			m.AddUnit(u)
 			return 0

@@ -2,7 +2,7 @@
 local a = fake.add_holder{mem = {[0] = 1000}, user = "alice", comm = "python3", unit = "sglang-7.service"}
 local b = fake.add_holder{mem = {[1] = 2000}, user = "bob", comm = "pt_main_thread",
   cmdline = {"/opt/venv/bin/torchrun", "--nproc=8"}}
-local c = fake.add_holder{mem = {}, user = "root", comm = "nvidia-smi"} -- nvidiactl only
+local c = fake.add_holder{mem = {}, user = "root", comm = "nvidia-smi", monitor = true} -- nvidiactl only
 local d = fake.add_holder{mem = {[0] = 50}, user = "root", comm = "nv-hostengine", protected = true}
 
 local function pids(list)
@@ -36,3 +36,15 @@ assert.error(function() gpu.holders{users = {1}} end, "want a string")
 assert.error(function() gpu.holders{gpus = {"0"}} end, "want a whole number")
 assert.error(function() gpu.holders{units = {"[x"}} end, "bad glob")
 assert.error(function() gpu.holders("alice") end, "options must be a table")
+
+-- an empty list never widens to "every holder" (users = {vars.user} with vars.user nil)
+local nothing = nil
+assert.error(function() gpu.holders{users = {nothing}} end, "option users: empty list")
+assert.error(function() gpu.holders{gpus = {}} end, "option gpus: empty list")
+assert.error(function() gpu.holders{units = {}} end, "option units: empty list")
+assert.error(function() gpu.holders{commands = {}} end, "option commands: empty list")
+
+-- owner=true: memory or a compute context; owner=false: monitors and the like
+assert.eq(pids(gpu.holders{owner = true}), {a, b, d})
+assert.eq(pids(gpu.holders{owner = false}), {c})
+assert.error(function() gpu.holders{owner = "yes"} end, "want true or false")

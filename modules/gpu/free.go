@@ -1,0 +1,533 @@
+package gpu
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	glua "github.com/yuin/gopher-lua"
+
+	"github.com/gpush/gpush/helper"
+	"github.com/gpush/gpush/modules/luaconv"
+)
+
+// Steps of a gpu.free row: which stage freed the GPU, or why not.
+const (
+	StepAlreadyFree = "already-free"
+	StepStage1      = "stage 1"
+	StepStage2      = "stage 2"
+	StepNotFreed    = "not-freed"
+	StepWouldKill   = "would-kill"
+)
+
+// Defaults of gpu.free.
+const (
+	DefaultFreeGrace   = 5 * time.Second
+	DefaultFreeTimeout = 15 * time.Second
+)
+
+type freeOpts struct {
+	gpus                   []int
+	grace, timeout, settle time.Duration
+	threshold              *int64
+	force, group, killSups bool
+}
+
+// freeRow is one chosen GPU's course through the staged free.
+type freeRow struct {
+	gpu           int
+	state, step   string
+	reason        string
+	freed         bool
+	before, after int64
+	killed        []int
+	first         map[int]bool // its holders at the first look
+	// settled: its last verification kept it watched for the settle time
+	// (or none was needed then).
+	settled bool
+}
+
+// freeRun is one gpu.free call.
+type freeRun struct {
+	m      *mod
+	L      *glua.LState
+	o      freeOpts
+	check  bool
+	rows   map[int]*freeRow
+	order  []int
+	killed []helper.KillResult
+	stages []string // stage of each killed entry
+	// outcome of every pid signalled so far, for the reasons.
+	outcome map[int]helper.KillResult
+	supKill map[int]bool // supervisors already killed
+}
+
+const freeFn = "gpu.free"
+
+func checkFreeOpts(L *glua.LState) freeOpts {
+	o := luaconv.CheckOpts(L, 1, freeFn)
+	f := freeOpts{gpus: o.Ints("gpus"), grace: o.Duration("grace", DefaultFreeGrace),
+		timeout: o.Duration("timeout", DefaultFreeTimeout), settle: o.Duration("settle", 0),
+		threshold: o.IntPtr("threshold_mib"), force: o.Bool("force", false), group: o.Bool("group", false),
+		killSups: o.Bool("kill_supervisors", false)}
+	if o.Has("gpus") && len(f.gpus) == 0 {
+		L.ArgError(1, freeFn+": option gpus: empty list (leave it out to mean every GPU)")
+	}
+	o.Done()
+	if f.threshold != nil && *f.threshold < 0 {
+		L.ArgError(1, fmt.Sprintf("%s: option threshold_mib: %d is negative", freeFn, *f.threshold))
+	}
+	if f.settle < 0 {
+		L.ArgError(1, fmt.Sprintf("%s: option settle: %s is negative", freeFn, f.settle))
+	}
+	return f
+}
+
+// free is gpu.free: the staged free of the chosen GPUs as one primitive.
+//
+//  1. read the GPUs' state; free ones are already-free;
+//  2. stage 1: TERM (grace, KILL) only the owners of the GPUs that are not
+//     free (memory or a compute context), then wait;
+//  3. stage 2: only for GPUs whose memory stays held with no owner left,
+//     kill the remaining unprotected holders of those GPUs (monitors, a
+//     forked child keeping its dead parent's memory), then wait;
+//  4. while something that may restart a worker remains, the GPUs freed
+//     must stay free for the settle time.
+//
+// Protected and suspicious holders are killed only with force. Under check
+// nothing is signalled: rows say what would be.
+func (m *mod) free(L *glua.LState) int {
+	r := &freeRun{m: m, L: L, o: checkFreeOpts(L), check: m.h.Check(), rows: map[int]*freeRow{},
+		outcome: map[int]helper.KillResult{}, supKill: map[int]bool{}}
+	r.run()
+	L.Push(r.table())
+	return 1
+}
+
+func (r *freeRun) thresholds(gpus []helper.GPU) map[int]int64 {
+	if r.o.threshold == nil {
+		return nil
+	}
+	th := map[int]int64{}
+	for _, g := range gpus {
+		th[g.Index] = *r.o.threshold
+	}
+	return th
+}
+
+// look takes a fresh snapshot and judges it with gpu.free's threshold.
+func (r *freeRun) look() (map[int]helper.GPUStatus, map[int]helper.Holder, []int) {
+	s := r.m.fetch(r.L, freeFn)
+	byIdx := map[int]helper.GPUStatus{}
+	var all []int
+	for _, st := range snapshotStatus(s, r.thresholds(s.GPUs)) {
+		byIdx[st.Index] = st
+		all = append(all, st.Index)
+	}
+	byPID := map[int]helper.Holder{}
+	for _, h := range s.Holders {
+		byPID[h.PID] = h
+	}
+	return byIdx, byPID, all
+}
+
+func (r *freeRun) run() {
+	status, holders, all := r.look()
+	chosen := r.o.gpus
+	if len(chosen) == 0 {
+		chosen = all
+	}
+	var pending []int
+	for _, idx := range chosen {
+		if _, dup := r.rows[idx]; dup {
+			continue
+		}
+		row := &freeRow{gpu: idx}
+		r.rows[idx] = row
+		r.order = append(r.order, idx)
+		st, ok := status[idx]
+		if !ok {
+			row.state, row.step = helper.GPUUnknown, StepNotFreed
+			row.reason = fmt.Sprintf("no GPU %d on this host (it has %s)", idx, intsText(all, ", "))
+			continue
+		}
+		row.state, row.before, row.after, row.reason = st.State, st.UsedMiB, st.UsedMiB, st.Reason
+		row.first = map[int]bool{}
+		for _, pid := range append(append(append([]int{}, st.Owners...), st.Others...), st.Suspicious...) {
+			row.first[pid] = true
+		}
+		if st.State == helper.GPUFree {
+			n, ok := r.m.settled[idx]
+			row.step, row.freed, row.settled = StepAlreadyFree, true, ok && n == len(r.m.h.Respawners().List())
+			continue
+		}
+		if why := r.hopeless(st); why != "" {
+			row.step, row.reason = StepNotFreed, why
+			continue
+		}
+		pending = append(pending, idx)
+	}
+	if r.check {
+		r.dryRun(pending, status, holders)
+		return
+	}
+
+	// Stage 1: owners only.
+	targets := map[int][]int{}
+	for _, idx := range pending {
+		targets[idx] = r.stage1(status[idx])
+	}
+	r.kill(StepStage1, targets, holders)
+	stay := r.wait(StepStage1, pending)
+
+	// Stage 2: the rest of the holders, only where memory stays held.
+	if len(stay) > 0 {
+		status, holders, _ = r.look()
+		targets = map[int][]int{}
+		var again []int
+		for _, idx := range stay {
+			st := status[idx]
+			row := r.rows[idx]
+			row.state, row.after = st.State, st.UsedMiB
+			if st.State == helper.GPUFree {
+				row.step, row.freed, row.settled = StepStage1, true, false
+				continue
+			}
+			t := r.stage2(st, holders)
+			if len(t) == 0 {
+				r.notFreed(row, st.Reason)
+				continue
+			}
+			targets[idx] = t
+			again = append(again, idx)
+		}
+		r.kill(StepStage2, targets, holders)
+		for _, idx := range r.wait(StepStage2, again) {
+			// Still held after stage 2: the wait set its reason.
+			r.rows[idx].step = StepNotFreed
+		}
+	}
+	r.settleFreed()
+}
+
+// hopeless says why waiting or killing cannot free a GPU, or "".
+func (r *freeRun) hopeless(st helper.GPUStatus) string {
+	switch {
+	case st.State == helper.GPUProtected && !r.o.force:
+		return st.Reason
+	case st.State == helper.GPUSuspicious && !r.o.force:
+		return st.Reason
+	case st.State == helper.GPUUnknown && len(st.Owners) == 0:
+		// Killing monitors would not make the reading known.
+		return st.Reason
+	}
+	return ""
+}
+
+// stage1 targets: the owners (and, forced, the suspicious ones).
+func (r *freeRun) stage1(st helper.GPUStatus) []int {
+	t := append([]int{}, st.Owners...)
+	if r.o.force {
+		t = append(t, st.Suspicious...)
+	}
+	return t
+}
+
+// stage2 targets of a GPU whose memory stays held: every unprotected
+// holder left (and, forced, the protected and suspicious ones), the
+// keepers of ghosts' memory included.
+func (r *freeRun) stage2(st helper.GPUStatus, holders map[int]helper.Holder) []int {
+	if st.State != helper.GPUMemoryHeld && !(r.o.force && (st.State == helper.GPUProtected || st.State == helper.GPUSuspicious)) {
+		return nil
+	}
+	seen := map[int]bool{}
+	var t []int
+	add := func(pids ...int) {
+		for _, p := range pids {
+			if h, ok := holders[p]; ok && !seen[p] && (r.o.force || !h.Protected) {
+				seen[p] = true
+				t = append(t, p)
+			}
+		}
+	}
+	add(st.Owners...)
+	add(st.Others...)
+	for _, g := range st.Ghosts {
+		add(g.HeldBy...)
+	}
+	if r.o.force {
+		add(st.Protected...)
+		add(st.Suspicious...)
+	}
+	return t
+}
+
+// kill signals each GPU's targets by identity in one request and, when
+// asked, the supervisors found (their tree from the top).
+func (r *freeRun) kill(stage string, targets map[int][]int, holders map[int]helper.Holder) {
+	var ids []helper.Identity
+	seen := map[int]bool{}
+	for _, idx := range sortedKeys(targets) {
+		for _, pid := range targets[idx] {
+			if h, ok := holders[pid]; ok && !seen[pid] {
+				seen[pid] = true
+				ids = append(ids, h.Identity)
+			}
+		}
+	}
+	resp := r.m.callKill(r.L, freeFn, helper.KillRequest{Config: r.m.h.HelperConfig(), Targets: ids,
+		Grace: helper.Duration(r.o.grace), Group: r.o.group, Force: r.o.force, DryRun: r.check})
+	r.record(stage, resp.Results)
+	for idx, pids := range targets {
+		for _, pid := range pids {
+			if k, ok := r.outcome[pid]; ok && signalled(k) {
+				r.rows[idx].killed = appendNew(r.rows[idx].killed, pid)
+			}
+		}
+	}
+	if r.o.killSups && !r.check {
+		var sups []helper.Identity
+		for _, s := range r.m.h.Respawners().List() {
+			if s.PID > 1 && !r.supKill[s.PID] {
+				r.supKill[s.PID] = true
+				sups = append(sups, s.Identity)
+			}
+		}
+		resp := r.m.callKill(r.L, freeFn, helper.KillRequest{Config: r.m.h.HelperConfig(), Targets: sups,
+			Grace: helper.Duration(r.o.grace), Tree: true, Force: r.o.force})
+		r.record("supervisors", resp.Results)
+	}
+}
+
+func (r *freeRun) record(stage string, results []helper.KillResult) {
+	for _, k := range results {
+		r.killed = append(r.killed, k)
+		r.stages = append(r.stages, stage)
+		r.outcome[k.PID] = k
+	}
+}
+
+func signalled(k helper.KillResult) bool {
+	switch k.Outcome {
+	case helper.OutcomeExited, helper.OutcomeKilled, helper.OutcomeSurvived, helper.OutcomeWould:
+		return len(k.Signals) > 0 || k.Outcome == helper.OutcomeWould
+	}
+	return false
+}
+
+// wait waits for gpus; the free ones are freed at stage, the others get
+// their reason. It returns those whose memory stays held with no owner
+// left (the candidates of stage 2).
+func (r *freeRun) wait(stage string, gpus []int) []int {
+	if len(gpus) == 0 {
+		return nil
+	}
+	req := helper.WaitFreeRequest{Config: r.m.h.HelperConfig(), GPUs: gpus, ThresholdMiB: r.o.threshold,
+		Timeout: helper.Duration(r.o.timeout)}
+	resp, settle := r.m.callWait(r.L, freeFn, req, r.o.settle)
+	byIdx := map[int]helper.GPUStatus{}
+	for _, st := range resp.Status {
+		byIdx[st.Index] = st
+	}
+	var stay []int
+	for _, idx := range gpus {
+		row := r.rows[idx]
+		st, ok := byIdx[idx]
+		if !ok {
+			r.notFreed(row, "the helper's wait-free did not report this GPU: "+waitReason(resp))
+			continue
+		}
+		row.state, row.after = st.State, st.UsedMiB
+		switch {
+		case st.State == helper.GPUFree:
+			row.step, row.freed = stage, true
+			row.settled = resp.OK || settle == 0
+		case st.State == helper.GPUMemoryHeld, r.o.force && (st.State == helper.GPUProtected || st.State == helper.GPUSuspicious):
+			row.reason = st.Reason
+			stay = append(stay, idx)
+		default:
+			why := st.Reason
+			for _, pid := range st.Owners {
+				if !row.first[pid] && st.State == helper.GPUHeld {
+					// Not there at the first look: something restarted it.
+					why = "taken again after the kill: " + why
+					break
+				}
+			}
+			r.notFreed(row, why)
+		}
+	}
+	return stay
+}
+
+// notFreed ends a row, naming holders that survived KILL and, when an
+// owner came back after the kill, the supervisors of what was killed.
+func (r *freeRun) notFreed(row *freeRow, why string) {
+	row.step, row.freed = StepNotFreed, false
+	for _, pid := range row.killed {
+		if k := r.outcome[pid]; k.Outcome == helper.OutcomeSurvived {
+			why += fmt.Sprintf("; %s survived KILL (%s)", helper.Label(pid, k.Comm, nil), k.Reason)
+		}
+	}
+	if len(row.killed) > 0 {
+		for _, s := range r.m.h.Respawners().List() {
+			for _, c := range s.Children {
+				if containsInt(row.killed, c) && s.Why != "" && !strings.Contains(why, s.Why) {
+					why += "; " + s.Why
+					break
+				}
+			}
+		}
+	}
+	row.reason = why
+}
+
+func containsInt(xs []int, x int) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// settleFreed: while something may restart a worker, a GPU counts as
+// freed only after it stayed free for the settle time; every freed GPU
+// not yet watched that long is watched once more, together.
+func (r *freeRun) settleFreed() {
+	if len(r.m.h.Respawners().List()) == 0 {
+		return
+	}
+	var need []int
+	for _, idx := range r.order {
+		if row := r.rows[idx]; row.freed && !row.settled {
+			need = append(need, idx)
+		}
+	}
+	if len(need) == 0 {
+		return
+	}
+	req := helper.WaitFreeRequest{Config: r.m.h.HelperConfig(), GPUs: need, ThresholdMiB: r.o.threshold,
+		Timeout: helper.Duration(r.o.timeout)}
+	resp, _ := r.m.callWait(r.L, freeFn, req, r.o.settle)
+	byIdx := map[int]helper.GPUStatus{}
+	for _, st := range resp.Status {
+		byIdx[st.Index] = st
+	}
+	for _, idx := range need {
+		row := r.rows[idx]
+		st, ok := byIdx[idx]
+		if ok {
+			row.state, row.after = st.State, st.UsedMiB
+		}
+		switch {
+		case ok && st.State == helper.GPUFree && resp.OK:
+			row.settled = true
+		case ok && st.State != helper.GPUFree:
+			r.notFreed(row, st.Reason)
+		default:
+			r.notFreed(row, "did not stay watched for the settle time: "+waitReason(resp))
+		}
+	}
+}
+
+// dryRun: under check one dry-run kill of what stage 1 would signal (and
+// stage 2 where no owner is left but memory is held); nothing waits.
+func (r *freeRun) dryRun(pending []int, status map[int]helper.GPUStatus, holders map[int]helper.Holder) {
+	targets := map[int][]int{}
+	for _, idx := range pending {
+		t := r.stage1(status[idx])
+		if len(t) == 0 {
+			t = r.stage2(status[idx], holders)
+		}
+		if len(t) == 0 {
+			r.notFreed(r.rows[idx], status[idx].Reason)
+			continue
+		}
+		targets[idx] = t
+	}
+	r.kill(StepWouldKill, targets, holders)
+	for idx := range targets {
+		row := r.rows[idx]
+		if len(row.killed) == 0 {
+			r.notFreed(row, row.reason+" (nothing that may be signalled holds it)")
+			continue
+		}
+		row.step = StepWouldKill
+	}
+}
+
+func (r *freeRun) table() *glua.LTable {
+	L := r.L
+	t := L.NewTable()
+	rows := L.CreateTable(len(r.order), 0)
+	var why []string
+	ok := true
+	for _, idx := range r.order {
+		row := r.rows[idx]
+		rt := L.CreateTable(0, 9)
+		rt.RawSetString("gpu", glua.LNumber(row.gpu))
+		rt.RawSetString("state", glua.LString(row.state))
+		rt.RawSetString("freed", glua.LBool(row.freed))
+		rt.RawSetString("step", glua.LString(row.step))
+		rt.RawSetString("before_mib", glua.LNumber(row.before))
+		rt.RawSetString("after_mib", glua.LNumber(row.after))
+		rt.RawSetString("killed", glua.LString(intsText(row.killed, ",")))
+		rt.RawSetString("reason", glua.LString(row.reason))
+		rows.Append(rt)
+		if row.step == StepNotFreed {
+			ok = false
+			why = append(why, fmt.Sprintf("GPU %d: %s", row.gpu, row.reason))
+		}
+	}
+	sups := r.m.h.Respawners().List()
+	reason := strings.Join(why, "; ")
+	if !ok {
+		// Name what restarts workers, unless it was killed here.
+		for _, s := range sups {
+			if !r.supKill[s.PID] && s.Why != "" && !strings.Contains(reason, s.Why) {
+				reason += "; " + s.Why
+			}
+		}
+	}
+	t.RawSetString("ok", glua.LBool(ok))
+	luaconv.SetStr(t, "reason", reason)
+	t.RawSetString("rows", rows)
+	t.RawSetString("supervisors", supervisorList(L, sups))
+	killed := L.CreateTable(len(r.killed), 0)
+	for i, k := range r.killed {
+		kt := killResultTable(L, k)
+		kt.RawSetString("stage", glua.LString(r.stages[i]))
+		killed.Append(kt)
+	}
+	t.RawSetString("killed", killed)
+	return t
+}
+
+func intsText(xs []int, sep string) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = strconv.Itoa(x)
+	}
+	return strings.Join(parts, sep)
+}
+
+func appendNew(xs []int, x int) []int {
+	for _, v := range xs {
+		if v == x {
+			return xs
+		}
+	}
+	return append(xs, x)
+}
+
+func sortedKeys(m map[int][]int) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Ints(out)
+	return out
+}

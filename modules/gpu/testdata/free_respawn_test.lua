@@ -1,0 +1,66 @@
+-- gpu.free and a supervisor that restarts its workers
+local sup = fake.add_proc{pid = 633, comm = "python3", cmdline = {"/usr/bin/python3", "train.py"}}
+local w = fake.add_holder{mem = {[0] = 10240}, ppid = sup, respawn_after_polls = 20}
+local r = gpu.free{grace = "10ms", timeout = "1s", settle = "5s"}
+assert.eq(r.ok, false, "a worker came back inside the settle: never freed")
+assert.eq(r.rows[1].step, "not-freed")
+assert.eq(r.rows[1].state, "new-holder")
+assert.match(r.rows[1].reason, "pid 633 %(python3 train.py%) restarts its workers: stop it or its unit")
+assert.eq(r.supervisors[1].pid, 633)
+assert.eq(r.rows[2].step, "already-free", "GPU 1 stayed free through its own settle")
+local wf = fake.calls("wait-free")
+assert.eq(wf[#wf].gpus, {1})
+assert.eq(wf[#wf].settle, "5s")
+assert.eq(fake.alive(sup), true)
+local back = fake.holders_of(0)
+assert.len(back, 1)
+
+-- kill_supervisors: the supervisor's tree from the top, then the settle holds
+r = gpu.free{grace = "10ms", timeout = "1s", settle = "5s", kill_supervisors = true}
+assert.eq(r.ok, true, r.reason)
+assert.eq(r.rows[1].step, "stage 1")
+assert.eq(r.rows[2].step, "already-free")
+assert.eq(fake.alive(sup), false)
+assert.eq(fake.alive(back[1]), false)
+local k = fake.calls("kill")
+assert.eq(k[#k].tree, true)
+assert.eq(k[#k].targets[1].pid, 633)
+local sawsup = false
+for _, x in ipairs(r.killed) do sawsup = sawsup or (x.pid == 633 and x.stage == "supervisors") end
+assert.truthy(sawsup, "the supervisor's kill is in killed")
+-- the waits settled and watched
+wf = fake.calls("wait-free")
+assert.eq(wf[#wf].settle, "5s")
+
+-- a GPU a wait already kept free for the settle needs no second settle,
+-- until a new supervisor is recorded
+local waits = #fake.calls("wait-free")
+assert.eq(gpu.wait_free{gpus = {1}, settle = "1s"}.ok, true)
+r = gpu.free{gpus = {1}, settle = "1s"}
+assert.eq(r.rows[1].step, "already-free")
+assert.eq(#fake.calls("wait-free"), waits + 1, "gpu.free did not settle GPU 1 again")
+local sup2 = fake.add_proc{comm = "bash"}
+gpu.kill({fake.add_holder{mem = {[0] = 10}, ppid = sup2}})
+r = gpu.free{gpus = {1}, settle = "1s"}
+assert.eq(#fake.calls("wait-free"), waits + 2, "a new supervisor: GPU 1 is watched again")
+assert.eq(r.ok, true)
+
+-- a worker back before the GPU ever read free: the row says so (the fake's wait calls it a
+-- new holder; a helper that calls the GPU held gets "taken again"), and who restarts it
+local sup3 = fake.add_proc{comm = "bash", cmdline = {"/bin/bash", "run.sh"}}
+local w3 = fake.add_holder{mem = {[1] = 500}, ppid = sup3, respawn_after_polls = 1}
+r = gpu.free{gpus = {1}, grace = "10ms", timeout = "1s", settle = "1s"}
+assert.eq(r.rows[1].step, "not-freed")
+assert.truthy(r.rows[1].reason:match("^new holder pid %d+") or r.rows[1].reason:match("^taken again after the kill: held by pid %d+"), r.rows[1].reason)
+assert.match(r.rows[1].reason, "pid " .. sup3 .. " %(bash run.sh%) restarts its workers")
+assert.eq(r.rows[1].killed, tostring(w3))
+
+-- restarted before the wait even began: the GPU reads held, "taken again after the kill"
+assert.eq(gpu.free{gpus = {1}, grace = "10ms", settle = "1s", kill_supervisors = true}.ok, true)
+assert.eq(fake.alive(sup3), false)
+sup3 = fake.add_proc{comm = "bash", cmdline = {"/bin/bash", "run.sh"}}
+fake.add_holder{mem = {[1] = 500}, ppid = sup3, respawn_after_polls = -1}
+r = gpu.free{gpus = {1}, grace = "10ms", timeout = "300ms", settle = "1s"}
+assert.eq(r.rows[1].state, "held")
+assert.match(r.rows[1].reason, "^taken again after the kill: held by pid %d+ %(python3 train.py%) 500 MiB")
+assert.match(r.rows[1].reason, "pid " .. sup3 .. " %(bash run.sh%) restarts its workers")

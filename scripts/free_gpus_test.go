@@ -1,0 +1,209 @@
+package scripts
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/gpush/gpush/helper"
+	"github.com/gpush/gpush/modules/modulestest"
+)
+
+func wantStep(t *testing.T, rows map[int]map[string]any, want map[int]string) {
+	t.Helper()
+	for i, w := range want {
+		if rows[i] == nil || rows[i]["step"] != w {
+			t.Errorf("GPU %d: row %v, want step %s", i, rows[i], w)
+		}
+	}
+}
+
+func hasLine(lines []string, sub string) bool {
+	for _, l := range lines {
+		if strings.Contains(l, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// The main job: a service stopped, an orphan and a TERM-ignorer killed in
+// stage 1, a forked child keeping its dead parent's memory killed in stage
+// 2, and the monitor of the GPUs stage 1 freed and the protected daemon left
+// alone. (A monitor of GPU 4 would go in stage 2 too: its memory stayed held.)
+func TestFreeGPUsStages(t *testing.T) {
+	m := modulestest.NewGPUHost("gpu01", 5)
+	m.AddUnit(modulestest.FakeUnit{Name: "sglang.service", Active: true})
+	svc := m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{Unit: "sglang.service"}, MemByGPU: map[int]int64{0: 40000}})
+	orphan := m.AddHolder(modulestest.FakeHolder{MemByGPU: map[int]int64{1: 6144}})
+	ignorer := m.AddHolder(modulestest.FakeHolder{MemByGPU: map[int]int64{2: 4096}, IgnoreTerm: true})
+	child := m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{GPUs: []int{4}}, NoUVM: true})
+	parent := m.AddHolder(modulestest.FakeHolder{MemByGPU: map[int]int64{4: 8802}, Heir: child.PID})
+	probe := m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{GPUs: []int{0, 1, 2, 3}, Comm: "python3"}, Monitor: true})
+	daemon := m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{GPUs: []int{0, 1, 2, 3, 4}, Comm: "nvidia-persistenced", Protected: true}})
+
+	r := runScript(t, m, "free_gpus.lua", false, map[string]any{"services": []string{"sglang.service"},
+		"grace": "10ms", "timeout": "1s", "release_timeout": "1s"})
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	rows := r.rows(t)
+	wantStep(t, rows, map[int]string{0: "already-free", 1: "stage 1", 2: "stage 1", 3: "already-free", 4: "stage 2"})
+	for _, p := range []*modulestest.FakeHolder{svc, orphan, ignorer, parent, child} {
+		if m.Alive(p.PID) {
+			t.Errorf("pid %d (%v) must be gone", p.PID, p.Cmdline)
+		}
+	}
+	if !m.Alive(probe.PID) || !m.Alive(daemon.PID) {
+		t.Error("the NVML probe and the protected daemon own no memory: they must survive")
+	}
+	if want := fmt.Sprintf("%d,%d", parent.PID, child.PID); rows[4]["killed"] != want {
+		t.Errorf("GPU 4 killed %v, want %s (the parent in stage 1, its child in stage 2)", rows[4]["killed"], want)
+	}
+	if rows[4]["before_mib"] != 8802.0 || rows[4]["after_mib"] != 0.0 {
+		t.Errorf("GPU 4 memory %v -> %v", rows[4]["before_mib"], rows[4]["after_mib"])
+	}
+	logs := r.logs()
+	for _, want := range []string{"info stopped sglang.service", "info GPU 4 freed (stage 2): 8802 -> 0 MiB, killed ",
+		"info GPU 1 freed (stage 1): 6144 -> 0 MiB, killed "} {
+		if !hasLine(logs, want) {
+			t.Errorf("no log line %q in %q", want, logs)
+		}
+	}
+	// The stopped unit's GPU was waited for; the release wait named only it.
+	waits := r.host.FakeConn.Calls(helper.VerbWaitFree)
+	if len(waits) == 0 || len(waits[0].Request.(helper.WaitFreeRequest).GPUs) != 1 || waits[0].Request.(helper.WaitFreeRequest).GPUs[0] != 0 {
+		t.Errorf("first wait-free %+v, want one for GPU 0", waits)
+	}
+}
+
+// A unit that does not exist (a typo) fails the host before anything is killed.
+func TestFreeGPUsUnitNotFound(t *testing.T) {
+	m := modulestest.NewGPUHost("gpu01", 1)
+	w := m.AddHolder(modulestest.FakeHolder{MemByGPU: map[int]int64{0: 1000}})
+	r := runScript(t, m, "free_gpus.lua", false, map[string]any{"services": []string{"vllm-embd.service"}})
+	if r.err == nil || !strings.Contains(r.err.Error(), "stop vllm-embd.service: unit vllm-embd.service not found") {
+		t.Fatalf("error %v", r.err)
+	}
+	if !m.Alive(w.PID) || len(r.host.FakeConn.Calls(helper.VerbKill)) != 0 {
+		t.Error("a failed stop must not go on to kill")
+	}
+}
+
+// A unit that leaves a worker in its cgroup (KillMode=process) is not a
+// failure; its GPU is not waited for (waiting cannot help) but freed by stage 1.
+func TestFreeGPUsServiceLeftovers(t *testing.T) {
+	m := modulestest.NewGPUHost("gpu01", 3)
+	m.AddUnit(modulestest.FakeUnit{Name: "vllm.service", Active: true})
+	m.AddUnit(modulestest.FakeUnit{Name: "sglang.service", Active: true, StayAfterStop: true})
+	m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{Unit: "vllm.service"}, MemByGPU: map[int]int64{0: 10240}})
+	worker := m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{Unit: "sglang.service"}, MemByGPU: map[int]int64{1: 8192}})
+
+	r := runScript(t, m, "free_gpus.lua", false, map[string]any{"services": []string{"vllm.service", "sglang.service"},
+		"grace": "10ms", "timeout": "1s"})
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	wantStep(t, r.rows(t), map[int]string{0: "already-free", 1: "stage 1", 2: "already-free"})
+	if m.Alive(worker.PID) {
+		t.Error("the stopped unit's leftover worker must be killed")
+	}
+	if !hasLine(r.logs(), "warn stopped sglang.service; it left 1 process(es) in its cgroup") {
+		t.Errorf("logs %q", r.logs())
+	}
+	for _, c := range r.host.FakeConn.Calls(helper.VerbWaitFree)[:1] {
+		if gs := c.Request.(helper.WaitFreeRequest).GPUs; len(gs) != 1 || gs[0] != 0 {
+			t.Errorf("release wait for GPUs %v, want only 0 (GPU 1 is held by a leftover)", gs)
+		}
+	}
+}
+
+// Under --check nothing is stopped or killed; the rows say what would be.
+func TestFreeGPUsCheck(t *testing.T) {
+	m := modulestest.NewGPUHost("gpu01", 2)
+	m.AddUnit(modulestest.FakeUnit{Name: "sglang.service", Active: true})
+	a := m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{Unit: "sglang.service"}, MemByGPU: map[int]int64{0: 1000}})
+	b := m.AddHolder(modulestest.FakeHolder{MemByGPU: map[int]int64{1: 1000}, IgnoreTerm: true})
+	r := runScript(t, m, "free_gpus.lua", true, map[string]any{"services": []string{"sglang.service"}})
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	rows := r.rows(t)
+	wantStep(t, rows, map[int]string{0: "would-kill", 1: "would-kill"})
+	if !m.Alive(a.PID) || !m.Alive(b.PID) {
+		t.Error("--check killed a holder")
+	}
+	if u, _ := m.Unit("sglang.service"); !u.Active {
+		t.Error("--check stopped the unit")
+	}
+	if !hasLine(r.logs(), "would stop sglang.service") || !hasLine(r.logs(), "GPU 1 would kill ") {
+		t.Errorf("logs %q", r.logs())
+	}
+}
+
+// Why a GPU is not freed, one reason per GPU, and the host fails with them.
+func TestFreeGPUsNotFreedReasons(t *testing.T) {
+	m := modulestest.NewGPUHost("gpu01", 4)
+	m.AddHolder(modulestest.FakeHolder{MemByGPU: map[int]int64{0: 1000}, Stuck: true})
+	m.GPU(1).LeakedMiB = 2048
+	m.AddHolder(modulestest.FakeHolder{MemByGPU: map[int]int64{2: 1000}, ExitAfterPolls: 3})
+	m.AddHolder(modulestest.FakeHolder{MemByGPU: map[int]int64{2: 1000}, AppearAfterPolls: 2})
+	m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{GPUs: []int{3}, Comm: "nvidia-persistenced", Protected: true}})
+	m.GPU(3).LeakedMiB = 500
+
+	r := runScript(t, m, "free_gpus.lua", false, map[string]any{"grace": "10ms", "timeout": "300ms"})
+	if r.err == nil {
+		t.Fatal("the host must fail")
+	}
+	for _, want := range []string{"GPU 0: held by pid", "survived KILL", "GPU 1: 2048 MiB used (threshold 64 MiB) with no holder left",
+		"GPU 2: new holder pid", "GPU 3: 500 MiB used (threshold 64 MiB): held by protected pid", "(not killed)"} {
+		if !strings.Contains(r.err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, r.err)
+		}
+	}
+	if !hasLine(r.logs(), "error GPU 3 not freed: ") {
+		t.Errorf("logs %q", r.logs())
+	}
+}
+
+// A supervisor that restarts its worker: the host fails naming it; asked to,
+// gpush kills it from the top and the GPU stays free through the settle.
+func TestFreeGPUsRespawningSupervisor(t *testing.T) {
+	m := modulestest.NewGPUHost("gpu01", 1)
+	sup := m.AddProc(modulestest.FakeProc{Comm: "python3", Cmdline: []string{"/usr/bin/python3", "train.py"}})
+	m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{PPID: sup.PID}, MemByGPU: map[int]int64{0: 10240}, RespawnAfterPolls: 30})
+	vars := map[string]any{"grace": "10ms", "timeout": "1s", "settle": "5s"}
+	r := runScript(t, m, "free_gpus.lua", false, vars)
+	if r.err == nil || !strings.Contains(r.err.Error(), "restarts its workers: stop it or its unit") ||
+		!strings.Contains(r.err.Error(), "GPU 0: new holder") {
+		t.Fatalf("error %v", r.err)
+	}
+	vars["kill_supervisors"] = true
+	r = runScript(t, m, "free_gpus.lua", false, vars)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	wantStep(t, r.rows(t), map[int]string{0: "stage 1"})
+	if m.Alive(sup.PID) || len(m.HoldersOf(0)) != 0 {
+		t.Errorf("supervisor alive %v, holders of GPU 0 %v", m.Alive(sup.PID), m.HoldersOf(0))
+	}
+}
+
+// Only the chosen GPUs are touched.
+func TestFreeGPUsOnlyChosenGPUs(t *testing.T) {
+	m := modulestest.NewGPUHost("gpu01", 2)
+	keep := m.AddHolder(modulestest.FakeHolder{MemByGPU: map[int]int64{0: 1000}})
+	gone := m.AddHolder(modulestest.FakeHolder{MemByGPU: map[int]int64{1: 1000}})
+	r := runScript(t, m, "free_gpus.lua", false, map[string]any{"gpus": []int{1}, "grace": "10ms"})
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	rows := r.rows(t)
+	if len(rows) != 1 {
+		t.Errorf("rows %v, want GPU 1 only", rows)
+	}
+	wantStep(t, rows, map[int]string{1: "stage 1"})
+	if !m.Alive(keep.PID) || m.Alive(gone.PID) {
+		t.Error("only GPU 1's holder may be killed")
+	}
+}
