@@ -255,6 +255,8 @@ func TestSystemdFreeGPUsRestartAlways(t *testing.T) {
 	if st := h.active("trainer.service"); st != "inactive" {
 		t.Errorf("trainer.service %s after free_gpus", st)
 	}
+	// The stop released it; Restart= made gpush watch it for the settle time.
+	requireRow(t, r.stdout, "localhost 0 released true free 4096 0")
 	h.requireFree()
 }
 
@@ -274,5 +276,5 @@ func (h *sdHost) requireFree() {
 	if r.code != 0 {
 		h.t.Errorf("gpu_status: exit %d", r.code)
 	}
-	requireRow(h.t, r.stdout, "localhost 0 NVIDIA H200 0 143771")
+	requireRow(h.t, r.stdout, "localhost 0 NVIDIA H200 free 0 143771")
 }

@@ -67,6 +67,9 @@ func Assess(gpus []GPU, holders []Holder, ghosts []Ghost, threshold map[int]int6
 		case len(st.Owners) > 0:
 			st.State = GPUHeld
 			st.Reason = "held by " + label(st.Owners)
+			if unknown {
+				st.Reason += "; " + unknownWhy(g)
+			}
 			if len(st.Ghosts) > 0 {
 				st.Reason += "; " + ghostWhy(st.Ghosts, label)
 			}

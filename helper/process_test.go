@@ -360,7 +360,9 @@ func TestSnapshotSMIFaults(t *testing.T) {
 	if !s.SMI || len(s.GPUs) != 1 || s.GPUs[0].Source != SourceDevice || s.GPUs[0].Index != 0 || s.GPUs[0].MemUsedMiB != -1 {
 		t.Errorf("no devices: smi %v gpus %+v warnings %v", s.SMI, s.GPUs, s.Warnings)
 	}
-	if len(s.Status) != 1 || s.Status[0].State != GPUUnknown || !strings.Contains(s.Status[0].Reason, "/dev/nvidia0") || !strings.Contains(s.Status[0].Reason, "pid "+strconv.Itoa(p.pid)) {
+	// Its holder maps the device (a context): held, and the reason says
+	// the memory is unknown.
+	if len(s.Status) != 1 || s.Status[0].State != GPUHeld || !strings.Contains(s.Status[0].Reason, "/dev/nvidia0") || !strings.Contains(s.Status[0].Reason, "pid "+strconv.Itoa(p.pid)) {
 		t.Errorf("no devices: status %+v", s.Status)
 	}
 }

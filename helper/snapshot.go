@@ -479,7 +479,7 @@ func mergeApps(holders []Holder, gpus []GPU, apps []computeApp, hostPIDs bool, e
 			}
 			continue
 		}
-		h.Owner = true
+		h.Owner, h.OwnerWhy = true, "listed by nvidia-smi"
 		switch {
 		case a.MemMiB < 0 && h.MemMiB == 0:
 			h.MemMiB = -1
@@ -525,8 +525,8 @@ func keepers(holders []Holder, idx int, listed map[int]bool) []int {
 // nvidia-uvm open too, and a process is listed only once it has a context.
 func uvmOwners(holders []Holder) {
 	for i := range holders {
-		if slices.Contains(holders[i].Devices, "nvidia-uvm") {
-			holders[i].Owner = true
+		if !holders[i].Owner && slices.Contains(holders[i].Devices, "nvidia-uvm") {
+			holders[i].Owner, holders[i].OwnerWhy = true, "has nvidia-uvm open (nvidia-smi cannot list compute apps)"
 		}
 		markSuspicious(&holders[i])
 	}
@@ -553,6 +553,8 @@ func markSuspicious(h *Holder) {
 	switch {
 	case h.MemMiB > 0:
 		why = append(why, fmt.Sprintf("owns %d MiB", h.MemMiB))
+	case strings.HasPrefix(h.OwnerWhy, "maps "):
+		why = append(why, "it "+strings.TrimSuffix(h.OwnerWhy, " but nvidia-smi does not list it"))
 	case h.MemMiB < 0:
 		why = append(why, "nvidia-smi lists it as a compute app")
 	}
@@ -633,8 +635,21 @@ func (s *scanner) readApps(ctx context.Context, gs *gpuState) error {
 	var w []string
 	gs.ghosts, w = mergeApps(gs.holders, gs.gpus, apps, s.hostPIDs, s.exists)
 	gs.warns = append(gs.warns, w...)
+	listed := map[int]bool{}
+	for _, a := range apps {
+		listed[a.PID] = true
+	}
+	s.markMapped(gs.holders, listed, gs.mapping)
 	gs.apps = true
 	return nil
+}
+
+// noListing judges owners when nvidia-smi cannot list compute apps: a
+// mapped device (a context) first, then nvidia-uvm, which NVML clients
+// have open too: without a listing gpush cannot tell them apart.
+func (s *scanner) noListing(gs *gpuState) {
+	s.markMapped(gs.holders, nil, gs.mapping)
+	uvmOwners(gs.holders)
 }
 
 // exists reports whether pid names a process (a zombie with no live
@@ -694,10 +709,10 @@ func (s *scanner) snapshot(ctx context.Context) (*Snapshot, error) {
 		gs.warns = append(gs.warns, "nvidia-smi failed: "+smiErr.Error())
 	}
 	if !gs.smiOK {
-		uvmOwners(gs.holders)
+		s.noListing(&gs)
 	} else if err := s.readApps(ctx, &gs); err != nil {
-		gs.warns = append(gs.warns, "nvidia-smi compute apps: "+err.Error()+": owners judged by nvidia-uvm only")
-		uvmOwners(gs.holders)
+		gs.warns = append(gs.warns, "nvidia-smi compute apps: "+err.Error()+": owners judged by mapped devices and nvidia-uvm only")
+		s.noListing(&gs)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("interrupted: %w", err)

@@ -124,15 +124,15 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		sinceApps++
 		switch {
 		case !gs.smiOK:
-			uvmOwners(gs.holders)
+			s.noListing(&gs)
 			status = assessChosen(gs, nil, want, resp.ThresholdMiB)
 		case unjudged || needApps(status) || sinceApps >= appsRefresh && len(gs.holders) > 0:
 			if err := s.readApps(ctx, &gs); err != nil {
 				if !appsNote {
-					notes = append(notes, "compute apps unavailable, owners judged by nvidia-uvm only: "+err.Error())
+					notes = append(notes, "compute apps unavailable, owners judged by mapped devices and nvidia-uvm only: "+err.Error())
 					appsNote = true
 				}
-				uvmOwners(gs.holders)
+				s.noListing(&gs)
 			} else {
 				judged.record(gs.holders)
 				sinceApps = 0
@@ -312,7 +312,7 @@ func (o ownership) apply(holders []Holder, want map[int]bool) (unjudged bool) {
 			unjudged = unjudged || h.SharedOnly || slices.ContainsFunc(h.GPUs, func(g int) bool { return want[g] })
 			continue
 		}
-		h.Owner, h.MemMiB, h.MemByGPU = j.Owner, j.MemMiB, j.MemByGPU
+		h.Owner, h.OwnerWhy, h.MemMiB, h.MemByGPU = j.Owner, j.OwnerWhy, j.MemMiB, j.MemByGPU
 		markSuspicious(h)
 	}
 	return unjudged
@@ -330,7 +330,7 @@ func (o ownership) covers(holders []Holder) bool {
 
 func (o ownership) record(holders []Holder) {
 	for _, h := range holders {
-		o[h.Identity] = Holder{Owner: h.Owner, MemMiB: h.MemMiB, MemByGPU: h.MemByGPU}
+		o[h.Identity] = Holder{Owner: h.Owner, OwnerWhy: h.OwnerWhy, MemMiB: h.MemMiB, MemByGPU: h.MemByGPU}
 	}
 }
 

@@ -142,6 +142,10 @@ type Holder struct {
 	// owners (monitors, NVML clients, a child that inherited the fds) are
 	// killed only while memory stays held after the owners are gone.
 	Owner bool `json:"owner"`
+	// OwnerWhy says what made it an owner: "listed by nvidia-smi", "maps
+	// nvidiactl, nvidia0 (a CUDA context) but nvidia-smi does not list it",
+	// "has nvidia-uvm open (nvidia-smi cannot list compute apps)".
+	OwnerWhy string `json:"owner_why,omitempty"`
 	// Suspicious is set when a process with a protected name behaves like a
 	// worker (owns memory or has nvidia-uvm open): protection by name can be
 	// spoofed. It is still not killed without force, and its GPUs are not free.

@@ -20,6 +20,7 @@
 -- @var force bool also kill protected and suspicious holders (default: false)
 -- @var group bool also signal each holder's process group (default: false)
 -- @var kill_supervisors bool kill what restarts the workers, its tree from the top (default: false)
+-- @var users list only signal these users' processes (globs); leave it out for every user
 --
 -- example: gpush run free_gpus.lua -i ct129 -e services=sglang-qwen.service -e grace=10s
 local held, leftover = {}, {} -- GPUs the units' workers held; GPUs their leftovers still hold
@@ -45,7 +46,8 @@ if #release > 0 and not check then
 end
 
 local r = gpu.free{gpus = vars.gpus, grace = vars.grace, timeout = vars.timeout, settle = vars.settle,
-  threshold_mib = vars.threshold_mib, force = vars.force, group = vars.group, kill_supervisors = vars.kill_supervisors}
+  threshold_mib = vars.threshold_mib, force = vars.force, group = vars.group, kill_supervisors = vars.kill_supervisors,
+  users = vars.users}
 for _, row in ipairs(r.rows) do
   if row.step == "already-free" then log.info("GPU %d already free: %d MiB used", row.gpu, row.after_mib)
   elseif row.freed then log.info("GPU %d freed (%s): %d -> %d MiB%s", row.gpu, row.step, row.before_mib, row.after_mib,

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,10 +17,13 @@ import (
 // Steps of a gpu.free row: which stage freed the GPU, or why not.
 const (
 	StepAlreadyFree = "already-free"
-	StepStage1      = "stage 1"
-	StepStage2      = "stage 2"
-	StepNotFreed    = "not-freed"
-	StepWouldKill   = "would-kill"
+	// StepReleased: free at gpu.free's first look, but over its threshold
+	// at the run's first reading: released before any kill (a service stop).
+	StepReleased  = "released"
+	StepStage1    = "stage 1"
+	StepStage2    = "stage 2"
+	StepNotFreed  = "not-freed"
+	StepWouldKill = "would-kill"
 )
 
 // Defaults of gpu.free.
@@ -33,6 +37,8 @@ type freeOpts struct {
 	grace, timeout, settle time.Duration
 	threshold              *int64
 	force, group, killSups bool
+	// users narrows what may be signalled (globs); empty: anyone's.
+	users []string
 }
 
 // freeRow is one chosen GPU's course through the staged free.
@@ -71,9 +77,17 @@ func checkFreeOpts(L *glua.LState) freeOpts {
 	f := freeOpts{gpus: o.Ints("gpus"), grace: o.Duration("grace", DefaultFreeGrace),
 		timeout: o.Duration("timeout", DefaultFreeTimeout), settle: o.Duration("settle", 0),
 		threshold: o.IntPtr("threshold_mib"), force: o.Bool("force", false), group: o.Bool("group", false),
-		killSups: o.Bool("kill_supervisors", false)}
+		killSups: o.Bool("kill_supervisors", false), users: o.Strings("users")}
 	if o.Has("gpus") && len(f.gpus) == 0 {
 		L.ArgError(1, freeFn+": option gpus: empty list (leave it out to mean every GPU)")
+	}
+	if o.Has("users") && len(f.users) == 0 {
+		L.ArgError(1, freeFn+": option users: empty list (leave it out to mean every user)")
+	}
+	for _, p := range f.users {
+		if _, err := path.Match(p, ""); err != nil {
+			L.ArgError(1, fmt.Sprintf("%s: option users: bad glob %q: %v", freeFn, p, err))
+		}
 	}
 	o.Done()
 	if f.threshold != nil && *f.threshold < 0 {
@@ -134,6 +148,11 @@ func (r *freeRun) look() (map[int]helper.GPUStatus, map[int]helper.Holder, []int
 }
 
 func (r *freeRun) run() {
+	// The run's first reading of each GPU, before this call's look adds one.
+	firstReading := map[int]int64{}
+	for _, g := range r.m.h.Stats().Snapshot().GPUs {
+		firstReading[g.Index] = g.BeforeMiB
+	}
 	status, holders, all := r.look()
 	chosen := r.o.gpus
 	if len(chosen) == 0 {
@@ -161,6 +180,9 @@ func (r *freeRun) run() {
 		if st.State == helper.GPUFree {
 			n, ok := r.m.settled[idx]
 			row.step, row.freed, row.settled = StepAlreadyFree, true, ok && n == len(r.m.h.Respawners().List())
+			if first, ok := firstReading[idx]; ok && first > st.ThresholdMiB {
+				row.step, row.before = StepReleased, first
+			}
 			continue
 		}
 		if why := r.hopeless(st); why != "" {
@@ -176,11 +198,28 @@ func (r *freeRun) run() {
 
 	// Stage 1: owners only.
 	targets := map[int][]int{}
+	var foreign map[int]string
 	for _, idx := range pending {
-		targets[idx] = r.stage1(status[idx])
+		targets[idx] = r.stage1(status[idx], holders)
+		if why := r.outside(status[idx].Owners, holders); why != "" {
+			if foreign == nil {
+				foreign = map[int]string{}
+			}
+			foreign[idx] = why
+		}
 	}
 	r.kill(StepStage1, targets, holders)
-	stay := r.wait(StepStage1, pending)
+	// A GPU an owner outside the users filter holds cannot be freed: its
+	// filtered owners were signalled, but nothing waits for it.
+	waitFor := pending[:0:0]
+	for _, idx := range pending {
+		if why, ok := foreign[idx]; ok {
+			r.notFreed(r.rows[idx], why)
+			continue
+		}
+		waitFor = append(waitFor, idx)
+	}
+	stay := r.wait(StepStage1, waitFor)
 
 	// Stage 2: the rest of the holders, only where memory stays held.
 	if len(stay) > 0 {
@@ -226,13 +265,42 @@ func (r *freeRun) hopeless(st helper.GPUStatus) string {
 	return ""
 }
 
-// stage1 targets: the owners (and, forced, the suspicious ones).
-func (r *freeRun) stage1(st helper.GPUStatus) []int {
-	t := append([]int{}, st.Owners...)
+// stage1 targets: the owners (and, forced, the suspicious ones) that the
+// users filter allows.
+func (r *freeRun) stage1(st helper.GPUStatus, holders map[int]helper.Holder) []int {
+	var t []int
+	for _, pid := range st.Owners {
+		if r.allowed(holders[pid]) {
+			t = append(t, pid)
+		}
+	}
 	if r.o.force {
-		t = append(t, st.Suspicious...)
+		for _, pid := range st.Suspicious {
+			if r.allowed(holders[pid]) {
+				t = append(t, pid)
+			}
+		}
 	}
 	return t
+}
+
+// allowed: the users filter lets h be signalled.
+func (r *freeRun) allowed(h helper.Holder) bool {
+	return len(r.o.users) == 0 || globAny(r.o.users, h.User)
+}
+
+// outside names the pids the users filter keeps from being signalled.
+func (r *freeRun) outside(pids []int, holders map[int]helper.Holder) string {
+	var parts []string
+	for _, pid := range pids {
+		if h, ok := holders[pid]; ok && !r.allowed(h) {
+			parts = append(parts, fmt.Sprintf("%s of user %s", helper.Label(h.PID, h.Comm, h.Cmdline), h.User))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "held by " + strings.Join(parts, ", ") + ", outside users=" + strings.Join(r.o.users, ",") + " (not killed)"
 }
 
 // stage2 targets of a GPU whose memory stays held: every unprotected
@@ -246,7 +314,7 @@ func (r *freeRun) stage2(st helper.GPUStatus, holders map[int]helper.Holder) []i
 	var t []int
 	add := func(pids ...int) {
 		for _, p := range pids {
-			if h, ok := holders[p]; ok && !seen[p] && (r.o.force || !h.Protected) {
+			if h, ok := holders[p]; ok && !seen[p] && (r.o.force || !h.Protected) && r.allowed(h) {
 				seen[p] = true
 				t = append(t, p)
 			}
@@ -438,7 +506,11 @@ func (r *freeRun) settleFreed() {
 func (r *freeRun) dryRun(pending []int, status map[int]helper.GPUStatus, holders map[int]helper.Holder) {
 	targets := map[int][]int{}
 	for _, idx := range pending {
-		t := r.stage1(status[idx])
+		t := r.stage1(status[idx], holders)
+		if why := r.outside(status[idx].Owners, holders); why != "" && len(t) == 0 {
+			r.notFreed(r.rows[idx], why)
+			continue
+		}
 		if len(t) == 0 {
 			t = r.stage2(status[idx], holders)
 		}
@@ -475,7 +547,11 @@ func (r *freeRun) table() *glua.LTable {
 		rt.RawSetString("before_mib", glua.LNumber(row.before))
 		rt.RawSetString("after_mib", glua.LNumber(row.after))
 		rt.RawSetString("killed", glua.LString(intsText(row.killed, ",")))
-		rt.RawSetString("reason", glua.LString(row.reason))
+		reason := row.reason
+		if row.freed {
+			reason = "" // what held it is in killed; a freed GPU needs no excuse
+		}
+		rt.RawSetString("reason", glua.LString(reason))
 		rows.Append(rt)
 		if row.step == StepNotFreed {
 			ok = false

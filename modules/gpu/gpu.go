@@ -442,6 +442,7 @@ func HolderTable(L *glua.LState, h helper.Holder) *glua.LTable {
 	}
 	t.RawSetString("mem_by_gpu", byGPU)
 	t.RawSetString("owner", glua.LBool(h.Owner))
+	luaconv.SetStr(t, "owner_why", h.OwnerWhy)
 	luaconv.SetStr(t, "suspicious", h.Suspicious)
 	t.RawSetString("zombie_leader", glua.LBool(h.ZombieLeader))
 	luaconv.SetStr(t, "unit", h.Unit)

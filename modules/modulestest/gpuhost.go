@@ -35,7 +35,8 @@ type FakeGPU struct {
 
 // FakeHolder is one process holding GPUs. Whether it is an owner is
 // derived as the helper derives it: it has memory on a GPU (nvidia-smi
-// lists it) or nvidia-uvm open.
+// lists it) or maps a device (every GPU holder but monitors and protected
+// daemons), or, without nvidia-smi, has nvidia-uvm open.
 type FakeHolder struct {
 	helper.Holder
 	// MemByGPU is the memory it holds per GPU index.
@@ -383,7 +384,11 @@ func (g *GPUHost) holderList() []helper.Holder {
 				c.MemMiB += m
 			}
 		}
-		c.Owner = c.MemMiB > 0 || hasDevice(c.Devices, "nvidia-uvm")
+		// As the helper judges: listed by nvidia-smi; or a context mapped,
+		// which every holder of a GPU but monitors and protected daemons
+		// has (a forked heir too); or, without nvidia-smi, nvidia-uvm open.
+		maps := !h.Monitor && !h.Protected && len(c.GPUs) > 0
+		c.Owner = c.MemMiB > 0 || maps || h.UVM || g.NoSMI && hasDevice(c.Devices, "nvidia-uvm")
 		if c.Protected && c.Owner && c.ProtectedWhy == c.Comm {
 			why := "it has nvidia-uvm open"
 			if c.MemMiB > 0 {

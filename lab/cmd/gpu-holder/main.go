@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/gpush/gpush/lab/labgpu"
+	"golang.org/x/sys/unix"
 )
 
 type devList []string
@@ -76,6 +77,16 @@ func main() {
 			os.Exit(1)
 		}
 		files = append(files, f)
+	}
+	if *mem > 0 || *keepsOf > 0 {
+		// A CUDA context maps the device files (the helper tells owners
+		// from monitors by that); monitors map nothing.
+		for _, f := range files {
+			if _, err := unix.Mmap(int(f.Fd()), 0, 4096, unix.PROT_READ, unix.MAP_SHARED); err != nil {
+				fmt.Fprintf(os.Stderr, "gpu-holder: map %s: %v\n", f.Name(), err)
+				os.Exit(1)
+			}
+		}
 	}
 	childPID := 0
 	if *childMem > 0 {

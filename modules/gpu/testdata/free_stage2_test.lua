@@ -1,5 +1,7 @@
--- gpu.free stage 2: memory stays held by a forked child after its parent (the owner) died
-local child = fake.add_holder{pid = 516, gpus = {0}, uvm = false}
+-- gpu.free stage 2: memory stays held by a child after its parent (the owner) died. A
+-- fork+exec'd child inherited the fds but maps nothing (monitor-like): only stage 2 finds it.
+-- (A plain forked child maps the context: an owner, stage 1; see free_gpus_test.go.)
+local child = fake.add_holder{pid = 516, gpus = {0}, monitor = true, comm = "python3"}
 local parent = fake.add_holder{pid = 453, mem = {[0] = 8802}, heir = child}
 local mon = fake.add_holder{gpus = {1}, monitor = true, comm = "dcgm-exporter"}
 local busy1 = fake.add_holder{mem = {[1] = 2000}}

@@ -1,5 +1,6 @@
--- memory of a dead pid, kept by a forked child that nvidia-smi does not list
-local child = fake.add_holder{pid = 516, gpus = {0}, uvm = false, comm = "python3"}
+-- memory of a dead pid, kept by a fork+exec'd child that nvidia-smi does not list and that
+-- maps nothing (a forked child that maps the context would be an owner: state held)
+local child = fake.add_holder{pid = 516, gpus = {0}, monitor = true, comm = "python3"}
 local parent = fake.add_holder{pid = 453, mem = {[0] = 8802}, heir = child}
 local r = gpu.kill({parent})
 assert.eq(r.exited, 1)

@@ -1,0 +1,122 @@
+package helper
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// A CUDA context maps the driver's device files into the process:
+// measured on the H200 (driver 580, hw/h200/result-maps-2026-12-01.log), a
+// torch worker maps /dev/nvidiactl 27 times and /dev/nvidia0 3 times, and a
+// child forked from it keeps those mappings after the parent died, while
+// NVML clients (pynvml, nvidia-smi -lms, dcgm) map none, although they
+// have nvidia-uvm open. So a holder nvidia-smi does not list, but that maps
+// a device, owns a context: the keeper of a dead parent's memory, or a
+// worker in a PID namespace nvidia-smi cannot name.
+
+// maxMapsBytes bounds what is read of one /proc/PID/maps: a CUDA process
+// has a few thousand lines; a hostile one cannot make the helper read more.
+const maxMapsBytes = 8 << 20
+
+// mappedDevices lists the NVIDIA device files (relative to DevDir) that
+// pid maps. A zombie leader's own maps are empty: its live threads' are read.
+func (s *scanner) mappedDevices(pid int) []string {
+	paths := []string{s.proc.path(pid, "maps")}
+	if tasks, err := os.ReadDir(s.proc.path(pid, "task")); err == nil {
+		for _, t := range tasks {
+			if t.Name() != strconv.Itoa(pid) {
+				paths = append(paths, filepath.Join(s.proc.path(pid, "task"), t.Name(), "maps"))
+			}
+		}
+	}
+	for _, p := range paths {
+		if devs := s.readMaps(p); len(devs) > 0 {
+			return devs
+		}
+		if len(paths) > 1 && p == paths[0] {
+			// Only a zombie leader's threads are worth reading: a live
+			// leader's maps are the whole thread group's.
+			if st, err := s.proc.stat(pid); err != nil || st.State != "Z" {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+func (s *scanner) readMaps(path string) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var devs []string
+	sc := bufio.NewScanner(&limitedReader{f: f, left: maxMapsBytes})
+	sc.Buffer(make([]byte, 0, 64<<10), 64<<10)
+	for sc.Scan() {
+		line := sc.Bytes()
+		i := bytes.Index(line, []byte(" /"))
+		if i < 0 {
+			continue
+		}
+		if rel, ok := s.deviceOf(strings.TrimSpace(string(line[i:]))); ok && !slices.Contains(devs, rel) {
+			devs = append(devs, rel)
+		}
+	}
+	return devs
+}
+
+// limitedReader stops at left bytes.
+type limitedReader struct {
+	f    *os.File
+	left int64
+}
+
+func (r *limitedReader) Read(p []byte) (int, error) {
+	if r.left <= 0 {
+		return 0, os.ErrDeadlineExceeded
+	}
+	if int64(len(p)) > r.left {
+		p = p[:r.left]
+	}
+	n, err := r.f.Read(p)
+	r.left -= int64(n)
+	return n, err
+}
+
+// markMapped makes each holder that nvidia-smi does not list (listed) but
+// that maps an NVIDIA device an owner: of the GPUs whose /dev/nvidiaN it
+// maps, or of every GPU it holds when it maps only nvidiactl. Its memory is
+// unknown (-1): nvidia-smi charges it to nobody or to a dead pid.
+func (s *scanner) markMapped(holders []Holder, listed map[int]bool, m gpuMapping) {
+	for i := range holders {
+		h := &holders[i]
+		// A context lives on a GPU: one needs a /dev/nvidiaN open.
+		if listed[h.PID] || h.Owner || len(h.GPUs) == 0 {
+			continue
+		}
+		devs := s.mappedDevices(h.PID)
+		if len(devs) == 0 {
+			continue
+		}
+		h.Owner = true
+		h.OwnerWhy = "maps " + strings.Join(devs, ", ") + " (a CUDA context) but nvidia-smi does not list it"
+		if h.MemMiB == 0 {
+			h.MemMiB = -1
+		}
+		for _, minor := range gpuMinors(devs) {
+			if idx, ok := m.index(minor); ok {
+				if h.MemByGPU == nil {
+					h.MemByGPU = map[int]int64{}
+				}
+				h.MemByGPU[idx] = -1
+			}
+		}
+		markSuspicious(h)
+	}
+}
