@@ -285,8 +285,8 @@ func TestFreeGPUs(t *testing.T) {
 			}
 			// Each row says which stage freed its GPU and what it killed.
 			orphan, ignorer := l.Find(h.Name, lab.RoleOrphan)[0], l.Find(h.Name, lab.RoleTermIgnorer)[0]
-			requireRowHas(t, r.stdout, h.Name, 1, fmt.Sprintf("1 stage 1 true free 6144 0 %d held by pid %d", orphan.PID, orphan.PID))
-			requireRowHas(t, r.stdout, h.Name, 2, fmt.Sprintf("2 stage 1 true free 4096 0 %d held by pid %d", ignorer.PID, ignorer.PID))
+			requireRowHas(t, r.stdout, h.Name, 1, fmt.Sprintf("1 stage 1 true free 6144 0 %d", orphan.PID))
+			requireRowHas(t, r.stdout, h.Name, 2, fmt.Sprintf("2 stage 1 true free 4096 0 %d", ignorer.PID))
 		}
 		requireContains(t, r.stdout, "ok=2 failed=0 unreachable=1", "down01", "unreachable")
 		if !services {
@@ -299,13 +299,13 @@ func TestFreeGPUs(t *testing.T) {
 				t.Fatalf("%s: sglang worker %v", h.Name, child)
 			}
 			// The stop is reported with what it left; the leftover goes in
-			// stage 1; GPU 0 was free once its unit stopped.
+			// stage 1; GPU 0 was released by its unit's stop.
 			requireContains(t, r.stdout,
 				h.Name+" | INFO stopped vllm-embed.service\n",
 				h.Name+" | WARN stopped sglang-qwen.service; it left 1 process(es) in its cgroup",
 				fmt.Sprintf("%s | INFO GPU 3 freed (stage 1): ", h.Name))
-			requireRowHas(t, r.stdout, h.Name, 0, "0 already-free true free 0 0")
-			requireRowHas(t, r.stdout, h.Name, 3, "3 stage 1 true free", fmt.Sprintf(" %d held by pid %d", child[0].PID, child[0].PID))
+			requireRowHas(t, r.stdout, h.Name, 0, "0 released true free 10240 0")
+			requireRowHas(t, r.stdout, h.Name, 3, "3 stage 1 true free", fmt.Sprintf(" %d", child[0].PID))
 			if got := systemctl(t, h, "show", "-p", "ActiveState", "-p", "ControlGroup", "--value", lab.UnitVLLM, lab.UnitSGLang); got != "\ninactive\n\ninactive\n" {
 				t.Errorf("%s: units after the run (ControlGroup, ActiveState): %q, want inactive with no cgroup left", h.Name, got)
 			}

@@ -640,8 +640,30 @@ func (s *scanner) readApps(ctx context.Context, gs *gpuState) error {
 		listed[a.PID] = true
 	}
 	s.markMapped(gs.holders, listed, gs.mapping)
+	narrowKeepers(gs.ghosts, gs.holders)
 	gs.apps = true
 	return nil
+}
+
+// narrowKeepers: where some of a ghost's unlisted holders map its context
+// (owners), those keep its memory, not the monitors beside them (on the
+// H200 a pynvml monitor was named with the forked child otherwise).
+func narrowKeepers(ghosts []Ghost, holders []Holder) {
+	owner := map[int]bool{}
+	for _, h := range holders {
+		owner[h.PID] = h.Owner
+	}
+	for i := range ghosts {
+		var keep []int
+		for _, pid := range ghosts[i].HeldBy {
+			if owner[pid] {
+				keep = append(keep, pid)
+			}
+		}
+		if len(keep) > 0 {
+			ghosts[i].HeldBy = keep
+		}
+	}
 }
 
 // noListing judges owners when nvidia-smi cannot list compute apps: a

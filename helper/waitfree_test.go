@@ -113,8 +113,9 @@ func TestWaitFreeTimedOut(t *testing.T) {
 	h := newHost(t, 1)
 	p := h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "100")
 	r := waitFree(t, WaitFreeRequest{Config: h.cfg, Timeout: Duration(300 * time.Millisecond)})
-	if r.Outcome != WaitTimedOut || r.OK || len(r.Holders) != 1 || r.Holders[0].PID != p.pid || r.Holders[0].MemMiB != 100 || r.Polls < 2 {
-		t.Errorf("outcome %s holders %+v polls %d", r.Outcome, r.Holders, r.Polls)
+	// It polled until the deadline (one slow poll under load may be all).
+	if r.Outcome != WaitTimedOut || r.OK || len(r.Holders) != 1 || r.Holders[0].PID != p.pid || r.Holders[0].MemMiB != 100 || r.Elapsed.D() < 300*time.Millisecond {
+		t.Errorf("outcome %s holders %+v polls %d elapsed %s", r.Outcome, r.Holders, r.Polls, r.Elapsed.D())
 	}
 	if !strings.Contains(r.Reason, "pid "+strconv.Itoa(p.pid)) {
 		t.Errorf("reason %q", r.Reason)
