@@ -96,8 +96,12 @@ func (r *limitedReader) Read(p []byte) (int, error) {
 func (s *scanner) markMapped(holders []Holder, listed map[int]bool, m gpuMapping) {
 	for i := range holders {
 		h := &holders[i]
-		// A context lives on a GPU: one needs a /dev/nvidiaN open.
-		if listed[h.PID] || h.Owner || len(h.GPUs) == 0 {
+		// A context lives on a GPU: one needs a /dev/nvidiaN open. Protected
+		// daemons are judged by the listing alone: how a real
+		// nvidia-persistenced maps the driver was never measured, and a false
+		// "suspicious" would keep every GPU of a host from being free; a
+		// worker under a borrowed name owns memory nvidia-smi lists.
+		if listed[h.PID] || h.Owner || len(h.GPUs) == 0 || h.Protected {
 			continue
 		}
 		devs := s.mappedDevices(h.PID)
