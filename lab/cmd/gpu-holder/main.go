@@ -129,22 +129,27 @@ func startChild(devs []string, mem int64) (int, error) {
 		args = append(args, "--dev", d)
 	}
 	args = append(args, "--mem-mib", strconv.FormatInt(mem, 10))
-	cmd := exec.Command(exe, args...)
+	return spawnReady(exec.Command(exe, args...), "child")
+}
+
+// spawnReady starts cmd and returns the pid its ready line names; it is
+// never waited for.
+func spawnReady(cmd *exec.Cmd, what string) (int, error) {
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return 0, err
 	}
 	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("start %s: %w", exe, err)
+		return 0, fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
-		return 0, fmt.Errorf("child %d exited before ready: %w", cmd.Process.Pid, err)
+		return 0, fmt.Errorf("%s %d exited before ready: %w", what, cmd.Process.Pid, err)
 	}
 	pid, ok := labgpu.ReadyPID(line)
 	if !ok {
-		return 0, fmt.Errorf("child said %q, want ready <pid>", line)
+		return 0, fmt.Errorf("%s said %q, want ready <pid>", what, line)
 	}
 	return pid, nil
 }
@@ -166,23 +171,7 @@ func startKeeper(files []*os.File, mem int64) (int, error) {
 	// argv[0] as this process has it, as a fork keeps it (python3).
 	cmd.Args[0] = os.Args[0]
 	cmd.ExtraFiles = files
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return 0, err
-	}
-	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("start %s: %w", exe, err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		return 0, fmt.Errorf("keeper %d exited before ready: %w", cmd.Process.Pid, err)
-	}
-	pid, ok := labgpu.ReadyPID(line)
-	if !ok {
-		return 0, fmt.Errorf("keeper said %q, want ready <pid>", line)
-	}
-	return pid, nil
+	return spawnReady(cmd, "keeper")
 }
 
 // exitMainThread ends the main thread alone (exit(2), not exit_group(2)):
