@@ -307,6 +307,17 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 		}
 	}
 
+	// Each victim's systemd service, read while it lives: a unit that
+	// restarts its process is a supervisor too (see unitSupervisors).
+	units := map[int]string{}
+	for _, v := range active {
+		if b, err := os.ReadFile(s.proc.path(v.res.PID, "cgroup")); err == nil {
+			if u := parseCgroup(b).Unit; strings.HasSuffix(u, ".service") {
+				units[v.res.PID] = u
+			}
+		}
+	}
+
 	// First signal.
 	var waiting []*victim
 	for _, v := range active {
@@ -356,7 +367,7 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 		}
 		resp.Results = append(resp.Results, v.res)
 	}
-	resp.Supervisors = s.supervisors(resp.Results)
+	resp.Supervisors = append(s.supervisors(resp.Results), s.unitSupervisors(ctx, resp.Results, units)...)
 	resp.Elapsed = Duration(time.Since(start))
 	return resp, nil
 }
@@ -461,6 +472,49 @@ func (s *scanner) supervisors(results []KillResult) []Supervisor {
 		}
 		index[ppid] = len(out)
 		out = append(out, sup)
+	}
+	return out
+}
+
+// unitShowTimeout bounds each systemctl show of a killed process's unit.
+const unitShowTimeout = 5 * time.Second
+
+// unitSupervisors: a killed process's service that is still active with a
+// Restart= other than "no" will start it again (its parent is systemd, not
+// a supervisor by pid). Without systemd, or when systemctl cannot tell, no
+// unit is named: the caller's settle then rests on the parents alone.
+func (s *scanner) unitSupervisors(ctx context.Context, results []KillResult, units map[int]string) []Supervisor {
+	if len(units) == 0 {
+		return nil
+	}
+	systemctl, _ := findSystemd(s.cfg)
+	if systemctl == "" {
+		return nil
+	}
+	children := map[string][]int{}
+	var order []string
+	for _, r := range results {
+		u, ok := units[r.PID]
+		if !ok || r.Outcome != OutcomeExited && r.Outcome != OutcomeKilled {
+			continue
+		}
+		if _, seen := children[u]; !seen {
+			order = append(order, u)
+		}
+		children[u] = append(children[u], r.PID)
+	}
+	var out []Supervisor
+	for _, u := range order {
+		props, err := showUnit(ctx, systemctl, unitShowTimeout, u)
+		if err != nil {
+			continue
+		}
+		restart, state := props["Restart"], props["ActiveState"]
+		if restart == "" || restart == "no" || state == "inactive" || state == "failed" {
+			continue
+		}
+		out = append(out, Supervisor{Unit: u, Restart: restart, Children: children[u],
+			Why: fmt.Sprintf("unit %s (Restart=%s, %s) restarts what was killed: stop the unit", u, restart, state)})
 	}
 	return out
 }

@@ -507,6 +507,28 @@ func TestRealSystemdRestartAlways(t *testing.T) {
 	if second == first {
 		t.Fatalf("no new worker after the kill")
 	}
+	// Killed through the helper while its unit is active: its parent is
+	// systemd (no supervisor by pid), but the unit restarts it, and the
+	// kill names the unit as what will bring it back.
+	snap := snapshot(t, h.cfg)
+	w := findHolder(snap, second)
+	if w == nil {
+		t.Fatalf("worker %d not a holder", second)
+	}
+	kr, err := Kill(context.Background(), KillRequest{Config: h.cfg, Targets: []Identity{w.Identity}, Grace: Duration(2 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sup *Supervisor
+	for i := range kr.Supervisors {
+		if kr.Supervisors[i].Unit == name {
+			sup = &kr.Supervisors[i]
+		}
+	}
+	if sup == nil || sup.Restart != "always" || !slices.Contains(sup.Children, second) || !strings.Contains(sup.Why, "stop the unit") {
+		t.Errorf("kill of an active Restart=always unit's worker: supervisors %+v", kr.Supervisors)
+	}
+	h.readyAfter(name, 2, 1)
 	r := h.unit(UnitStop, name)
 	if !r.OK || r.Restart != "always" || r.ActiveState != "inactive" || len(r.GPUHolders) != 0 {
 		t.Errorf("stop: %+v", r)
