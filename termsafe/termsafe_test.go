@@ -2,7 +2,9 @@ package termsafe
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode"
@@ -117,6 +119,43 @@ func FuzzSanitize(f *testing.F) {
 		}
 		if b.String() != want {
 			t.Fatalf("Line(Paint(%q), Data(%q)) wrote %q, want %q", s, s, b.String(), want)
+		}
+	})
+}
+
+func TestJSON(t *testing.T) {
+	in := []byte("{\"comm\":\"\\u001b[1A\u009b2J\u202e\x7f\U000F0000 Grüße\"}\n")
+	want := "{\"comm\":\"\\u001b[1A\\u009b2J\\u202e\\u007f\\udb80\\udc00 Grüße\"}\n"
+	if got := JSON(in); string(got) != want {
+		t.Errorf("JSON = %s\nwant   %s", got, want)
+	}
+	plain := []byte(`{"a":"b"}`)
+	if got := JSON(plain); &got[0] != &plain[0] {
+		t.Error("ASCII input copied")
+	}
+}
+
+func FuzzJSON(f *testing.F) {
+	for _, s := range []string{"", "python3", "\x1b[1A\u009b\u202e\x7f", "\xff\xfe", "\U000F0000\U0001F600", "a\"b\\c"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		raw, err := json.Marshal(map[string]any{s: []string{s, "x"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := JSON(raw)
+		check(t, string(raw), string(got), false)
+		// The same value decodes from both.
+		var a, b any
+		if err := json.Unmarshal(raw, &a); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(got, &b); err != nil {
+			t.Fatalf("JSON(%s) = %s: %v", raw, got, err)
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("JSON(%s) = %s decodes to %q, want %q", raw, got, b, a)
 		}
 	})
 }
