@@ -212,3 +212,21 @@ func TestHostileProcessName(t *testing.T) {
 		t.Errorf("free_gpus.lua: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
 	}
 }
+
+// Inventory text is shown sanitized by gpush hosts; --json keeps it exact.
+func TestHostsSanitized(t *testing.T) {
+	inv := filepath.Join(t.TempDir(), "inv.yaml")
+	if err := os.WriteFile(inv, []byte("all:\n  hosts:\n    gpu01: {ansible_user: \"ops\\e[2J\\u009b\"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := gpush(t, "hosts", "-i", inv)
+	noControl(t, "hosts", out)
+	if code != 0 || !strings.Contains(out, `ops\x1b[2J\u009b`) {
+		t.Errorf("hosts: exit %d\n%s", code, out)
+	}
+	code, out, _ = gpush(t, "hosts", "-i", inv, "--json")
+	noControl(t, "hosts --json", out)
+	if code != 0 || !strings.Contains(out, `ops\u001b[2J\u009b`) {
+		t.Errorf("hosts --json: exit %d\n%s", code, out)
+	}
+}
