@@ -302,7 +302,8 @@ func historyPath() (string, error) {
 // prompt names the selected hosts ("gpush lab[01-04]> "), or their count
 // when the node set would not fit on a line.
 func (r *repl) prompt(more bool) string {
-	set := inventory.FoldNodeSet(r.cur)
+	// The line editor writes the prompt raw: inventory names are sanitized.
+	set := termsafe.String(inventory.FoldNodeSet(r.cur))
 	if len(set) > 40 {
 		set = fmt.Sprintf("%d hosts", len(r.cur))
 	}
@@ -536,9 +537,13 @@ func (c completer) Do(line []rune, pos int) ([][]rune, int) {
 	} else if word != "" {
 		cands = c.r.fleet.Complete(word)
 	}
-	out := make([][]rune, len(cands))
-	for i, s := range cands {
-		out[i] = []rune(s[len(word):])
+	out := make([][]rune, 0, len(cands))
+	for _, s := range cands {
+		// The line editor shows candidates raw: a global named with control
+		// characters (set from a host's data) is not offered.
+		if termsafe.String(s) == s {
+			out = append(out, []rune(s[len(word):]))
+		}
 	}
 	return out, len([]rune(word))
 }
