@@ -31,6 +31,14 @@ func onlyOwnEscapes(t *testing.T, s string, own ...string) {
 	}
 }
 
+// own are the SGR sequences gpush itself writes when it colours.
+func own(color bool) []string {
+	if !color {
+		return nil
+	}
+	return []string{"\x1b[0m", "\x1b[1m", "\x1b[31m", "\x1b[32m", "\x1b[33m", "\x1b[35m"}
+}
+
 func hostileRun(p *Printer) {
 	p.Event(Event{Host: "gpu01", Level: "info", Message: "exited pid 42 (" + hostile + ")"})
 	// A multi-line message cannot forge another host's line.
@@ -48,7 +56,7 @@ func TestHumanOutputIsSanitized(t *testing.T) {
 		var out bytes.Buffer
 		hostileRun(New(Options{Out: &out, Color: color, Now: clock()}))
 		s := out.String()
-		onlyOwnEscapes(t, s, "\x1b[0m", "\x1b[1m", "\x1b[31m", "\x1b[32m", "\x1b[33m", "\x1b[35m")
+		onlyOwnEscapes(t, s, own(color)...)
 		plain := s
 		for _, o := range []string{"\x1b[0m", "\x1b[1m", "\x1b[31m", "\x1b[32m", "\x1b[33m", "\x1b[35m"} {
 			plain = strings.ReplaceAll(plain, o, "")
@@ -106,4 +114,33 @@ func TestJSONKeepsHostileTextEscaped(t *testing.T) {
 	if got.Value[0]["comm"] != valid || got.Log[0].Message != "exited ("+valid+")" {
 		t.Errorf("decoded %q, %q; want %q", got.Value[0]["comm"], got.Log[0].Message, valid)
 	}
+}
+
+// Whatever the hosts send, human output holds no control byte but
+// newlines, tabs and gpush's own colours, and JSON output decodes.
+func FuzzPrinter(f *testing.F) {
+	f.Add("gpu01", hostile, "python3", "GPU 0: "+hostile)
+	f.Add("\x1b]0;title\x07", "a\nb\r\nc", "\u202e", "\xff")
+	f.Fuzz(func(t *testing.T, host, msg, comm, errText string) {
+		rs := []Result{{Host: host, Status: StatusFailed, Error: errText,
+			Value: []any{map[string]any{"comm": comm, "pid": 1.0}}}, {Host: "h2", Status: StatusOK, Value: comm}}
+		for _, color := range []bool{false, true} {
+			var out bytes.Buffer
+			p := New(Options{Out: &out, Color: color, Gather: color, Now: clock()})
+			p.Event(Event{Host: host, Level: "warn", Message: msg})
+			p.Finish(rs)
+			onlyOwnEscapes(t, out.String(), own(color)...)
+		}
+		var out bytes.Buffer
+		p := New(Options{Out: &out, JSON: true, Now: clock()})
+		p.Event(Event{Host: host, Level: "warn", Message: msg})
+		p.Finish(rs)
+		onlyOwnEscapes(t, out.String())
+		for _, line := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(line), &m); err != nil {
+				t.Fatalf("JSON line %q: %v", line, err)
+			}
+		}
+	})
 }
