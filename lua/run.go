@@ -222,10 +222,7 @@ func (s *Script) Compile() (*glua.FunctionProto, error) {
 		line := pe.Pos.Line
 		if line == parse.EOF {
 			// The end of the source: an unclosed block, string or bracket.
-			line = max(1, bytes.Count(s.Source, []byte("\n"))+1)
-			if bytes.HasSuffix(s.Source, []byte("\n")) {
-				line--
-			}
+			line = bytes.Count(bytes.TrimRight(s.Source, "\n"), []byte("\n")) + 1
 			return nil, fmt.Errorf("%s:%d: %s at the end of the script (an unclosed block, string or bracket?)", s.Name, line, strings.TrimSpace(pe.Message))
 		}
 		if pe.Pos.Column == 0 && line > 1 {
