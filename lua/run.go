@@ -10,9 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	glua "github.com/yuin/gopher-lua"
+	"github.com/yuin/gopher-lua/parse"
 
 	"github.com/gpush/gpush/inventory"
 	"github.com/gpush/gpush/modules"
@@ -71,7 +73,14 @@ type HostResult struct {
 // is dialled; declared host vars that do not convert fail their host.
 func Run(ctx context.Context, s *Script, hosts []inventory.Host, o Options) []HostResult {
 	results := make([]HostResult, len(hosts))
-	decls, err := s.Vars()
+	// A script that does not compile fails the same way everywhere: say so
+	// once per host without dialling any (callers such as gpush run check
+	// Compile themselves first, to report it once and exit 1).
+	_, err := s.Compile()
+	var decls VarDecls
+	if err == nil {
+		decls, err = s.Vars()
+	}
 	if err == nil {
 		o.ExtraVars, err = CheckExtraVars(s.Name, decls, o.ExtraVars)
 	}
@@ -198,4 +207,38 @@ func runHost(parent context.Context, s *Script, decls VarDecls, h inventory.Host
 	}
 	res.Status, res.Value = StatusOK, v
 	return res
+}
+
+// Compile parses and compiles the script, as every host's state would load
+// it, so that a syntax error is found before any host is dialled. The error
+// names the script and line ("free.lua:3: syntax error near 'x'").
+func (s *Script) Compile() (*glua.FunctionProto, error) {
+	chunk, err := parse.Parse(bytes.NewReader(s.Source), s.Name)
+	if err != nil {
+		var pe *parse.Error
+		if !errors.As(err, &pe) {
+			return nil, fmt.Errorf("%s: %w", s.Name, err)
+		}
+		line := pe.Pos.Line
+		if line == parse.EOF {
+			// The end of the source: an unclosed block, string or bracket.
+			line = bytes.Count(bytes.TrimRight(s.Source, "\n"), []byte("\n")) + 1
+			return nil, fmt.Errorf("%s:%d: %s at the end of the script (an unclosed block, string or bracket?)", s.Name, line, strings.TrimSpace(pe.Message))
+		}
+		if pe.Pos.Column == 0 && line > 1 {
+			// Columns count from 1: the lexer stopped just past a newline
+			// (an unterminated string), which belongs to the line before.
+			line--
+		}
+		return nil, fmt.Errorf("%s:%d: %s near '%s'", s.Name, line, strings.TrimSpace(pe.Message), pe.Token)
+	}
+	proto, err := glua.Compile(chunk, s.Name)
+	if err != nil {
+		var ce *glua.CompileError
+		if errors.As(err, &ce) {
+			return nil, fmt.Errorf("%s:%d: %s", s.Name, ce.Line, ce.Message)
+		}
+		return nil, fmt.Errorf("%s: compile: %w", s.Name, err)
+	}
+	return proto, nil
 }

@@ -13,6 +13,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
+
+	"github.com/gpush/gpush/termsafe"
 )
 
 // Host statuses.
@@ -105,15 +108,18 @@ type Options struct {
 
 // Printer is safe for concurrent use by the runner's per-host goroutines.
 type Printer struct {
-	o        Options
-	mu       sync.Mutex
-	start    time.Time
-	events   map[string][]Event
-	lines    []gathered // Gather mode, in first-seen order
-	lineIdx  map[string]int
-	done     int
-	counts   map[string]int
-	progress bool // a progress line is on screen
+	o Options
+	// out and errw sanitize everything human: host names, messages, cells
+	// and errors are the hosts' data (JSON goes to o.Out as it is).
+	out, errw *termsafe.Writer
+	mu        sync.Mutex
+	start     time.Time
+	events    map[string][]Event
+	lines     []gathered // Gather mode, in first-seen order
+	lineIdx   map[string]int
+	done      int
+	counts    map[string]int
+	progress  bool // a progress line is on screen
 }
 
 type gathered struct {
@@ -132,7 +138,7 @@ func New(o Options) *Printer {
 	if o.Err == nil {
 		o.Err = io.Discard
 	}
-	return &Printer{o: o, start: o.Now(), events: map[string][]Event{}, lineIdx: map[string]int{}, counts: map[string]int{}}
+	return &Printer{o: o, out: termsafe.NewWriter(o.Out, o.Color), errw: termsafe.NewWriter(o.Err, o.Color), start: o.Now(), events: map[string][]Event{}, lineIdx: map[string]int{}, counts: map[string]int{}}
 }
 
 // Event prints (or gathers) one host line.
@@ -158,8 +164,18 @@ func (p *Printer) Event(e Event) {
 		return
 	}
 	p.clearProgress()
-	fmt.Fprintf(p.o.Out, "%s | %s %s\n", p.paint(colHost, e.Host), p.level(e.Level), e.Message)
+	p.hostLines(e.Host, e.Level, e.Message)
 	p.drawProgress()
+}
+
+// hostLines prints "host | LEVEL line" for each line of msg: a message of
+// several lines (a tool's output) keeps the host in front of every line, so
+// no line of it can pass for another host's. Callers hold p.mu.
+func (p *Printer) hostLines(host, level, msg string) {
+	prefix := termsafe.Join(p.out.Paint(colHost, host), termsafe.Data(" | "), p.level(level), termsafe.Data(" "))
+	for _, line := range strings.Split(strings.TrimRight(msg, "\n"), "\n") {
+		p.out.Line(prefix, termsafe.Block(line))
+	}
 }
 
 // Done records a finished host for the progress line; only Host and Status
@@ -213,22 +229,23 @@ func (p *Printer) Finish(rs []Result) {
 			if err != nil {
 				b, _ = json.Marshal(map[string]string{"host": r.Host, "status": r.Status, "error": "encode result: " + err.Error()})
 			}
-			fmt.Fprintf(p.o.Out, "%s\n", b)
+			// Exact text, but no raw C1 or bidi control for a terminal.
+			fmt.Fprintf(p.o.Out, "%s\n", termsafe.JSON(b))
 		}
 		return
 	}
-	w := p.o.Out
 	for _, g := range p.lines {
-		fmt.Fprintf(w, "%s | %s %s\n", p.paint(colHost, p.o.Fold(g.hosts)), p.level(g.level), g.msg)
+		p.hostLines(p.o.Fold(g.hosts), g.level, g.msg)
 	}
 	if t := FleetTable(rs, p.o.Fold); t != nil {
-		fmt.Fprintln(w)
-		t.Write(w)
+		p.out.Line()
+		t.Write(p.out)
 	}
-	p.recap(w, rs)
+	p.recap(rs)
 }
 
-func (p *Printer) recap(w io.Writer, rs []Result) {
+func (p *Printer) recap(rs []Result) {
+	w := p.out
 	type group struct {
 		hosts    []string
 		r        Result
@@ -253,9 +270,10 @@ func (p *Printer) recap(w io.Writer, rs []Result) {
 	for _, r := range rs {
 		counts[r.Status]++
 	}
-	fmt.Fprintf(w, "\nRECAP %s=%d %s=%d %s=%d  %s\n",
-		p.paint(colOK, "ok"), counts[StatusOK], p.paint(colFail, "failed"), counts[StatusFailed],
-		p.paint(colUnreach, "unreachable"), counts[StatusUnreachable], fmtDur(p.o.Now().Sub(p.start)))
+	w.Line()
+	w.Line(termsafe.Data("RECAP "), w.Paint(colOK, "ok"), termsafe.Dataf("=%d ", counts[StatusOK]),
+		w.Paint(colFail, "failed"), termsafe.Dataf("=%d ", counts[StatusFailed]),
+		w.Paint(colUnreach, "unreachable"), termsafe.Dataf("=%d  %s", counts[StatusUnreachable], fmtDur(p.o.Now().Sub(p.start))))
 	var rows [][]string
 	for _, g := range groups {
 		r := g.r
@@ -278,29 +296,38 @@ func (p *Printer) recap(w io.Writer, rs []Result) {
 		if detail == "" {
 			detail = summary(r.Value)
 		}
-		rows = append(rows, []string{p.o.Fold(g.hosts), r.Status, gpus, mem, t, detail})
+		// Sanitized before measuring: an escape is wider than its byte.
+		rows = append(rows, []string{termsafe.String(p.o.Fold(g.hosts)), termsafe.String(r.Status), gpus, mem, t,
+			termsafe.String(detail)})
 	}
 	widths := make([]int, 5)
 	for _, row := range rows {
 		for i := range widths {
-			widths[i] = max(widths[i], len(row[i]))
+			widths[i] = max(widths[i], utf8.RuneCountInString(row[i]))
 		}
 	}
 	for _, row := range rows {
-		var b strings.Builder
+		parts := make([]termsafe.Safe, 0, 6)
 		for i := range widths {
 			cell := fmt.Sprintf("%-*s", widths[i], row[i])
 			switch i {
 			case 0:
-				cell = p.paint(colHost, cell)
+				parts = append(parts, w.Paint(colHost, cell))
 			case 1:
-				cell = p.paint(statusColor(row[1]), cell)
+				parts = append(parts, w.Paint(statusColor(row[1]), cell))
+			default:
+				parts = append(parts, termsafe.Data(cell))
 			}
-			b.WriteString(cell)
-			b.WriteString("  ")
+			parts = append(parts, termsafe.Data("  "))
 		}
-		b.WriteString(row[5])
-		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+		if row[5] == "" {
+			// No detail: the line ends at the last padded cell, trimmed.
+			last := termsafe.Data(strings.TrimRight(fmt.Sprintf("%-*s", widths[4], row[4]), " "))
+			parts = append(parts[:len(parts)-2], last)
+		} else {
+			parts = append(parts, termsafe.Data(row[5]))
+		}
+		w.Line(parts...)
 	}
 }
 

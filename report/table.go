@@ -7,6 +7,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/gpush/gpush/termsafe"
 )
 
 // Table is a fleet table: one header, rows of cells.
@@ -15,34 +18,43 @@ type Table struct {
 	Rows    [][]string
 }
 
-// Write prints the table with aligned columns.
+// Write prints the table with aligned columns, every cell sanitized for
+// the terminal (cells are the hosts' data: process names, command lines).
 func (t *Table) Write(w io.Writer) {
-	widths := make([]int, len(t.Columns))
+	tw := termsafe.NewWriter(w, false)
+	header := make([]string, len(t.Columns))
 	for i, c := range t.Columns {
-		widths[i] = len(c)
+		header[i] = termsafe.String(strings.ToUpper(c))
 	}
-	for _, r := range t.Rows {
+	rows := make([][]string, len(t.Rows))
+	for j, r := range t.Rows {
+		rows[j] = make([]string, len(r))
 		for i, c := range r {
-			widths[i] = max(widths[i], len(c))
+			rows[j][i] = termsafe.String(c)
+		}
+	}
+	// Widths in runes, as fmt pads, measured after escaping.
+	widths := make([]int, len(header))
+	for _, r := range append([][]string{header}, rows...) {
+		for i, c := range r {
+			if i < len(widths) {
+				widths[i] = max(widths[i], utf8.RuneCountInString(c))
+			}
 		}
 	}
 	line := func(cells []string) {
 		var b strings.Builder
 		for i, c := range cells {
-			if i == len(cells)-1 {
+			if i == len(cells)-1 || i >= len(widths) {
 				b.WriteString(c)
 				break
 			}
 			fmt.Fprintf(&b, "%-*s  ", widths[i], c)
 		}
-		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+		tw.Line(termsafe.Data(strings.TrimRight(b.String(), " ")))
 	}
-	upper := make([]string, len(t.Columns))
-	for i, c := range t.Columns {
-		upper[i] = strings.ToUpper(c)
-	}
-	line(upper)
-	for _, r := range t.Rows {
+	line(header)
+	for _, r := range rows {
 		line(r)
 	}
 }

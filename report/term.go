@@ -1,11 +1,11 @@
 package report
 
 import (
-	"fmt"
-	"io"
 	"os"
 
 	"golang.org/x/term"
+
+	"github.com/gpush/gpush/termsafe"
 )
 
 // UseColor says whether to colour output written to f: only on a terminal,
@@ -40,25 +40,18 @@ func statusColor(s string) string {
 	}
 }
 
-func (p *Printer) paint(code, s string) string {
-	if !p.o.Color {
-		return s
-	}
-	return "\x1b[" + code + "m" + s + "\x1b[0m"
-}
-
-func (p *Printer) level(l string) string {
+func (p *Printer) level(l string) termsafe.Safe {
 	switch l {
 	case "warn":
-		return p.paint(colWarn, "WARN")
+		return p.out.Paint(colWarn, "WARN")
 	case "error":
-		return p.paint(colFail, "ERROR")
+		return p.out.Paint(colFail, "ERROR")
 	case "debug":
-		return p.paint(colDebug, "DEBUG")
+		return p.out.Paint(colDebug, "DEBUG")
 	case "info", "":
-		return "INFO"
+		return termsafe.Data("INFO")
 	default:
-		return p.paint(colWarn, l)
+		return p.out.Paint(colWarn, l)
 	}
 }
 
@@ -67,16 +60,16 @@ func (p *Printer) drawProgress() {
 	if !p.o.Progress || p.o.Now().Sub(p.start) < p.o.ProgressAfter {
 		return
 	}
-	fmt.Fprintf(p.o.Err, "\r\x1b[K[%d/%d] ok=%d failed=%d unreachable=%d %s",
+	p.errw.Print(termsafe.EraseLine(), termsafe.Dataf("[%d/%d] ok=%d failed=%d unreachable=%d %s",
 		p.done, p.o.Total, p.counts[StatusOK], p.counts[StatusFailed], p.counts[StatusUnreachable],
-		fmtDur(p.o.Now().Sub(p.start)))
+		fmtDur(p.o.Now().Sub(p.start))))
 	p.progress = true
 }
 
 // clearProgress erases the progress line before other output; callers hold p.mu.
 func (p *Printer) clearProgress() {
 	if p.progress {
-		io.WriteString(p.o.Err, "\r\x1b[K")
+		p.errw.Print(termsafe.EraseLine())
 		p.progress = false
 	}
 }

@@ -17,6 +17,7 @@ import (
 	_ "github.com/gpush/gpush/modules/ssh"
 	_ "github.com/gpush/gpush/modules/systemd"
 	"github.com/gpush/gpush/scripts"
+	"github.com/gpush/gpush/termsafe"
 )
 
 func docCommand() *cli.Command {
@@ -29,7 +30,7 @@ func docCommand() *cli.Command {
 }
 
 func docRun(c *cli.Context) error {
-	w := c.App.Writer
+	w := termsafe.NewWriter(c.App.Writer, false) // script headers are files' text
 	if c.Args().Len() > 1 {
 		return usagef("doc: one MODULE or SCRIPT at most, got %q", strings.Join(c.Args().Slice(), " "))
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gpush/gpush/inventory"
+	"github.com/gpush/gpush/termsafe"
 )
 
 func hostsCommand() *cli.Command {
@@ -58,14 +59,15 @@ func hostsRun(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	w := c.App.Writer
+	// Inventory names and vars are shown sanitized; --json keeps them exact.
+	w := termsafe.NewWriter(c.App.Writer, false)
 	switch {
 	case c.Bool("json"):
 		b, err := inv.List(hosts)
 		if err != nil {
 			return fmt.Errorf("hosts --json: %w", err)
 		}
-		fmt.Fprintf(w, "%s\n", b)
+		fmt.Fprintf(c.App.Writer, "%s\n", termsafe.JSON(b))
 	case c.Bool("graph"):
 		if err := inv.GraphHosts(w, hosts); err != nil {
 			return fmt.Errorf("hosts --graph: %w", err)

@@ -13,6 +13,8 @@ import (
 	"os"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/gpush/gpush/termsafe"
 )
 
 func main() {
@@ -28,7 +30,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	var x exitError
 	if !errors.As(err, &x) {
-		fmt.Fprintf(stderr, "gpush: %v\n", err)
+		// Errors quote hosts, files and tools: sanitized like every human
+		// line (as a block: a message of several lines keeps them).
+		fmt.Fprintf(termsafe.NewWriter(stderr, false), "gpush: %v\n", err)
 	}
 	return exitCode(err)
 }
@@ -57,7 +61,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			versionCommand(),
 		},
 		CommandNotFound: func(c *cli.Context, name string) {
-			fmt.Fprintf(c.App.ErrWriter, "gpush: unknown command %q (gpush help lists them)\n", name)
+			fmt.Fprintf(termsafe.NewWriter(c.App.ErrWriter, false), "gpush: unknown command %q (gpush help lists them)\n", name)
 		},
 	}
 	app.Action = func(c *cli.Context) error {

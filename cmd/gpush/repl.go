@@ -24,6 +24,7 @@ import (
 	"github.com/gpush/gpush/modules"
 	"github.com/gpush/gpush/remote"
 	"github.com/gpush/gpush/report"
+	"github.com/gpush/gpush/termsafe"
 )
 
 const replHelp = `Opens one connection and one Lua state per selected host, then evaluates each
@@ -65,11 +66,14 @@ func replCommand() *cli.Command {
 
 // repl is one `gpush repl` session.
 type repl struct {
-	inv         *inventory.Inventory
-	fleet       *lua.Fleet
-	all, cur    []string // open hosts; the .limit selection
-	left        []lua.HostResult
-	out, errw   io.Writer
+	inv      *inventory.Inventory
+	fleet    *lua.Fleet
+	all, cur []string // open hosts; the .limit selection
+	left     []lua.HostResult
+	// out and errw sanitize what they print (results and errors are the
+	// hosts' data); rawOut is for the line editor's own prompt and keys.
+	out, errw   *termsafe.Writer
+	rawOut      io.Writer
 	color       bool
 	interactive bool
 	timeout     time.Duration
@@ -99,12 +103,15 @@ func runRepl(c *cli.Context) error {
 	}
 	inF, _ := in.(*os.File)
 	outF, _ := c.App.Writer.(*os.File)
+	errF, _ := c.App.ErrWriter.(*os.File)
 	r := &repl{
-		inv: inv, out: c.App.Writer, errw: c.App.ErrWriter,
+		inv: inv, rawOut: c.App.Writer,
 		color:       outF != nil && report.UseColor(outF),
 		interactive: inF != nil && report.IsTerminal(inF),
 		timeout:     f.timeout,
 	}
+	r.out = termsafe.NewWriter(c.App.Writer, r.color)
+	r.errw = termsafe.NewWriter(c.App.ErrWriter, errF != nil && report.UseColor(errF))
 	p := report.New(report.Options{Out: r.out, Err: r.errw, Color: r.color, Verbose: c.Bool("verbose"), Fold: inventory.FoldNodeSet})
 
 	// SIGINT cancels the running evaluation; at a readline prompt the
@@ -264,7 +271,7 @@ func (r *repl) newReadline(in *os.File, logger *slog.Logger) (*rlReader, error) 
 		InterruptPrompt:   "^C",
 		AutoComplete:      completer{r},
 		Stdin:             in,
-		Stdout:            r.out,
+		Stdout:            r.rawOut,
 		Stderr:            r.errw,
 	}
 	if path, err := historyPath(); err != nil {
@@ -295,7 +302,8 @@ func historyPath() (string, error) {
 // prompt names the selected hosts ("gpush lab[01-04]> "), or their count
 // when the node set would not fit on a line.
 func (r *repl) prompt(more bool) string {
-	set := inventory.FoldNodeSet(r.cur)
+	// The line editor writes the prompt raw: inventory names are sanitized.
+	set := termsafe.String(inventory.FoldNodeSet(r.cur))
 	if len(set) > 40 {
 		set = fmt.Sprintf("%d hosts", len(r.cur))
 	}
@@ -421,14 +429,7 @@ func (r *repl) dot(t string) bool {
 }
 
 func (r *repl) errorf(format string, args ...any) {
-	fmt.Fprintln(r.out, r.paint("31", fmt.Sprintf(format, args...)))
-}
-
-func (r *repl) paint(code, s string) string {
-	if !r.color {
-		return s
-	}
-	return "\x1b[" + code + "m" + s + "\x1b[0m"
+	r.out.Line(r.out.Paint("31", fmt.Sprintf(format, args...)))
 }
 
 // eval runs code on the selected hosts, Ctrl-C cancelling it, and shows
@@ -474,15 +475,23 @@ func (r *repl) show(rs []lua.EvalResult) {
 		t.Write(r.out)
 	}
 	for _, g := range lua.Gather(rest) {
-		hosts := r.paint("1", inventory.FoldNodeSet(g.Hosts)) + ":"
-		text := g.Text
-		if g.Err {
-			text = r.paint("31", text)
+		hosts := termsafe.Join(r.out.Paint("1", inventory.FoldNodeSet(g.Hosts)), termsafe.Data(":"))
+		// A value of several lines (a file, a tool's output) shows as lines
+		// under its hosts; each line is sanitized on its own.
+		lines := strings.Split(strings.TrimRight(g.Text, "\n"), "\n")
+		text := func(l string) termsafe.Safe {
+			if g.Err {
+				return r.out.Paint("31", l)
+			}
+			return termsafe.Block(l) // tabs between values stay
 		}
-		if strings.Contains(g.Text, "\n") {
-			fmt.Fprintf(r.out, "%s\n%s\n", hosts, strings.TrimRight(text, "\n"))
-		} else {
-			fmt.Fprintf(r.out, "%s %s\n", hosts, text)
+		if len(lines) == 1 {
+			r.out.Line(hosts, termsafe.Data(" "), text(lines[0]))
+			continue
+		}
+		r.out.Line(hosts)
+		for _, l := range lines {
+			r.out.Line(text(l))
 		}
 	}
 }
@@ -499,14 +508,8 @@ func (r *repl) showLeftOut() {
 		}
 		groups[k] = append(groups[k], h.Host)
 	}
-	errF, _ := r.errw.(*os.File)
-	color := errF != nil && report.UseColor(errF)
 	for _, k := range order {
-		line := fmt.Sprintf("%s: %s (left out)", inventory.FoldNodeSet(groups[k]), k)
-		if color {
-			line = "\x1b[35m" + line + "\x1b[0m"
-		}
-		fmt.Fprintln(r.errw, line)
+		r.errw.Line(r.errw.Paint("35", fmt.Sprintf("%s: %s (left out)", inventory.FoldNodeSet(groups[k]), k)))
 	}
 }
 
@@ -534,9 +537,13 @@ func (c completer) Do(line []rune, pos int) ([][]rune, int) {
 	} else if word != "" {
 		cands = c.r.fleet.Complete(word)
 	}
-	out := make([][]rune, len(cands))
-	for i, s := range cands {
-		out[i] = []rune(s[len(word):])
+	out := make([][]rune, 0, len(cands))
+	for _, s := range cands {
+		// The line editor shows candidates raw: a global named with control
+		// characters (set from a host's data) is not offered.
+		if termsafe.String(s) == s {
+			out = append(out, []rune(s[len(word):]))
+		}
 	}
 	return out, len([]rune(word))
 }

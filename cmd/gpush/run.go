@@ -45,6 +45,11 @@ func runRun(c *cli.Context) error {
 	if err != nil {
 		return usagef("run: %w", err)
 	}
+	// A syntax error is the same on every host: report it once, before the
+	// inventory is read or any host dialled.
+	if _, err := script.Compile(); err != nil {
+		return usagef("run: %w", err)
+	}
 	decls, err := script.Vars()
 	if err != nil {
 		return usagef("run: %w", err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpush/gpush/lua"
 	"github.com/gpush/gpush/scripts"
+	"github.com/gpush/gpush/termsafe"
 )
 
 func scriptsCommand() *cli.Command {
@@ -51,7 +52,7 @@ func scriptDirs() []scriptDir {
 }
 
 func scriptsRun(c *cli.Context) error {
-	w := c.App.Writer
+	w := termsafe.NewWriter(c.App.Writer, false) // script headers are files' text
 	seen := map[string]string{}
 	for _, d := range scriptDirs() {
 		entries, err := scripts.List(d.fsys)
