@@ -43,9 +43,12 @@ type Options struct {
 	// AgentSocket is the ssh-agent socket (default $SSH_AUTH_SOCK; "none"
 	// disables the agent).
 	AgentSocket string
-	// DefaultKeys are tried after the agent and the host's IdentityFiles
-	// (default ~/.ssh/id_ed25519, id_ecdsa, id_rsa). Set to an empty
-	// non-nil slice to offer none.
+	// DefaultKeys are the identity files of a host that names none
+	// (default ~/.ssh/id_ed25519, id_ecdsa, id_rsa), as for OpenSSH. Keys
+	// are offered in this order: the host's IdentityFiles (or these), each
+	// through the agent's copy if the file itself cannot be used; then the
+	// agent's other keys unless the host has IdentitiesOnly. Set to an
+	// empty non-nil slice to offer none.
 	DefaultKeys []string
 	// SSHConfigFile resolves ProxyJump hop names (HostName, Port, User,
 	// IdentityFile) (default ~/.ssh/config; "none" disables).
