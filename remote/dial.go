@@ -91,6 +91,7 @@ func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error)
 	}
 	hk := &hostKeys{file: o.KnownHostsFile, policy: o.HostKeyPolicy, log: o.Logger}
 	var clients []*ssh.Client
+	var last *watchConn
 	closeAll := func() {
 		for i := len(clients) - 1; i >= 0; i-- {
 			clients[i].Close()
@@ -110,7 +111,7 @@ func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error)
 				return prev.DialContext(ctx, "tcp", addr)
 			}
 		}
-		c, err := dialOne(ctx, t, via, dialer, hk, o)
+		c, wc, err := dialOne(ctx, t, via, dialer, hk, o)
 		if err != nil {
 			closeAll()
 			err.Host = h.Name
@@ -120,9 +121,10 @@ func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error)
 			return nil, err
 		}
 		clients = append(clients, c)
+		last = wc
 		via = t.name
 	}
-	sc := newSSHConn(h, clients[len(clients)-1], clients[:len(clients)-1], o)
+	sc := newSSHConn(h, clients[len(clients)-1], clients[:len(clients)-1], last.heard, o)
 	return sc, nil
 }
 
@@ -211,17 +213,29 @@ const (
 )
 
 // watchConn records what the peer sent first, to tell "no banner" and
-// "not SSH at all" apart from a stalled key exchange.
+// "not SSH at all" apart from a stalled key exchange, and when it last sent
+// anything, which proves it alive to the keepalive.
 type watchConn struct {
 	net.Conn
 	mu    sync.Mutex
 	first []byte
 	n     int64
+	last  atomic.Int64 // unix nanoseconds of the last read that returned data
 }
+
+func newWatchConn(c net.Conn) *watchConn {
+	w := &watchConn{Conn: c}
+	w.last.Store(time.Now().UnixNano())
+	return w
+}
+
+// heard is when the peer last sent something (the dial, before that).
+func (w *watchConn) heard() time.Time { return time.Unix(0, w.last.Load()) }
 
 func (w *watchConn) Read(p []byte) (int, error) {
 	n, err := w.Conn.Read(p)
 	if n > 0 {
+		w.last.Store(time.Now().UnixNano())
 		w.mu.Lock()
 		if len(w.first) < 80 {
 			w.first = append(w.first, p[:min(n, 80-len(w.first))]...)
@@ -241,7 +255,7 @@ func (w *watchConn) seen() ([]byte, int64) {
 // dialOne connects, handshakes and authenticates to t within
 // ConnectTimeout, over dial (TCP, or a channel through the previous hop).
 func dialOne(ctx context.Context, t target, via string, dial func(context.Context, string) (net.Conn, error),
-	hk *hostKeys, o Options) (*ssh.Client, *DialError) {
+	hk *hostKeys, o Options) (*ssh.Client, *watchConn, *DialError) {
 	addr := t.addr()
 	fail := func(stage string, err error) *DialError {
 		return &DialError{Host: t.name, Addr: addr, Via: via, Stage: stage, Err: err}
@@ -258,11 +272,11 @@ func dialOne(ctx context.Context, t target, via string, dial func(context.Contex
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
-			return nil, fail(StageCanceled, ctx.Err())
+			return nil, nil, fail(StageCanceled, ctx.Err())
 		case timedOut(err):
-			return nil, fail(StageConnect, fmt.Errorf("no answer within %s", o.ConnectTimeout))
+			return nil, nil, fail(StageConnect, fmt.Errorf("no answer within %s", o.ConnectTimeout))
 		}
-		return nil, fail(StageConnect, err)
+		return nil, nil, fail(StageConnect, err)
 	}
 	// The deadline covers banner, key exchange and authentication: a
 	// conn deadline where the conn has one (TCP), and closing the conn
@@ -270,7 +284,7 @@ func dialOne(ctx context.Context, t target, via string, dial func(context.Contex
 	deadline, _ := dctx.Deadline()
 	raw.SetDeadline(deadline)
 	stop := context.AfterFunc(dctx, func() { raw.Close() })
-	wc := &watchConn{Conn: raw}
+	wc := newWatchConn(raw)
 	var prog atomic.Int32
 	prog.Store(progConnected)
 	var hkMu sync.Mutex // the callback runs on x/crypto's handshake goroutine
@@ -305,12 +319,12 @@ func dialOne(ctx context.Context, t target, via string, dial func(context.Contex
 		hkMu.Lock()
 		hkErr := hostKeyErr
 		hkMu.Unlock()
-		return nil, fail(classify(err, wc, prog.Load(), hkErr, ctx, timedOut(err), t, plan, o))
+		return nil, nil, fail(classify(err, wc, prog.Load(), hkErr, ctx, timedOut(err), t, plan, o))
 	}
 	raw.SetDeadline(time.Time{})
 	o.Logger.Debug("connected", "host", t.name, "addr", addr, "via", via, "user", t.user,
 		"server", string(conn.ServerVersion()))
-	return ssh.NewClient(conn, chans, reqs), nil
+	return ssh.NewClient(conn, chans, reqs), wc, nil
 }
 
 // classify turns a handshake error into the stage that failed and an

@@ -34,10 +34,13 @@ type Options struct {
 	// ConnectTimeout bounds TCP connect, banner, key exchange and
 	// authentication of each hop (default 10s).
 	ConnectTimeout time.Duration
-	// KeepaliveInterval is how often a keepalive@openssh.com request is sent
-	// (default 15s; negative disables); after KeepaliveCountMax unanswered
-	// ones in a row (default 3) the connection is closed, so that calls
-	// blocked on a dead peer return an error.
+	// KeepaliveInterval is how long the server may be silent before a
+	// keepalive@openssh.com request is sent (default 15s; negative
+	// disables). The keepalive has KeepaliveCountMax (default 3) deadlines
+	// of one interval each to be answered; when none is met and nothing
+	// else came, the connection is closed so that calls blocked on a stalled
+	// server fail with ErrConnectionLost: (count+1) x interval after the
+	// server last sent anything, as ssh's ServerAliveInterval/CountMax.
 	KeepaliveInterval time.Duration
 	KeepaliveCountMax int
 	// AgentSocket is the ssh-agent socket (default $SSH_AUTH_SOCK; "none"

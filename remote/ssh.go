@@ -41,7 +41,9 @@ type sshConn struct {
 	closeOnce sync.Once
 }
 
-func newSSHConn(h inventory.Host, client *ssh.Client, hops []*ssh.Client, o Options) *sshConn {
+// newSSHConn wraps a logged-in client; heard says when the server last
+// sent anything (for the keepalive).
+func newSSHConn(h inventory.Host, client *ssh.Client, hops []*ssh.Client, heard func() time.Time, o Options) *sshConn {
 	c := &sshConn{host: h, client: client, hops: hops, o: o, log: o.Logger.With("host", h.Name),
 		dead: make(chan struct{})}
 	go func() {
@@ -56,7 +58,7 @@ func newSSHConn(h inventory.Host, client *ssh.Client, hops []*ssh.Client, o Opti
 		}
 	}()
 	if o.KeepaliveInterval > 0 {
-		go c.keepalive(o.KeepaliveInterval, o.KeepaliveCountMax)
+		go c.keepalive(o.KeepaliveInterval, o.KeepaliveCountMax, heard)
 	}
 	return c
 }
@@ -97,49 +99,6 @@ func (c *sshConn) lost(what string, err error) error {
 func transportError(err error) bool {
 	var missing *ssh.ExitMissingError
 	return errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.As(err, &missing)
-}
-
-// keepalive sends keepalive@openssh.com requests; any reply (OpenSSH
-// answers with a failure) proves the peer alive. After countMax intervals
-// without one, the connection is closed so blocked calls fail.
-func (c *sshConn) keepalive(interval time.Duration, countMax int) {
-	missed := 0
-	replies := make(chan error, countMax+1)
-	pending := 0
-	for {
-		select {
-		case <-c.dead:
-			return
-		case <-time.After(interval):
-		}
-		if pending <= countMax {
-			pending++
-			go func() {
-				_, _, err := c.client.SendRequest("keepalive@openssh.com", true, nil)
-				replies <- err
-			}()
-		}
-		select {
-		case <-c.dead:
-			return
-		case err := <-replies:
-			pending--
-			if err != nil {
-				c.markDead(fmt.Errorf("keepalive failed: %w", err))
-				c.client.Close()
-				return
-			}
-			missed = 0
-		case <-time.After(interval):
-			missed++
-			if missed >= countMax {
-				c.markDead(fmt.Errorf("no answer to %d keepalives sent %s apart; the host or the network is down",
-					missed, interval))
-				c.client.Close()
-				return
-			}
-		}
-	}
 }
 
 func (c *sshConn) Close() error {
