@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -77,28 +76,10 @@ func (c *sshConn) markDead(why error) {
 // lost wraps err as a lost connection when the connection is dead,
 // naming why it died.
 func (c *sshConn) lost(what string, err error) error {
-	if transportError(err) {
-		// A dropped link fails the channels first and ends the connection
-		// right after; wait for that so the cause is reported.
-		select {
-		case <-c.dead:
-		case <-time.After(2 * time.Second):
-		}
-	}
-	select {
-	case <-c.dead:
-		c.deadMu.Lock()
-		why := c.deadWhy
-		c.deadMu.Unlock()
+	if why := c.deadCause(err); why != nil {
 		return fmt.Errorf("%s: %s: %w (%v)", c.host.Name, what, ErrConnectionLost, why)
-	default:
-		return fmt.Errorf("%s: %s: %w", c.host.Name, what, err)
 	}
-}
-
-func transportError(err error) bool {
-	var missing *ssh.ExitMissingError
-	return errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.As(err, &missing)
+	return fmt.Errorf("%s: %s: %w", c.host.Name, what, err)
 }
 
 func (c *sshConn) Close() error {
@@ -420,7 +401,13 @@ func (c *sshConn) Helper(ctx context.Context, verb string, req, resp any) error 
 // the first call probes the host and uploads if needed, later calls return
 // the cached path.
 func (c *sshConn) DeployHelper(ctx context.Context) (string, error) {
-	return c.helper.get(func() (string, error) { return c.deploy(ctx) })
+	p, err := c.helper.get(func() (string, error) { return c.deploy(ctx) })
+	if err != nil {
+		// The SFTP steps of a deployment do not pass through lost: a link
+		// dropped mid-upload is still a lost connection.
+		return "", c.markLost(err)
+	}
+	return p, nil
 }
 
 func (c *sshConn) deploy(ctx context.Context) (string, error) {
