@@ -3,9 +3,9 @@ package remote
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"time"
 
@@ -67,7 +67,23 @@ func (c *sshConn) markLost(err error) error {
 		return err
 	}
 	if why := c.deadCause(err); why != nil {
-		return fmt.Errorf("%w (%w: %v)", err, ErrConnectionLost, why)
+		return &lostError{err: err, why: why}
 	}
 	return err
 }
+
+// lostError is an operation's error on a connection that died: it wraps
+// both the error and ErrConnectionLost, and says why the connection died.
+type lostError struct {
+	err, why error
+}
+
+func (e *lostError) Error() string {
+	s := e.err.Error()
+	if !strings.HasSuffix(s, ErrConnectionLost.Error()) { // SFTP says it too
+		s += ": " + ErrConnectionLost.Error()
+	}
+	return s + " (" + e.why.Error() + ")"
+}
+
+func (e *lostError) Unwrap() []error { return []error{e.err, ErrConnectionLost} }
