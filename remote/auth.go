@@ -119,7 +119,10 @@ func (m *markMultiSigner) PublicKey() ssh.PublicKey {
 // MaxAuthTries 6 thus sees the configured key first even when the agent
 // holds many. Duplicates are dropped. All keys go in one publickey method
 // because x/crypto does not retry a method name that failed.
-func planAuth(t target, o Options) *authPlan {
+//
+// The agent connection lives until deadline (the end of the login): an
+// agent that hangs while signing must not hang the dial.
+func planAuth(t target, o Options, deadline time.Time) *authPlan {
 	p := &authPlan{closeAgent: func() {}, identitiesOnly: t.identitiesOnly}
 	var agentKeys []*agent.Key
 	var agentSigners []ssh.Signer
@@ -129,13 +132,12 @@ func planAuth(t target, o Options) *authPlan {
 			o.Logger.Debug("ssh-agent not reachable", "socket", o.AgentSocket, "err", err)
 		} else {
 			p.closeAgent = func() { ac.Close() }
-			ac.SetDeadline(time.Now().Add(5 * time.Second)) // listing only; signing clears it below
+			ac.SetDeadline(deadline)
 			client := agent.NewClient(ac)
 			agentKeys, err = client.List()
 			if err == nil {
 				agentSigners, err = client.Signers()
 			}
-			ac.SetDeadline(time.Time{})
 			if err != nil {
 				o.Logger.Debug("ssh-agent listing failed", "socket", o.AgentSocket, "err", err)
 				agentKeys, agentSigners = nil, nil
@@ -182,10 +184,10 @@ func planAuth(t target, o Options) *authPlan {
 			add(authKey{signer: s, from: f})
 			continue
 		}
-		// The agent may hold the key of a file it cannot read itself (an
-		// encrypted key, or a folder holding only key.pub): OpenSSH then
+		// The agent may hold the key of a file gpush cannot use itself (an
+		// encrypted key, or only key.pub beside the path): OpenSSH then
 		// signs with the agent's copy.
-		if pub, perr := loadPublicKey(path + ".pub"); perr == nil {
+		if pub := publicKeyOf(path, err); pub != nil {
 			if i := inAgent(pub); i >= 0 {
 				add(authKey{signer: agentSigners[i], from: f + " via " + agentName(i)})
 				continue
@@ -207,16 +209,23 @@ func planAuth(t target, o Options) *authPlan {
 	return p
 }
 
-func loadPublicKey(path string) (ssh.PublicKey, error) {
-	b, err := os.ReadFile(path)
+// publicKeyOf is the public half of an identity file loadKey could not
+// use (loadErr): from an encrypted OpenSSH key itself, which stores it in
+// the clear, or from path.pub; nil if neither has it.
+func publicKeyOf(path string, loadErr error) ssh.PublicKey {
+	var pm *ssh.PassphraseMissingError
+	if errors.As(loadErr, &pm) && pm.PublicKey != nil {
+		return pm.PublicKey
+	}
+	b, err := os.ReadFile(path + ".pub")
 	if err != nil {
-		return nil, err
+		return nil
 	}
 	pub, _, _, _, err := ssh.ParseAuthorizedKey(b)
 	if err != nil {
-		return nil, fmt.Errorf("parse public key %s: %w", path, err)
+		return nil
 	}
-	return pub, nil
+	return pub
 }
 
 // authError explains a failed publickey login: what was offered, what the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"os"
@@ -82,7 +83,7 @@ func newKey(t *testing.T) ed25519.PrivateKey {
 // crowdedAgent is the case of issue 8: an sshd allowing 6 attempts and an
 // agent holding 7 keys the server does not know, then the right one (the
 // server's client key) last.
-func crowdedAgent(t *testing.T) (*env, string, ssh.PublicKey) {
+func crowdedAgent(t *testing.T) (*env, ed25519.PrivateKey, ssh.PublicKey) {
 	t.Helper()
 	requireRoot(t)
 	right := newKey(t)
@@ -97,7 +98,7 @@ func crowdedAgent(t *testing.T) (*env, string, ssh.PublicKey) {
 		t.Fatalf("agent lists %v (%v), want 8 keys, right-key last", keys, err)
 	}
 	e.opts.AgentSocket = sock
-	return e, sock, rightPub
+	return e, right, rightPub
 }
 
 func TestConfiguredKeyOfferedBeforeAgentKeys(t *testing.T) {
@@ -116,27 +117,46 @@ func TestConfiguredKeyOfferedBeforeAgentKeys(t *testing.T) {
 }
 
 func TestAgentCopyOfConfiguredKeyAndIdentitiesOnly(t *testing.T) {
-	e, _, rightPub := crowdedAgent(t)
+	e, right, rightPub := crowdedAgent(t)
 	// Only the public half on disk, as when the private key lives in the
-	// agent alone: the agent's copy signs, and it is offered first.
+	// agent alone; or the key encrypted, no passphrase to ask for: the
+	// agent's copy signs, and it is offered first.
 	pubOnly := filepath.Join(e.tdir, "right_ed25519")
 	if err := os.WriteFile(pubOnly+".pub", ssh.MarshalAuthorizedKey(rightPub), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e.host.IdentityFiles = []string{pubOnly}
-	e.host.IdentitiesOnly = true
-	c := e.dial(t)
-	if res, err := c.Run(context.Background(), []string{"true"}, RunOptions{}); err != nil || res.ExitCode != 0 {
-		t.Fatalf("run: %v", err)
+	block, err := ssh.MarshalPrivateKeyWithPassphrase(right, "", []byte("secret"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	mustContain(t, e.srv.Logs(), "Accepted publickey for root", ssh.FingerprintSHA256(rightPub))
+	encrypted := filepath.Join(e.tdir, "right_encrypted")
+	if err := os.WriteFile(encrypted, pem.EncodeToMemory(block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.host.IdentitiesOnly = true
+	for _, f := range []string{pubOnly, encrypted} {
+		e.host.IdentityFiles = []string{f}
+		c := e.dial(t)
+		if res, err := c.Run(context.Background(), []string{"true"}, RunOptions{}); err != nil || res.ExitCode != 0 {
+			t.Fatalf("%s: run: %v", f, err)
+		}
+		c.Close()
+	}
+	logs := e.srv.Logs()
+	if n := strings.Count(logs, "Accepted publickey for root from 127.0.0.1 port"); n != 2 {
+		t.Errorf("%d logins, want 2:\n%s", n, logs)
+	}
+	mustContain(t, logs, ssh.FingerprintSHA256(rightPub))
+	if strings.Contains(logs, "Failed publickey") {
+		t.Errorf("IdentitiesOnly offered other keys first:\n%s", logs)
+	}
 
 	// IdentitiesOnly with a wrong configured key: the agent's eight are not
 	// offered, so only that one is refused.
 	wrong := filepath.Join(e.tdir, "wrong")
 	writeKey(t, wrong, newKey(t))
 	e.host.IdentityFiles = []string{wrong}
-	_, err := Dial(context.Background(), e.host, e.opts)
+	_, err = Dial(context.Background(), e.host, e.opts)
 	de := dialErr(t, err)
 	if de.Stage != StageAuth {
 		t.Fatalf("stage %q: %v", de.Stage, err)

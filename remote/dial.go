@@ -290,7 +290,7 @@ func dialOne(ctx context.Context, t target, via string, dial func(context.Contex
 	var hkMu sync.Mutex // the callback runs on x/crypto's handshake goroutine
 	var hostKeyErr error
 
-	plan := planAuth(t, o)
+	plan := planAuth(t, o, deadline)
 	defer plan.closeAgent()
 	cfg := &ssh.ClientConfig{
 		User: t.user,
@@ -370,6 +370,13 @@ func bannerOf(first []byte) string {
 
 var errEncryptedKey = errors.New("key is encrypted and no passphrase can be asked for; load it into ssh-agent")
 
+// encryptedKeyError is errEncryptedKey keeping x/crypto's error, which
+// holds the key's public half when the file has it.
+type encryptedKeyError struct{ pm *ssh.PassphraseMissingError }
+
+func (e *encryptedKeyError) Error() string   { return errEncryptedKey.Error() }
+func (e *encryptedKeyError) Unwrap() []error { return []error{errEncryptedKey, e.pm} }
+
 func loadKey(path string) (ssh.Signer, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -378,7 +385,7 @@ func loadKey(path string) (ssh.Signer, error) {
 	s, err := ssh.ParsePrivateKey(b)
 	var pm *ssh.PassphraseMissingError
 	if errors.As(err, &pm) {
-		return nil, errEncryptedKey
+		return nil, &encryptedKeyError{pm}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("parse private key %s: %w", path, err)
