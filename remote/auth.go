@@ -245,13 +245,21 @@ func authError(err error, t target, p *authPlan) error {
 	}
 	offered, rest := p.split()
 	closedBy := serverDisconnect(err)
-	if closedBy == "" && !errors.Is(err, io.EOF) && len(rest) == 0 {
-		return fmt.Errorf("the server refused all %d keys offered for user %s (%s): %v",
-			len(offered), t.user, keyList(offered), err)
+	closed := closedBy != "" || errors.Is(err, io.EOF)
+	if !closed {
+		msg := fmt.Sprintf("the server refused all %d keys offered for user %s (%s)", len(offered), t.user, keyList(offered))
+		if len(rest) > 0 { // no signature algorithm in common with the server
+			msg += fmt.Sprintf("; %d could not be offered (%s)", len(rest), keyList(rest))
+		}
+		return fmt.Errorf("%s: %v", msg, err)
 	}
 	why := "closed the connection"
 	if closedBy != "" {
 		why += " (" + strconv.Quote(closedBy) + ")"
+	}
+	if len(offered) == 0 {
+		return fmt.Errorf("the server %s before any of the %d keys for user %s was offered (%s)",
+			why, len(rest), t.user, keyList(rest))
 	}
 	msg := fmt.Sprintf("the server refused %d keys offered for user %s (%s) and %s", len(offered), t.user,
 		keyList(offered), why)
