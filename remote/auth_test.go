@@ -5,7 +5,9 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -194,5 +196,48 @@ func TestMaxAuthTriesMessageSaysWhatWasOffered(t *testing.T) {
 	}
 	if n := strings.Count(e.srv.Logs(), "Failed publickey"); n != 6 {
 		t.Errorf("sshd logged %d refused keys, want 6", n)
+	}
+}
+
+// The messages of the branches the real sshd tests do not reach.
+func TestAuthErrorBranches(t *testing.T) {
+	keys := make([]authKey, 3)
+	for i := range keys {
+		s, err := ssh.NewSignerFromKey(newKey(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[i] = authKey{signer: s, from: fmt.Sprintf("/keys/k%d", i)}
+	}
+	tg := target{name: "h", user: "ops"}
+	plan := func(offered ...bool) *authPlan {
+		return &authPlan{keys: keys, offered: offered, closeAgent: func() {}}
+	}
+	eof := fmt.Errorf("ssh: handshake failed: %w", io.EOF)
+	refused := errors.New("ssh: handshake failed: ssh: unable to authenticate, attempted methods [none publickey], no supported methods remain")
+	for _, tc := range []struct {
+		name    string
+		err     error
+		p       *authPlan
+		want    []string
+		notWant string
+	}{
+		{"closed before any key", eof, plan(false, false, false),
+			[]string{"closed the connection before any of the 3 keys for user ops was offered", "/keys/k0", "/keys/k2"}, "refused"},
+		{"all refused", refused, plan(true, true, true),
+			[]string{"refused all 3 keys offered for user ops", "/keys/k1", "no supported methods remain"}, "closed"},
+		{"some could not be offered", refused, plan(true, false, true),
+			[]string{"refused all 2 keys", "1 could not be offered (/keys/k1"}, "MaxAuthTries"},
+		{"closed after two", eof, plan(true, true, false),
+			[]string{"refused 2 keys", "closed the connection before the other 1 were tried (/keys/k2", "MaxAuthTries"}, "refused all"},
+	} {
+		msg := authError(tc.err, tg, tc.p).Error()
+		mustContain(t, msg, tc.want...)
+		if strings.Contains(msg, tc.notWant) {
+			t.Errorf("%s: %q contains %q", tc.name, msg, tc.notWant)
+		}
+	}
+	if got := serverDisconnect(errors.New(`ssh: handshake failed: ssh: disconnect, reason 2: "Too many authentication failures"`)); got != "Too many authentication failures" {
+		t.Errorf("serverDisconnect: %q", got)
 	}
 }
