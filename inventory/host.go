@@ -14,6 +14,9 @@ type Host struct {
 	User string `json:"user,omitempty"`
 	// IdentityFiles are private keys to offer (ansible_ssh_private_key_file, IdentityFile).
 	IdentityFiles []string `json:"identity_files,omitempty"`
+	// IdentitiesOnly offers only IdentityFiles (ssh_config IdentitiesOnly),
+	// never the ssh-agent's other keys.
+	IdentitiesOnly bool `json:"identities_only,omitempty"`
 	// ProxyJump is "" or a comma-separated list of [user@]host[:port] hops.
 	ProxyJump string `json:"proxy_jump,omitempty"`
 	// Connection is "ssh" or "local".

@@ -14,6 +14,7 @@ Host gpu01
     Port 2201
     User sshuser
     IdentityFile ~/.ssh/gpu_ed25519
+    IdentitiesOnly yes
 
 Host *.lab
     HostName %h.example.net
@@ -51,8 +52,9 @@ func TestResolveSingleHostThroughSSHConfig(t *testing.T) {
 	hosts := inv.Hosts()
 	want := Host{
 		Name: "gpu01", Address: "10.1.0.1", Port: 2201, User: "sshuser",
-		IdentityFiles: []string{filepath.Join(home, ".ssh/gpu_ed25519"), filepath.Join(home, ".ssh/id_default")},
-		Connection:    "ssh", Groups: []string{"all", "ungrouped"}, Vars: map[string]any{},
+		IdentityFiles:  []string{filepath.Join(home, ".ssh/gpu_ed25519"), filepath.Join(home, ".ssh/id_default")},
+		IdentitiesOnly: true,
+		Connection:     "ssh", Groups: []string{"all", "ungrouped"}, Vars: map[string]any{},
 	}
 	if len(hosts) != 1 || !reflect.DeepEqual(hosts[0], want) {
 		t.Errorf("got  %+v\nwant %+v", hosts, want)
@@ -63,7 +65,7 @@ func TestResolveSingleHostThroughSSHConfig(t *testing.T) {
 		t.Errorf("admin@gpu01:2299: %+v", at)
 	}
 	lab := mustResolve(t, "a.lab", opts).Hosts()[0]
-	if lab.Address != "a.lab.example.net" || lab.ProxyJump != "jumpy" || lab.User != "fallback" {
+	if lab.Address != "a.lab.example.net" || lab.ProxyJump != "jumpy" || lab.User != "fallback" || lab.IdentitiesOnly {
 		t.Errorf("a.lab: %+v", lab)
 	}
 }

@@ -115,7 +115,7 @@ func (sc *sshConfig) getAll(alias, key string) ([]string, error) {
 
 // complete fills what the inventory left unsaid from ssh_config, as
 // `ssh <ansible_host or name>` would: HostName, Port, User, IdentityFile,
-// ProxyJump. Inventory settings win over ssh_config.
+// IdentitiesOnly, ProxyJump. Inventory settings win over ssh_config.
 func (sc *sshConfig) complete(h *Host) error {
 	if h.IsLocal() {
 		if h.Address == "" {
@@ -169,6 +169,13 @@ func (sc *sshConfig) complete(h *Host) error {
 		if !contains(h.IdentityFiles, f) {
 			h.IdentityFiles = append(h.IdentityFiles, f)
 		}
+	}
+	if !h.IdentitiesOnly {
+		v, _, err := sc.get(alias, "IdentitiesOnly")
+		if err != nil {
+			return err
+		}
+		h.IdentitiesOnly = strings.EqualFold(v, "yes")
 	}
 	if h.ProxyJump == "" {
 		j, _, err := sc.get(alias, "ProxyJump")

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"syscall"
 
 	glua "github.com/yuin/gopher-lua"
 
@@ -23,10 +20,10 @@ func Ctx(L *glua.LState) context.Context {
 }
 
 // IsConnError reports whether err means the host cannot be reached any more
-// (dial failed, connection lost), as opposed to a failed command or helper:
-// remote.IsUnreachable, an error in the chain with a method
-// `Unreachable() bool` returning true, or a network error from a Conn
-// implementation that does not wrap its errors.
+// (dial failed, connection lost, wherever it happened), as opposed to a
+// failed command or helper: remote.IsUnreachable, which is the rule, or an
+// error in the chain with a method `Unreachable() bool` returning true (a
+// Conn of another package saying so). An ended context is neither.
 func IsConnError(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
@@ -35,21 +32,7 @@ func IsConnError(err error) bool {
 		return true
 	}
 	var u interface{ Unreachable() bool }
-	if errors.As(err, &u) {
-		return u.Unreachable()
-	}
-	var ne net.Error
-	if errors.As(err, &ne) {
-		return true
-	}
-	var oe *net.OpError
-	if errors.As(err, &oe) {
-		return true
-	}
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
+	return errors.As(err, &u) && u.Unreachable()
 }
 
 // Raise ends the current module call with a Lua error "fn: err". A

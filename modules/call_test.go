@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/pkg/sftp"
 	glua "github.com/yuin/gopher-lua"
 
 	"github.com/gpush/gpush/helper"
@@ -33,6 +34,10 @@ func TestIsConnError(t *testing.T) {
 		{&remote.HelperError{Host: "h", Verb: "kill", ExitCode: 2, Message: "bad request"}, false},
 		{fmt.Errorf("x: %w", io.EOF), true},
 		{&net.OpError{Op: "read", Err: syscall.ECONNRESET}, true},
+		// The SFTP client's word for a link that died mid-upload.
+		{fmt.Errorf("h: upload helper to /x: write /x.tmp: %w", sftp.ErrSSHFxConnectionLost), true},
+		{fmt.Errorf("write: %w", syscall.EPIPE), true},
+		{fmt.Errorf("h: helper snapshot: decode response: %w", errors.New("unexpected end of JSON input")), false},
 		{fmt.Errorf("x: %w", marked{true}), true},
 		{marked{false}, false},
 		{fmt.Errorf("call: %w", context.Canceled), false},

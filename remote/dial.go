@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/user"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/gpush/gpush/inventory"
 	"golang.org/x/crypto/ssh"
-	"golang.org/x/crypto/ssh/agent"
 )
 
 // Dial opens the connection to h: SSH, or the local connection when
@@ -46,12 +44,14 @@ func Dial(ctx context.Context, h inventory.Host, opts Options) (Conn, error) {
 
 // target is one SSH endpoint: a jump host or the final host.
 type target struct {
-	name  string // for messages: inventory name or the hop as written
-	host  string
-	port  int
-	user  string
-	keys  []string // identity files, tried before the default keys
-	isHop bool
+	name string // for messages: inventory name or the hop as written
+	host string
+	port int
+	user string
+	keys []string // identity files; the default keys when empty
+	// identitiesOnly offers only keys, never the agent's others.
+	identitiesOnly bool
+	isHop          bool
 }
 
 func (t target) addr() string { return net.JoinHostPort(t.host, strconv.Itoa(t.port)) }
@@ -69,7 +69,8 @@ func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error)
 	if addr == "" {
 		addr = h.Name
 	}
-	final := target{name: h.Name, host: addr, port: h.Port, user: h.User, keys: h.IdentityFiles}
+	final := target{name: h.Name, host: addr, port: h.Port, user: h.User, keys: h.IdentityFiles,
+		identitiesOnly: h.IdentitiesOnly}
 	if final.port == 0 {
 		final.port = 22
 	}
@@ -90,6 +91,7 @@ func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error)
 	}
 	hk := &hostKeys{file: o.KnownHostsFile, policy: o.HostKeyPolicy, log: o.Logger}
 	var clients []*ssh.Client
+	var last *watchConn
 	closeAll := func() {
 		for i := len(clients) - 1; i >= 0; i-- {
 			clients[i].Close()
@@ -109,7 +111,7 @@ func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error)
 				return prev.DialContext(ctx, "tcp", addr)
 			}
 		}
-		c, err := dialOne(ctx, t, via, dialer, hk, o)
+		c, wc, err := dialOne(ctx, t, via, dialer, hk, o)
 		if err != nil {
 			closeAll()
 			err.Host = h.Name
@@ -119,9 +121,10 @@ func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error)
 			return nil, err
 		}
 		clients = append(clients, c)
+		last = wc
 		via = t.name
 	}
-	sc := newSSHConn(h, clients[len(clients)-1], clients[:len(clients)-1], o)
+	sc := newSSHConn(h, clients[len(clients)-1], clients[:len(clients)-1], last.heard, o)
 	return sc, nil
 }
 
@@ -162,6 +165,7 @@ func parseHop(spec string, o Options) (target, error) {
 		}
 		t.host, t.port, t.user = hop.Address, hop.Port, hop.User
 		t.keys = append(t.keys, hop.IdentityFiles...)
+		t.identitiesOnly = hop.IdentitiesOnly
 	}
 	if t.port == 0 {
 		t.port = 22
@@ -209,17 +213,29 @@ const (
 )
 
 // watchConn records what the peer sent first, to tell "no banner" and
-// "not SSH at all" apart from a stalled key exchange.
+// "not SSH at all" apart from a stalled key exchange, and when it last sent
+// anything, which proves it alive to the keepalive.
 type watchConn struct {
 	net.Conn
 	mu    sync.Mutex
 	first []byte
 	n     int64
+	last  atomic.Int64 // unix nanoseconds of the last read that returned data
 }
+
+func newWatchConn(c net.Conn) *watchConn {
+	w := &watchConn{Conn: c}
+	w.last.Store(time.Now().UnixNano())
+	return w
+}
+
+// heard is when the peer last sent something (the dial, before that).
+func (w *watchConn) heard() time.Time { return time.Unix(0, w.last.Load()) }
 
 func (w *watchConn) Read(p []byte) (int, error) {
 	n, err := w.Conn.Read(p)
 	if n > 0 {
+		w.last.Store(time.Now().UnixNano())
 		w.mu.Lock()
 		if len(w.first) < 80 {
 			w.first = append(w.first, p[:min(n, 80-len(w.first))]...)
@@ -239,7 +255,7 @@ func (w *watchConn) seen() ([]byte, int64) {
 // dialOne connects, handshakes and authenticates to t within
 // ConnectTimeout, over dial (TCP, or a channel through the previous hop).
 func dialOne(ctx context.Context, t target, via string, dial func(context.Context, string) (net.Conn, error),
-	hk *hostKeys, o Options) (*ssh.Client, *DialError) {
+	hk *hostKeys, o Options) (*ssh.Client, *watchConn, *DialError) {
 	addr := t.addr()
 	fail := func(stage string, err error) *DialError {
 		return &DialError{Host: t.name, Addr: addr, Via: via, Stage: stage, Err: err}
@@ -256,11 +272,11 @@ func dialOne(ctx context.Context, t target, via string, dial func(context.Contex
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
-			return nil, fail(StageCanceled, ctx.Err())
+			return nil, nil, fail(StageCanceled, ctx.Err())
 		case timedOut(err):
-			return nil, fail(StageConnect, fmt.Errorf("no answer within %s", o.ConnectTimeout))
+			return nil, nil, fail(StageConnect, fmt.Errorf("no answer within %s", o.ConnectTimeout))
 		}
-		return nil, fail(StageConnect, err)
+		return nil, nil, fail(StageConnect, err)
 	}
 	// The deadline covers banner, key exchange and authentication: a
 	// conn deadline where the conn has one (TCP), and closing the conn
@@ -268,19 +284,19 @@ func dialOne(ctx context.Context, t target, via string, dial func(context.Contex
 	deadline, _ := dctx.Deadline()
 	raw.SetDeadline(deadline)
 	stop := context.AfterFunc(dctx, func() { raw.Close() })
-	wc := &watchConn{Conn: raw}
+	wc := newWatchConn(raw)
 	var prog atomic.Int32
 	prog.Store(progConnected)
 	var hkMu sync.Mutex // the callback runs on x/crypto's handshake goroutine
 	var hostKeyErr error
 
-	signers, closeAgent := authSigners(t, o)
-	defer closeAgent()
+	plan := planAuth(t, o, deadline)
+	defer plan.closeAgent()
 	cfg := &ssh.ClientConfig{
 		User: t.user,
 		Auth: []ssh.AuthMethod{ssh.PublicKeysCallback(func() ([]ssh.Signer, error) {
 			prog.Store(progAuth)
-			return signers, nil
+			return plan.signers(), nil
 		})},
 		HostKeyCallback: func(hostport string, remote net.Addr, key ssh.PublicKey) error {
 			prog.Store(progHostKey)
@@ -303,18 +319,18 @@ func dialOne(ctx context.Context, t target, via string, dial func(context.Contex
 		hkMu.Lock()
 		hkErr := hostKeyErr
 		hkMu.Unlock()
-		return nil, fail(classify(err, wc, prog.Load(), hkErr, ctx, timedOut(err), t, len(signers), o))
+		return nil, nil, fail(classify(err, wc, prog.Load(), hkErr, ctx, timedOut(err), t, plan, o))
 	}
 	raw.SetDeadline(time.Time{})
 	o.Logger.Debug("connected", "host", t.name, "addr", addr, "via", via, "user", t.user,
 		"server", string(conn.ServerVersion()))
-	return ssh.NewClient(conn, chans, reqs), nil
+	return ssh.NewClient(conn, chans, reqs), wc, nil
 }
 
 // classify turns a handshake error into the stage that failed and an
 // explanation an operator can act on.
 func classify(err error, wc *watchConn, prog int32, hostKeyErr error, ctx context.Context, timedOut bool,
-	t target, nSigners int, o Options) (string, error) {
+	t target, plan *authPlan, o Options) (string, error) {
 	first, n := wc.seen()
 	if ctx.Err() != nil {
 		return StageCanceled, ctx.Err()
@@ -339,15 +355,7 @@ func classify(err error, wc *watchConn, prog int32, hostKeyErr error, ctx contex
 	case timedOut:
 		return StageAuth, fmt.Errorf("authentication as %s did not complete within %s", t.user, o.ConnectTimeout)
 	case prog >= progAuth || strings.Contains(err.Error(), "unable to authenticate"):
-		if nSigners == 0 {
-			files := strings.Join(append(append([]string{}, t.keys...), o.DefaultKeys...), ", ")
-			if files == "" {
-				files = "(no key files configured)"
-			}
-			return StageAuth, fmt.Errorf("no usable key for %s: no ssh-agent keys, and none of these could be read: %s: %v",
-				t.user, files, err)
-		}
-		return StageAuth, fmt.Errorf("the server refused all %d keys offered for user %s: %v", nSigners, t.user, err)
+		return StageAuth, authError(err, t, plan)
 	}
 	if errors.Is(err, io.EOF) {
 		return StageKex, fmt.Errorf("the server closed the connection during the handshake")
@@ -360,52 +368,14 @@ func bannerOf(first []byte) string {
 	return strings.TrimSpace(string(line))
 }
 
-// authSigners gathers the keys to offer, in order: ssh-agent, the host's
-// IdentityFiles, the default keys; duplicates are dropped. They go in one
-// publickey method because x/crypto does not retry a method name that failed.
-func authSigners(t target, o Options) ([]ssh.Signer, func()) {
-	var signers []ssh.Signer
-	seen := map[string]bool{}
-	add := func(s ssh.Signer) {
-		k := string(s.PublicKey().Marshal())
-		if !seen[k] {
-			seen[k] = true
-			signers = append(signers, s)
-		}
-	}
-	closeAgent := func() {}
-	if o.AgentSocket != "" && o.AgentSocket != "none" {
-		ac, err := net.DialTimeout("unix", o.AgentSocket, 2*time.Second)
-		if err != nil {
-			o.Logger.Debug("ssh-agent not reachable", "socket", o.AgentSocket, "err", err)
-		} else {
-			closeAgent = func() { ac.Close() }
-			ss, err := agent.NewClient(ac).Signers()
-			if err != nil {
-				o.Logger.Debug("ssh-agent listing failed", "socket", o.AgentSocket, "err", err)
-			}
-			for _, s := range ss {
-				add(s)
-			}
-		}
-	}
-	for i, p := range append(append([]string{}, t.keys...), o.DefaultKeys...) {
-		explicit := i < len(t.keys)
-		s, err := loadKey(expandHome(p))
-		if err != nil {
-			level := slog.LevelDebug
-			if explicit && !errors.Is(err, os.ErrNotExist) {
-				level = slog.LevelWarn
-			}
-			o.Logger.Log(context.Background(), level, "skipping key", "host", t.name, "file", p, "err", err)
-			continue
-		}
-		add(s)
-	}
-	return signers, closeAgent
-}
-
 var errEncryptedKey = errors.New("key is encrypted and no passphrase can be asked for; load it into ssh-agent")
+
+// encryptedKeyError is errEncryptedKey keeping x/crypto's error, which
+// holds the key's public half when the file has it.
+type encryptedKeyError struct{ pm *ssh.PassphraseMissingError }
+
+func (e *encryptedKeyError) Error() string   { return errEncryptedKey.Error() }
+func (e *encryptedKeyError) Unwrap() []error { return []error{errEncryptedKey, e.pm} }
 
 func loadKey(path string) (ssh.Signer, error) {
 	b, err := os.ReadFile(path)
@@ -415,7 +385,7 @@ func loadKey(path string) (ssh.Signer, error) {
 	s, err := ssh.ParsePrivateKey(b)
 	var pm *ssh.PassphraseMissingError
 	if errors.As(err, &pm) {
-		return nil, errEncryptedKey
+		return nil, &encryptedKeyError{pm}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("parse private key %s: %w", path, err)

@@ -48,10 +48,15 @@ func (e *DialError) Error() string {
 func (e *DialError) Unwrap() error { return e.Err }
 
 // IsUnreachable reports whether err means the host could not be reached
-// (as opposed to a command or the helper failing on it).
+// or the connection to it was lost, wherever that happened (dial, helper
+// upload, helper call, command), as opposed to a command or the helper
+// failing on a working connection. It is the one rule for "unreachable": a
+// *DialError, ErrConnectionLost, or a transport error in the chain (EOF,
+// connection reset or refused, closed connection, SFTP connection lost,
+// a network error); a context that ended is not one.
 func IsUnreachable(err error) bool {
 	var de *DialError
-	return errors.As(err, &de) || errors.Is(err, ErrConnectionLost)
+	return errors.As(err, &de) || errors.Is(err, ErrConnectionLost) || isTransportError(err)
 }
 
 // ErrConnectionLost is wrapped by every error of a call whose connection

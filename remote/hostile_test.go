@@ -278,7 +278,7 @@ func TestKeepaliveClosesADeadConnection(t *testing.T) {
 		if !errors.Is(err, ErrConnectionLost) {
 			t.Fatalf("want ErrConnectionLost, got %v", err)
 		}
-		mustContain(t, err.Error(), "h1", "keepalives")
+		mustContain(t, err.Error(), "h1", "keepalive", "stalled")
 	case <-time.After(30 * time.Second):
 		t.Fatal("a call on a frozen connection never returned")
 	}

@@ -34,18 +34,24 @@ type Options struct {
 	// ConnectTimeout bounds TCP connect, banner, key exchange and
 	// authentication of each hop (default 10s).
 	ConnectTimeout time.Duration
-	// KeepaliveInterval is how often a keepalive@openssh.com request is sent
-	// (default 15s; negative disables); after KeepaliveCountMax unanswered
-	// ones in a row (default 3) the connection is closed, so that calls
-	// blocked on a dead peer return an error.
+	// KeepaliveInterval is how long the server may be silent before a
+	// keepalive@openssh.com request is sent (default 15s; negative
+	// disables). The keepalive has KeepaliveCountMax (default 3) deadlines
+	// of one interval each to be answered; when none is met and nothing
+	// else came, the connection is closed so that calls blocked on a stalled
+	// server fail with ErrConnectionLost: (count+1) x interval after the
+	// server last sent anything, as ssh's ServerAliveInterval/CountMax.
 	KeepaliveInterval time.Duration
 	KeepaliveCountMax int
 	// AgentSocket is the ssh-agent socket (default $SSH_AUTH_SOCK; "none"
 	// disables the agent).
 	AgentSocket string
-	// DefaultKeys are tried after the agent and the host's IdentityFiles
-	// (default ~/.ssh/id_ed25519, id_ecdsa, id_rsa). Set to an empty
-	// non-nil slice to offer none.
+	// DefaultKeys are the identity files of a host that names none
+	// (default ~/.ssh/id_ed25519, id_ecdsa, id_rsa), as for OpenSSH. Keys
+	// are offered in this order: the host's IdentityFiles (or these), each
+	// through the agent's copy if the file itself cannot be used; then the
+	// agent's other keys unless the host has IdentitiesOnly. Set to an
+	// empty non-nil slice to offer none.
 	DefaultKeys []string
 	// SSHConfigFile resolves ProxyJump hop names (HostName, Port, User,
 	// IdentityFile) (default ~/.ssh/config; "none" disables).

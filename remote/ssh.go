@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -41,7 +40,9 @@ type sshConn struct {
 	closeOnce sync.Once
 }
 
-func newSSHConn(h inventory.Host, client *ssh.Client, hops []*ssh.Client, o Options) *sshConn {
+// newSSHConn wraps a logged-in client; heard says when the server last
+// sent anything (for the keepalive).
+func newSSHConn(h inventory.Host, client *ssh.Client, hops []*ssh.Client, heard func() time.Time, o Options) *sshConn {
 	c := &sshConn{host: h, client: client, hops: hops, o: o, log: o.Logger.With("host", h.Name),
 		dead: make(chan struct{})}
 	go func() {
@@ -56,7 +57,7 @@ func newSSHConn(h inventory.Host, client *ssh.Client, hops []*ssh.Client, o Opti
 		}
 	}()
 	if o.KeepaliveInterval > 0 {
-		go c.keepalive(o.KeepaliveInterval, o.KeepaliveCountMax)
+		go c.keepalive(o.KeepaliveInterval, o.KeepaliveCountMax, heard)
 	}
 	return c
 }
@@ -75,71 +76,10 @@ func (c *sshConn) markDead(why error) {
 // lost wraps err as a lost connection when the connection is dead,
 // naming why it died.
 func (c *sshConn) lost(what string, err error) error {
-	if transportError(err) {
-		// A dropped link fails the channels first and ends the connection
-		// right after; wait for that so the cause is reported.
-		select {
-		case <-c.dead:
-		case <-time.After(2 * time.Second):
-		}
-	}
-	select {
-	case <-c.dead:
-		c.deadMu.Lock()
-		why := c.deadWhy
-		c.deadMu.Unlock()
+	if why := c.deadCause(err); why != nil {
 		return fmt.Errorf("%s: %s: %w (%v)", c.host.Name, what, ErrConnectionLost, why)
-	default:
-		return fmt.Errorf("%s: %s: %w", c.host.Name, what, err)
 	}
-}
-
-func transportError(err error) bool {
-	var missing *ssh.ExitMissingError
-	return errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.As(err, &missing)
-}
-
-// keepalive sends keepalive@openssh.com requests; any reply (OpenSSH
-// answers with a failure) proves the peer alive. After countMax intervals
-// without one, the connection is closed so blocked calls fail.
-func (c *sshConn) keepalive(interval time.Duration, countMax int) {
-	missed := 0
-	replies := make(chan error, countMax+1)
-	pending := 0
-	for {
-		select {
-		case <-c.dead:
-			return
-		case <-time.After(interval):
-		}
-		if pending <= countMax {
-			pending++
-			go func() {
-				_, _, err := c.client.SendRequest("keepalive@openssh.com", true, nil)
-				replies <- err
-			}()
-		}
-		select {
-		case <-c.dead:
-			return
-		case err := <-replies:
-			pending--
-			if err != nil {
-				c.markDead(fmt.Errorf("keepalive failed: %w", err))
-				c.client.Close()
-				return
-			}
-			missed = 0
-		case <-time.After(interval):
-			missed++
-			if missed >= countMax {
-				c.markDead(fmt.Errorf("no answer to %d keepalives sent %s apart; the host or the network is down",
-					missed, interval))
-				c.client.Close()
-				return
-			}
-		}
-	}
+	return fmt.Errorf("%s: %s: %w", c.host.Name, what, err)
 }
 
 func (c *sshConn) Close() error {
@@ -461,7 +401,13 @@ func (c *sshConn) Helper(ctx context.Context, verb string, req, resp any) error 
 // the first call probes the host and uploads if needed, later calls return
 // the cached path.
 func (c *sshConn) DeployHelper(ctx context.Context) (string, error) {
-	return c.helper.get(func() (string, error) { return c.deploy(ctx) })
+	p, err := c.helper.get(func() (string, error) { return c.deploy(ctx) })
+	if err != nil {
+		// The SFTP steps of a deployment do not pass through lost: a link
+		// dropped mid-upload is still a lost connection.
+		return "", c.markLost(err)
+	}
+	return p, nil
 }
 
 func (c *sshConn) deploy(ctx context.Context) (string, error) {
