@@ -181,3 +181,72 @@ func TestHelperCapInMemoryCgroup(t *testing.T) {
 		t.Errorf("peak %d over the limit %d: the cgroup did not bound the helper", peak, limit)
 	}
 }
+
+// A wait-free's timeout bounds the nvidia-smi runs beneath it: with a hung
+// nvidia-smi whose own timeout is 60s, a 2s wait through Serve ends well
+// before that, with an error naming nvidia-smi and the deadline.
+func TestWaitFreeDeadlineBoundsHungSMI(t *testing.T) {
+	h := newHost(t, 1)
+	h.fake.Fault = "hang"
+	h.save()
+	cfg := h.cfg
+	cfg.SMITimeout = Duration(time.Minute)
+	req, _ := json.Marshal(WaitFreeRequest{Config: cfg, Timeout: Duration(2 * time.Second)})
+	var out bytes.Buffer
+	start := time.Now()
+	err := Serve(context.Background(), VerbWaitFree, bytes.NewReader(req), &out)
+	took := time.Since(start)
+	var e ErrorResponse
+	if jerr := json.Unmarshal(out.Bytes(), &e); err == nil || jerr != nil ||
+		!strings.Contains(e.Error, h.smi+": cut off by the request's deadline") || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v, response %s: want the deadline's error naming nvidia-smi", err, out.Bytes())
+	}
+	// The logical bound: the smi timeout (60s) did not apply, the wait's did.
+	if took >= cfg.SMITimeout.D() {
+		t.Errorf("took %s: the 60s nvidia-smi timeout applied, not the wait's 2s", took)
+	}
+	if left := smiRunning(h.smi); len(left) > 0 {
+		t.Errorf("hung nvidia-smi still running: %v", left)
+	}
+}
+
+// A unit request's timeout is shared by the look before and the action;
+// the look after still reports the state when the action hung.
+func TestUnitTimeoutEndToEnd(t *testing.T) {
+	dir := t.TempDir()
+	sc := filepath.Join(dir, "systemctl")
+	// show answers at once, stop hangs (with a child: the group is killed).
+	script := "#!/bin/sh\ncase \"$1\" in\nshow) printf 'LoadState=loaded\\nActiveState=active\\nSubState=running\\nMainPID=0\\nControlGroup=\\nRestart=no\\n';;\n" +
+		"stop) sleep 3600 & sleep 3600;;\nesac\n"
+	if err := os.WriteFile(sc, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	req := UnitRequest{Config: Config{Systemctl: sc, ProcDir: "/proc", DevDir: t.TempDir(), NvidiaSMI: filepath.Join(dir, "absent")},
+		Action: UnitStop, Unit: "x", Timeout: Duration(time.Second)}
+	b, _ := json.Marshal(req)
+	var out bytes.Buffer
+	if err := Serve(context.Background(), VerbUnit, bytes.NewReader(b), &out); err != nil {
+		t.Fatalf("unit: %v: %s", err, out.Bytes())
+	}
+	var r UnitResponse
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatal(err)
+	}
+	// The stop got what the look before left of the 1s, not a 1s of its own.
+	if r.OK || r.ActiveState != "active" || !strings.Contains(r.Reason, sc+": cut off by the request's deadline") {
+		t.Errorf("hung stop: ok %v state %q reason %q", r.OK, r.ActiveState, r.Reason)
+	}
+	t.Logf("reason %q, elapsed %s", r.Reason, r.Elapsed.D())
+}
+
+// systemctl's output is capped like nvidia-smi's.
+func TestSystemctlOutputCapped(t *testing.T) {
+	sc := filepath.Join(t.TempDir(), "systemctl")
+	if err := os.WriteFile(sc, []byte("#!/bin/sh\nexec yes LoadState=loaded\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Unit(context.Background(), UnitRequest{Config: Config{Systemctl: sc, ProcDir: "/proc"}, Action: UnitStatus, Unit: "x"})
+	if err == nil || !strings.Contains(err.Error(), "systemctl show: "+sc+" printed more than 16 MiB on stdout") {
+		t.Errorf("err %v, want the cap's error", err)
+	}
+}

@@ -37,7 +37,53 @@ func Serve(ctx context.Context, verb string, stdin io.Reader, stdout io.Writer) 
 	return nil
 }
 
+// Margins of the request budgets (see Budget).
+const (
+	// scanAllowance covers what is not a tool run: the /proc scans.
+	scanAllowance = 10 * time.Second
+	// waitOverrun lets the poll that starts at a wait's deadline finish
+	// (a few nvidia-smi runs and a scan), so that it ends timed-out, not
+	// cut off; a hung nvidia-smi is cut off then.
+	waitOverrun = 2 * time.Second
+	// killSlack covers the scans of a kill.
+	killSlack = time.Second
+)
+
+// Budget is the longest a snapshot may take: both nvidia-smi runs and the
+// scans.
+func (r SnapshotRequest) Budget() time.Duration {
+	return 2*smiTimeout(r.Config) + scanAllowance
+}
+
+// Budget is the longest a wait-free may take: its timeout (default 30s;
+// the settle is part of it) and the last poll.
+func (r WaitFreeRequest) Budget() time.Duration {
+	t := r.Timeout.D()
+	if t <= 0 {
+		t = DefaultWaitTimeout
+	}
+	return t + waitOverrun
+}
+
+// Budget is the longest a kill may take: the grace, then the waits for
+// the first signal's and KILL's victims to vanish.
+func (r KillRequest) Budget() time.Duration {
+	g := r.Grace.D()
+	if g <= 0 {
+		g = DefaultGrace
+	}
+	return g + 2*killWait + killSlack
+}
+
+// Budget is the longest a unit request may take: its timeout for systemctl
+// (the look before and the action share it), then the look after and the
+// listing of what is left (a snapshot).
+func (r UnitRequest) Budget() time.Duration {
+	return unitTimeout(r) + unitAfterTimeout(r) + SnapshotRequest{Config: r.Config}.Budget()
+}
+
 func serve(ctx context.Context, verb string, stdin io.Reader) (any, error) {
+	var cancels []context.CancelFunc
 	data, err := io.ReadAll(io.LimitReader(stdin, maxRequest+1))
 	if err != nil {
 		return nil, fmt.Errorf("read request: %w", err)
@@ -45,31 +91,43 @@ func serve(ctx context.Context, verb string, stdin io.Reader) (any, error) {
 	if len(data) > maxRequest {
 		return nil, fmt.Errorf("request larger than %d bytes", maxRequest)
 	}
+	// Each request runs under its Budget: every tool it runs gets the
+	// lesser of its own timeout and the time left.
+	within := func(b time.Duration) context.Context {
+		c, cancel := context.WithTimeout(ctx, b)
+		cancels = append(cancels, cancel)
+		return c
+	}
+	defer func() {
+		for _, cancel := range cancels {
+			cancel()
+		}
+	}()
 	switch verb {
 	case VerbSnapshot:
 		var req SnapshotRequest
 		if err := decode(data, &req); err != nil {
 			return nil, err
 		}
-		return TakeSnapshot(ctx, req.Config)
+		return TakeSnapshot(within(req.Budget()), req.Config)
 	case VerbKill:
 		var req KillRequest
 		if err := decode(data, &req); err != nil {
 			return nil, err
 		}
-		return Kill(ctx, req)
+		return Kill(within(req.Budget()), req)
 	case VerbWaitFree:
 		var req WaitFreeRequest
 		if err := decode(data, &req); err != nil {
 			return nil, err
 		}
-		return WaitFree(ctx, req)
+		return WaitFree(within(req.Budget()), req)
 	case VerbUnit:
 		var req UnitRequest
 		if err := decode(data, &req); err != nil {
 			return nil, err
 		}
-		return Unit(ctx, req)
+		return Unit(within(req.Budget()), req)
 	}
 	return nil, fmt.Errorf("unknown verb %q (want %s, %s, %s or %s)", verb, VerbSnapshot, VerbKill, VerbWaitFree, VerbUnit)
 }

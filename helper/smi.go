@@ -69,6 +69,13 @@ const MaxToolOutput = 16 << 20
 // deadline) ends it.
 var errToolTimeout = errors.New("tool timeout")
 
+// deadlineError is a tool run cut off by the request's deadline; it is
+// context.DeadlineExceeded to errors.Is without saying so twice.
+type deadlineError string
+
+func (e deadlineError) Error() string { return string(e) }
+func (e deadlineError) Unwrap() error { return context.DeadlineExceeded }
+
 // OutputCapError says a tool printed more than MaxToolOutput on one stream.
 type OutputCapError struct {
 	Tool   string // argv[0]
@@ -140,8 +147,8 @@ func runBounded(ctx context.Context, timeout time.Duration, argv []string) (stdo
 		return out.buf, errb.buf, fmt.Errorf("%s: timed out after %s (process group killed)", argv[0], timeout)
 	case errors.Is(cause, context.DeadlineExceeded):
 		// The request's deadline came first.
-		return out.buf, errb.buf, fmt.Errorf("%s: cut off by the request's deadline after %s (process group killed): %w",
-			argv[0], time.Since(start).Round(time.Millisecond), context.DeadlineExceeded)
+		return out.buf, errb.buf, deadlineError(fmt.Sprintf("%s: cut off by the request's deadline after %s (process group killed)",
+			argv[0], time.Since(start).Round(time.Millisecond)))
 	case cause != nil:
 		return out.buf, errb.buf, fmt.Errorf("%s: interrupted (process group killed): %w", argv[0], cause)
 	}
@@ -172,11 +179,15 @@ func newSMIRunner(cfg Config) (*smiRunner, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := cfg.SMITimeout.D()
-	if t <= 0 {
-		t = DefaultSMITimeout
+	return &smiRunner{path: p, timeout: smiTimeout(cfg)}, nil
+}
+
+// smiTimeout is the deadline of one nvidia-smi run.
+func smiTimeout(cfg Config) time.Duration {
+	if t := cfg.SMITimeout.D(); t > 0 {
+		return t
 	}
-	return &smiRunner{path: p, timeout: t}, nil
+	return DefaultSMITimeout
 }
 
 // query runs one --query-* form; noDevices is true when the host has none.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"syscall"
+	"time"
 
 	glua "github.com/yuin/gopher-lua"
 
@@ -71,14 +72,50 @@ func Conn(L *glua.LState, h Host, fn string) remote.Conn {
 	return c
 }
 
+// HelperMargin is what a helper call may take beyond its request's Budget:
+// starting the helper and the round trips of the transport. A var so that
+// tests can shorten it.
+var HelperMargin = 5 * time.Second
+
+// budgeted is a helper request that says how long it may take (the
+// helper's request types do: helper.WaitFreeRequest.Budget, ...).
+type budgeted interface{ Budget() time.Duration }
+
 // CallHelper runs one helper verb on the host, raising a Lua error
 // "fn: err" when it fails; a Conn's Helper errors already name the host and
 // the verb ("gpu01: helper snapshot failed (exit 1): ..."), so they are not
 // named again.
+//
+// A request with a Budget (the script's timeout, grace, ...) is cut off at
+// that budget plus HelperMargin: the helper ends it by then itself, and a
+// helper that does not (an old one, a host that stalls) is not waited for.
+// The helper is deployed first, under the host's own deadline: an upload
+// is not part of the request's time.
 func CallHelper(L *glua.LState, h Host, fn, verb string, req, resp any) {
 	c := Conn(L, h, fn)
 	h.Logger().Debug("helper call", "verb", verb, "func", fn)
-	if err := c.Helper(Ctx(L), verb, req, resp); err != nil {
+	ctx := Ctx(L)
+	if b, ok := req.(budgeted); ok {
+		if d, ok := c.(remote.Deployer); ok {
+			if _, err := d.DeployHelper(ctx); err != nil {
+				Raise(L, h, fn, err)
+			}
+		}
+		limit := b.Budget() + HelperMargin
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, limit)
+		defer cancel()
+		if err := c.Helper(ctx, verb, req, resp); err != nil {
+			if ctx.Err() != nil && Ctx(L).Err() == nil {
+				// Our cut-off, not the run's or the host's deadline.
+				err = fmt.Errorf("%s: helper %s gave no answer within %s (its request's %s and %s for the transport): %w",
+					h.Name(), verb, limit, b.Budget(), HelperMargin, err)
+			}
+			Raise(L, h, fn, err)
+		}
+		return
+	}
+	if err := c.Helper(ctx, verb, req, resp); err != nil {
 		Raise(L, h, fn, err)
 	}
 }
