@@ -268,7 +268,7 @@ func parseMiB(s string) (int64, error) {
 	s = strings.TrimSpace(strings.TrimSuffix(s, "MiB"))
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || v < 0 {
-		return 0, fmt.Errorf("memory value %q is not a MiB count", s)
+		return 0, fmt.Errorf("memory value %.40q is not a MiB count", s)
 	}
 	return v, nil
 }
@@ -288,18 +288,18 @@ func parseQueryGPU(b []byte) ([]GPU, error) {
 		}
 		f, err := csvFields(line, 6, 2)
 		if err != nil {
-			return nil, fmt.Errorf("line %d %q: %w", n+1, line, err)
+			return nil, fmt.Errorf("line %d %.200q: %w", n+1, line, err)
 		}
 		idx, err := strconv.Atoi(f[0])
 		if err != nil || idx < 0 {
-			return nil, fmt.Errorf("line %d %q: index %q is not a number", n+1, line, f[0])
+			return nil, fmt.Errorf("line %d %.200q: index %.40q is not a number", n+1, line, f[0])
 		}
 		g := GPU{Index: idx, UUID: f[1], Name: f[2], BusID: f[3], Minor: -1}
 		if g.MemUsedMiB, err = parseMiB(f[4]); err != nil {
-			return nil, fmt.Errorf("line %d %q: memory.used: %w", n+1, line, err)
+			return nil, fmt.Errorf("line %d %.200q: memory.used: %w", n+1, line, err)
 		}
 		if g.MemTotalMiB, err = parseMiB(f[5]); err != nil {
-			return nil, fmt.Errorf("line %d %q: memory.total: %w", n+1, line, err)
+			return nil, fmt.Errorf("line %d %.200q: memory.total: %w", n+1, line, err)
 		}
 		gpus = append(gpus, g)
 	}
@@ -316,15 +316,15 @@ func parseComputeApps(b []byte) ([]computeApp, error) {
 		}
 		f, err := csvFields(line, 5, 1)
 		if err != nil {
-			return nil, fmt.Errorf("line %d %q: %w", n+1, line, err)
+			return nil, fmt.Errorf("line %d %.200q: %w", n+1, line, err)
 		}
 		pid, err := strconv.Atoi(f[0])
 		if err != nil || pid < 0 {
-			return nil, fmt.Errorf("line %d %q: pid %q is not a number", n+1, line, f[0])
+			return nil, fmt.Errorf("line %d %.200q: pid %.40q is not a number", n+1, line, f[0])
 		}
 		a := computeApp{PID: pid, Name: f[1], GPUUUID: f[2], BusID: f[3]}
 		if a.MemMiB, err = parseMiB(f[4]); err != nil {
-			return nil, fmt.Errorf("line %d %q: used_memory: %w", n+1, line, err)
+			return nil, fmt.Errorf("line %d %.200q: used_memory: %w", n+1, line, err)
 		}
 		apps = append(apps, a)
 	}
