@@ -378,7 +378,8 @@ const configHelp = `  dev_dir       where the NVIDIA device nodes are (default /
   proc_dir      the proc filesystem (default /proc)
   driver_dir    the driver's proc folder (default PROC_DIR/driver/nvidia)
   protected     extra protected process names (globs), e.g. ["my-daemon*"]
-  smi_timeout   deadline for each nvidia-smi call (default "10s")
+  smi_timeout   deadline for each nvidia-smi call (default "10s"), never past
+                the request's own
 `
 
 var verbHelp = map[string]string{
@@ -440,11 +441,15 @@ unit are listed. On a host without systemd: systemd=false and a reason.
 Request fields:
   action    stop | start | restart | status
   unit      unit name ("sglang" means sglang.service); systemd's rules apply
-  timeout   deadline for systemctl (default "90s")
+  timeout   deadline for the systemctl calls up to the action, together
+            (default "90s"); the look after the action gets min(timeout, 10s)
 ` + configHelp,
 }
 
 const usage = `usage: gpush-helper <verb> [--help]
+
+Every tool the helper runs is killed (its process group) at its deadline
+or past 16 MiB of output on a stream; a response is at most 60 MiB.
 
 Verbs (JSON request on stdin, JSON response on stdout):
   snapshot    GPUs and the processes holding them

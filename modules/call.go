@@ -73,9 +73,10 @@ func Conn(L *glua.LState, h Host, fn string) remote.Conn {
 }
 
 // HelperMargin is what a helper call may take beyond its request's Budget:
-// starting the helper and the round trips of the transport. A var so that
+// the transport's round trips, starting the helper, and on a host's first
+// call its upload and check (4 MiB: seconds on a slow link). A var so that
 // tests can shorten it.
-var HelperMargin = 5 * time.Second
+var HelperMargin = 10 * time.Second
 
 // budgeted is a helper request that says how long it may take (the
 // helper's request types do: helper.WaitFreeRequest.Budget, ...).
@@ -89,18 +90,11 @@ type budgeted interface{ Budget() time.Duration }
 // A request with a Budget (the script's timeout, grace, ...) is cut off at
 // that budget plus HelperMargin: the helper ends it by then itself, and a
 // helper that does not (an old one, a host that stalls) is not waited for.
-// The helper is deployed first, under the host's own deadline: an upload
-// is not part of the request's time.
 func CallHelper(L *glua.LState, h Host, fn, verb string, req, resp any) {
 	c := Conn(L, h, fn)
 	h.Logger().Debug("helper call", "verb", verb, "func", fn)
 	ctx := Ctx(L)
 	if b, ok := req.(budgeted); ok {
-		if d, ok := c.(remote.Deployer); ok {
-			if _, err := d.DeployHelper(ctx); err != nil {
-				Raise(L, h, fn, err)
-			}
-		}
 		limit := b.Budget() + HelperMargin
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, limit)
