@@ -150,3 +150,30 @@ func TestThinTimeline(t *testing.T) {
 		t.Errorf("short timeline changed: %v", got)
 	}
 }
+
+// cutArgv keeps a prefix of the joined arguments of exactly max bytes
+// when it cuts, and the marker counts the rest.
+func FuzzCutArgv(f *testing.F) {
+	f.Add("/usr/bin/python3\x00train.py\x00--config\x00a.yaml", 12)
+	f.Add("", 0)
+	f.Add("a\x00\x00b", 1)
+	f.Fuzz(func(t *testing.T, joined string, max int) {
+		if max < 0 || max > 1<<16 {
+			return
+		}
+		argv := strings.Split(joined, "\x00")
+		got, cut := cutArgv(argv, max)
+		total := len(joined) - (len(argv) - 1)
+		if !cut {
+			if total > max || len(got) != len(argv) {
+				t.Fatalf("not cut: %q (%d bytes, max %d) -> %q", argv, total, max, got)
+			}
+			return
+		}
+		kept := strings.Join(got[:len(got)-1], "")
+		if total <= max || len(kept) != max || !strings.HasPrefix(strings.Join(argv, ""), kept) ||
+			got[len(got)-1] != fmt.Sprintf("...[%d more bytes]", total-max) {
+			t.Fatalf("cut %q (%d bytes, max %d) -> %q", argv, total, max, got)
+		}
+	})
+}
