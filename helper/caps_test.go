@@ -20,6 +20,7 @@ import (
 // and the call fails naming the tool, the stream and the cap; output up to
 // the cap, inclusive, is returned whole.
 func TestToolOutputCapped(t *testing.T) {
+	freeAfter(t)
 	h := newHost(t, 1)
 	argv := []string{h.smi, "--query-gpu=" + queryGPUFields, csvFormat}
 	for _, stream := range []string{"stdout", "stderr"} {
