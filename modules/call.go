@@ -93,23 +93,20 @@ type budgeted interface{ Budget() time.Duration }
 func CallHelper(L *glua.LState, h Host, fn, verb string, req, resp any) {
 	c := Conn(L, h, fn)
 	h.Logger().Debug("helper call", "verb", verb, "func", fn)
-	ctx := Ctx(L)
-	if b, ok := req.(budgeted); ok {
-		limit := b.Budget() + HelperMargin
+	parent := Ctx(L)
+	ctx := parent
+	b, bounded := req.(budgeted)
+	if bounded {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, limit)
+		ctx, cancel = context.WithTimeout(parent, b.Budget()+HelperMargin)
 		defer cancel()
-		if err := c.Helper(ctx, verb, req, resp); err != nil {
-			if ctx.Err() != nil && Ctx(L).Err() == nil {
-				// Our cut-off, not the run's or the host's deadline.
-				err = fmt.Errorf("%s: helper %s gave no answer within %s (its request's %s and %s for the transport): %w",
-					h.Name(), verb, limit, b.Budget(), HelperMargin, err)
-			}
-			Raise(L, h, fn, err)
-		}
-		return
 	}
 	if err := c.Helper(ctx, verb, req, resp); err != nil {
+		if bounded && ctx.Err() != nil && parent.Err() == nil {
+			// Our cut-off, not the run's or the host's deadline.
+			err = fmt.Errorf("%s: helper %s gave no answer within %s (its request's %s and %s for the transport): %w",
+				h.Name(), verb, b.Budget()+HelperMargin, b.Budget(), HelperMargin, err)
+		}
 		Raise(L, h, fn, err)
 	}
 }
