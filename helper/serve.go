@@ -25,19 +25,283 @@ const maxRequest = 1 << 20
 // (empty input is the zero request) and writes its JSON response to
 // stdout. When the request cannot be served it writes an ErrorResponse and
 // returns the error (the binary then exits non-zero).
+//
+// Every response is bounded by MaxResponse (see writeBounded).
 func Serve(ctx context.Context, verb string, stdin io.Reader, stdout io.Writer) error {
 	resp, err := serve(ctx, verb, stdin)
+	if err == nil {
+		err = writeBounded(stdout, resp)
+		if err == nil {
+			return nil
+		}
+		err = fmt.Errorf("%s response: %w", verb, err)
+	}
+	_ = writeJSON(stdout, ErrorResponse{Version: Version, Error: cutText(err.Error(), maxErrorText)})
+	return err
+}
+
+// MaxResponse bounds one response. The controller reads at most 64 MiB of
+// the helper's stdout (remote.HelperMaxOutput); this stays below it.
+// Measured: a snapshot holder is about 0.7 KiB with a 200-byte command
+// line, 0.55 KiB once trimSteps[1] cut it: 100k holders fit (52 MiB).
+const MaxResponse = 60 << 20
+
+// maxErrorText bounds the message of an ErrorResponse: errors quote what
+// tools printed.
+const maxErrorText = 64 << 10
+
+// trimSteps are tried in turn while a response is over MaxResponse: what
+// makes a response big on a hostile or huge host is command lines (up to
+// 6 MiB each), per-process detail times 100k processes, and the timeline
+// of a long wait. Identities, states and memory are never cut: the
+// controller judges and kills by them.
+var trimSteps = []trimStep{
+	{cmdline: 1 << 10, samples: 10000, why: "command lines cut to 1 KiB, timeline thinned to 10000 samples"},
+	{cmdline: 128, samples: 1000, detail: true, why: "command lines cut to 128 bytes, cgroup paths and owner reasons dropped, timeline thinned to 1000 samples"},
+	{cmdline: 32, samples: 100, detail: true, why: "command lines cut to 32 bytes, cgroup paths and owner reasons dropped, timeline thinned to 100 samples"},
+}
+
+// maxWarnings is how many warnings a trimmed snapshot keeps (a hostile
+// nvidia-smi can list 100k pids that do not exist).
+const maxWarnings = 200
+
+type trimStep struct {
+	cmdline int  // bytes of argv kept per process
+	samples int  // timeline samples kept
+	detail  bool // drop the cgroup path and the owner reason (Unit and Owner stay)
+	why     string
+}
+
+// writeBounded writes resp as one JSON line of at most MaxResponse bytes,
+// trimmed when needed, with a note in the response saying what was cut;
+// when even the last trim step leaves it too big, it writes nothing and
+// says so.
+func writeBounded(w io.Writer, resp any) error {
+	step := 0
+	// Command lines alone over the limit: cut them before encoding (which
+	// would build the whole oversized text first).
+	for ; step < len(trimSteps) && argvBytes(resp) >= MaxResponse; step++ {
+		trimResponse(resp, trimSteps[step], argvBytes(resp))
+	}
+	b, err := json.Marshal(resp)
 	if err != nil {
-		_ = writeJSON(stdout, ErrorResponse{Version: Version, Error: err.Error()})
-		return err
+		return fmt.Errorf("encode: %w", err)
 	}
-	if err := writeJSON(stdout, resp); err != nil {
-		return fmt.Errorf("write %s response: %w", verb, err)
+	for ; step < len(trimSteps) && len(b) >= MaxResponse; step++ {
+		if !trimResponse(resp, trimSteps[step], len(b)) {
+			continue // nothing this step cuts: no need to encode again
+		}
+		if b, err = json.Marshal(resp); err != nil {
+			return fmt.Errorf("encode: %w", err)
+		}
 	}
-	return nil
+	if len(b) >= MaxResponse {
+		return fmt.Errorf("%d bytes, over the helper's limit of %d MiB even with %s (%s)", len(b), MaxResponse>>20, trimSteps[len(trimSteps)-1].why, responseCounts(resp))
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// argvBytes is the size of the command lines in a response.
+func argvBytes(resp any) int {
+	n := 0
+	add := func(argv []string) {
+		for _, a := range argv {
+			n += len(a)
+		}
+	}
+	holders := func(hs []Holder) {
+		for _, h := range hs {
+			add(h.Cmdline)
+		}
+	}
+	switch r := resp.(type) {
+	case *Snapshot:
+		holders(r.Holders)
+	case *WaitFreeResponse:
+		holders(r.Holders)
+	case *UnitResponse:
+		holders(r.GPUHolders)
+		for _, p := range r.Remaining {
+			add(p.Cmdline)
+		}
+	case *KillResponse:
+		for _, sup := range r.Supervisors {
+			add(sup.Cmdline)
+		}
+	}
+	return n
+}
+
+// trimResponse applies step to the response types that carry processes or
+// samples and notes it there; it reports whether anything was cut.
+func trimResponse(resp any, step trimStep, size int) bool {
+	note := fmt.Sprintf("response of %d bytes over %d MiB: %s", size, MaxResponse>>20, step.why)
+	cut := false
+	argv := func(a []string) []string {
+		b, c := cutArgv(a, step.cmdline)
+		cut = cut || c
+		return b
+	}
+	holders := func(hs []Holder) {
+		for i := range hs {
+			hs[i].Cmdline = argv(hs[i].Cmdline)
+			if step.detail && (hs[i].Cgroup != "" || hs[i].OwnerWhy != "") {
+				hs[i].Cgroup, hs[i].OwnerWhy, cut = "", "", true
+			}
+		}
+	}
+	switch r := resp.(type) {
+	case *Snapshot:
+		holders(r.Holders)
+		if len(r.Warnings) > maxWarnings {
+			r.Warnings, cut = append(r.Warnings[:maxWarnings], fmt.Sprintf("and %d more warnings", len(r.Warnings)-maxWarnings)), true
+		}
+		if cut {
+			r.Warnings = append(r.Warnings, note)
+		}
+	case *WaitFreeResponse:
+		holders(r.Holders)
+		if len(r.Timeline) > step.samples {
+			r.Timeline, cut = thinTimeline(r.Timeline, step.samples), true
+		}
+		if cut {
+			r.Reason = joinNote(r.Reason, note)
+		}
+	case *UnitResponse:
+		holders(r.GPUHolders)
+		for i := range r.Remaining {
+			r.Remaining[i].Cmdline = argv(r.Remaining[i].Cmdline)
+		}
+		if cut {
+			r.Reason = joinNote(r.Reason, note)
+		}
+	case *KillResponse:
+		// Results carry no command line, and there is no field for a note.
+		for i := range r.Supervisors {
+			r.Supervisors[i].Cmdline = argv(r.Supervisors[i].Cmdline)
+		}
+	}
+	return cut
+}
+
+func joinNote(reason, note string) string {
+	if reason == "" {
+		return note
+	}
+	return reason + "; " + note
+}
+
+// cutArgv keeps the leading arguments of argv while they fit in max bytes,
+// cutting the one that does not, and ends with a marker that says how much
+// was dropped; false when it all fits.
+func cutArgv(argv []string, max int) ([]string, bool) {
+	total := 0
+	for _, a := range argv {
+		total += len(a)
+	}
+	if total <= max {
+		return argv, false
+	}
+	var out []string
+	kept := 0
+	for _, a := range argv {
+		if kept+len(a) > max {
+			if rest := max - kept; rest > 0 {
+				out = append(out, a[:rest])
+				kept += rest
+			}
+			break
+		}
+		out = append(out, a)
+		kept += len(a)
+	}
+	return append(out, fmt.Sprintf("...[%d more bytes]", total-kept)), true
+}
+
+// thinTimeline keeps n samples spread evenly over the wait, the last one
+// included.
+func thinTimeline(ss []Sample, n int) []Sample {
+	if len(ss) <= n || n < 2 {
+		return ss
+	}
+	out := make([]Sample, 0, n)
+	for i := 0; i < n-1; i++ {
+		out = append(out, ss[i*(len(ss)-1)/(n-1)])
+	}
+	return append(out, ss[len(ss)-1])
+}
+
+// responseCounts names what made a response big, for the error.
+func responseCounts(resp any) string {
+	switch r := resp.(type) {
+	case *Snapshot:
+		return fmt.Sprintf("%d GPUs, %d holders, %d warnings", len(r.GPUs), len(r.Holders), len(r.Warnings))
+	case *WaitFreeResponse:
+		return fmt.Sprintf("%d holders, %d samples", len(r.Holders), len(r.Timeline))
+	case *UnitResponse:
+		return fmt.Sprintf("%d processes left in the unit, %d GPU holders", len(r.Remaining), len(r.GPUHolders))
+	case *KillResponse:
+		return fmt.Sprintf("%d results, %d supervisors", len(r.Results), len(r.Supervisors))
+	}
+	return fmt.Sprintf("%T", resp)
+}
+
+// cutText bounds s to max bytes, saying how much was cut.
+func cutText(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	return fmt.Sprintf("%s...[%d more bytes]", s[:max], len(s)-max)
+}
+
+// Margins of the request budgets (see Budget).
+const (
+	// scanAllowance covers what is not a tool run: the /proc scans.
+	scanAllowance = 10 * time.Second
+	// waitOverrun lets the poll that starts at a wait's deadline finish
+	// (a few nvidia-smi runs and a scan), so that it ends timed-out, not
+	// cut off; a hung nvidia-smi is cut off then.
+	waitOverrun = 2 * time.Second
+	// killSlack covers the scans of a kill.
+	killSlack = time.Second
+)
+
+// Budget is the longest a snapshot may take: both nvidia-smi runs and the
+// scans.
+func (r SnapshotRequest) Budget() time.Duration {
+	return 2*smiTimeout(r.Config) + scanAllowance
+}
+
+// Budget is the longest a wait-free may take: its timeout (default 30s;
+// the settle is part of it) and the last poll.
+func (r WaitFreeRequest) Budget() time.Duration {
+	t := r.Timeout.D()
+	if t <= 0 {
+		t = DefaultWaitTimeout
+	}
+	return t + waitOverrun
+}
+
+// Budget is the longest a kill may take: the grace, then the waits for
+// the first signal's and KILL's victims to vanish.
+func (r KillRequest) Budget() time.Duration {
+	g := r.Grace.D()
+	if g <= 0 {
+		g = DefaultGrace
+	}
+	return g + 2*killWait + killSlack
+}
+
+// Budget is the longest a unit request may take: its timeout for systemctl
+// (the look before and the action share it), then the look after and the
+// listing of what is left (a snapshot).
+func (r UnitRequest) Budget() time.Duration {
+	return unitTimeout(r) + unitAfterTimeout(r) + SnapshotRequest{Config: r.Config}.Budget()
 }
 
 func serve(ctx context.Context, verb string, stdin io.Reader) (any, error) {
+	var cancels []context.CancelFunc
 	data, err := io.ReadAll(io.LimitReader(stdin, maxRequest+1))
 	if err != nil {
 		return nil, fmt.Errorf("read request: %w", err)
@@ -45,31 +309,43 @@ func serve(ctx context.Context, verb string, stdin io.Reader) (any, error) {
 	if len(data) > maxRequest {
 		return nil, fmt.Errorf("request larger than %d bytes", maxRequest)
 	}
+	// Each request runs under its Budget: every tool it runs gets the
+	// lesser of its own timeout and the time left.
+	within := func(b time.Duration) context.Context {
+		c, cancel := context.WithTimeout(ctx, b)
+		cancels = append(cancels, cancel)
+		return c
+	}
+	defer func() {
+		for _, cancel := range cancels {
+			cancel()
+		}
+	}()
 	switch verb {
 	case VerbSnapshot:
 		var req SnapshotRequest
 		if err := decode(data, &req); err != nil {
 			return nil, err
 		}
-		return TakeSnapshot(ctx, req.Config)
+		return TakeSnapshot(within(req.Budget()), req.Config)
 	case VerbKill:
 		var req KillRequest
 		if err := decode(data, &req); err != nil {
 			return nil, err
 		}
-		return Kill(ctx, req)
+		return Kill(within(req.Budget()), req)
 	case VerbWaitFree:
 		var req WaitFreeRequest
 		if err := decode(data, &req); err != nil {
 			return nil, err
 		}
-		return WaitFree(ctx, req)
+		return WaitFree(within(req.Budget()), req)
 	case VerbUnit:
 		var req UnitRequest
 		if err := decode(data, &req); err != nil {
 			return nil, err
 		}
-		return Unit(ctx, req)
+		return Unit(within(req.Budget()), req)
 	}
 	return nil, fmt.Errorf("unknown verb %q (want %s, %s, %s or %s)", verb, VerbSnapshot, VerbKill, VerbWaitFree, VerbUnit)
 }
@@ -102,7 +378,8 @@ const configHelp = `  dev_dir       where the NVIDIA device nodes are (default /
   proc_dir      the proc filesystem (default /proc)
   driver_dir    the driver's proc folder (default PROC_DIR/driver/nvidia)
   protected     extra protected process names (globs), e.g. ["my-daemon*"]
-  smi_timeout   deadline for each nvidia-smi call (default "10s")
+  smi_timeout   deadline for each nvidia-smi call (default "10s"), never past
+                the request's own
 `
 
 var verbHelp = map[string]string{
@@ -164,11 +441,15 @@ unit are listed. On a host without systemd: systemd=false and a reason.
 Request fields:
   action    stop | start | restart | status
   unit      unit name ("sglang" means sglang.service); systemd's rules apply
-  timeout   deadline for systemctl (default "90s")
+  timeout   deadline for the systemctl calls up to the action, together
+            (default "90s"); the look after the action gets min(timeout, 10s)
 ` + configHelp,
 }
 
 const usage = `usage: gpush-helper <verb> [--help]
+
+Every tool the helper runs is killed (its process group) at its deadline
+or past 16 MiB of output on a stream; a response is at most 60 MiB.
 
 Verbs (JSON request on stdin, JSON response on stdout):
   snapshot    GPUs and the processes holding them

@@ -59,12 +59,67 @@ const (
 	smiNoDevicesText = "No devices were found"
 )
 
-// runBounded runs argv with a deadline in its own process group and kills
-// the whole group when the deadline passes, so that a hung tool (or a
-// wrapper script's children) cannot hang the helper.
+// MaxToolOutput caps what the helper keeps of each output stream of a tool
+// it runs (nvidia-smi, systemctl). A real nvidia-smi prints about 100 bytes
+// per process, so 100k processes fit; a wedged one printing gigabytes would
+// otherwise take the helper's memory with it.
+const MaxToolOutput = 16 << 20
+
+// errToolTimeout is the cause when a tool's own timeout (not the request's
+// deadline) ends it.
+var errToolTimeout = errors.New("tool timeout")
+
+// deadlineError is a tool run cut off by the request's deadline; it is
+// context.DeadlineExceeded to errors.Is without saying so twice.
+type deadlineError string
+
+func (e deadlineError) Error() string { return string(e) }
+func (e deadlineError) Unwrap() error { return context.DeadlineExceeded }
+
+// OutputCapError says a tool printed more than MaxToolOutput on one stream.
+type OutputCapError struct {
+	Tool   string // argv[0]
+	Stream string // "stdout" or "stderr"
+	Cap    int
+}
+
+func (e *OutputCapError) Error() string {
+	return fmt.Sprintf("%s printed more than %d MiB on %s: killed (process group), output dropped", e.Tool, e.Cap>>20, e.Stream)
+}
+
+// cappedBuffer keeps at most max bytes; the first write beyond calls over
+// once and fails, which stops exec's copy (the tool is killed by then).
+type cappedBuffer struct {
+	buf  []byte
+	max  int
+	over func()
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if len(b.buf)+len(p) > b.max {
+		b.over()
+		return 0, errors.New("output cap reached")
+	}
+	if need := len(b.buf) + len(p); need > cap(b.buf) {
+		// Grow by doubling, but never past the cap: no slack beyond it.
+		grown := make([]byte, len(b.buf), min(max(2*cap(b.buf), need, 4096), b.max))
+		copy(grown, b.buf)
+		b.buf = grown
+	}
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+// runBounded runs argv in its own process group and kills the whole group
+// (a wrapper script's children too) when its timeout passes, when ctx ends
+// (the request's deadline: each run gets the lesser of the two), or when it
+// prints more than MaxToolOutput on stdout or stderr.
 func runBounded(ctx context.Context, timeout time.Duration, argv []string) (stdout, stderr []byte, err error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	start := time.Now()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ctx, stop := context.WithTimeoutCause(ctx, timeout, errToolTimeout)
+	defer stop()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error {
@@ -73,20 +128,31 @@ func runBounded(ctx context.Context, timeout time.Duration, argv []string) (stdo
 	}
 	// If a grandchild keeps the pipes open after the kill, stop waiting.
 	cmd.WaitDelay = time.Second
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
+	capped := func(stream string) *cappedBuffer {
+		e := &OutputCapError{Tool: argv[0], Stream: stream, Cap: MaxToolOutput}
+		return &cappedBuffer{max: MaxToolOutput, over: func() { cancel(e) }}
+	}
+	out, errb := capped("stdout"), capped("stderr")
+	cmd.Stdout, cmd.Stderr = out, errb
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
-	err = cmd.Run()
-	switch ctxErr := ctx.Err(); {
-	case errors.Is(ctxErr, context.DeadlineExceeded):
-		return out.Bytes(), errb.Bytes(), fmt.Errorf("%s: timed out after %s (process group killed)", argv[0], timeout)
-	case ctxErr != nil:
-		return out.Bytes(), errb.Bytes(), fmt.Errorf("%s: interrupted (process group killed): %w", argv[0], ctxErr)
+	if err = cmd.Run(); err == nil {
+		// Done and read whole, even if a deadline passed just after.
+		return out.buf, errb.buf, nil
 	}
-	if err != nil {
-		return out.Bytes(), errb.Bytes(), fmt.Errorf("%s %s: %w", argv[0], strings.Join(argv[1:], " "), err)
+	var capErr *OutputCapError
+	switch cause := context.Cause(ctx); {
+	case errors.As(cause, &capErr):
+		return nil, nil, capErr
+	case errors.Is(cause, errToolTimeout):
+		return out.buf, errb.buf, fmt.Errorf("%s: timed out after %s (process group killed)", argv[0], timeout)
+	case errors.Is(cause, context.DeadlineExceeded):
+		// The request's deadline came first.
+		return out.buf, errb.buf, deadlineError(fmt.Sprintf("%s: cut off by the request's deadline after %s (process group killed)",
+			argv[0], time.Since(start).Round(time.Millisecond)))
+	case cause != nil:
+		return out.buf, errb.buf, fmt.Errorf("%s: interrupted (process group killed): %w", argv[0], cause)
 	}
-	return out.Bytes(), errb.Bytes(), nil
+	return out.buf, errb.buf, fmt.Errorf("%s %s: %w", argv[0], strings.Join(argv[1:], " "), err)
 }
 
 // withOutput adds what a failed command printed to its error (capped: a
@@ -113,11 +179,15 @@ func newSMIRunner(cfg Config) (*smiRunner, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := cfg.SMITimeout.D()
-	if t <= 0 {
-		t = DefaultSMITimeout
+	return &smiRunner{path: p, timeout: smiTimeout(cfg)}, nil
+}
+
+// smiTimeout is the deadline of one nvidia-smi run.
+func smiTimeout(cfg Config) time.Duration {
+	if t := cfg.SMITimeout.D(); t > 0 {
+		return t
 	}
-	return &smiRunner{path: p, timeout: t}, nil
+	return DefaultSMITimeout
 }
 
 // query runs one --query-* form; noDevices is true when the host has none.
@@ -198,7 +268,7 @@ func parseMiB(s string) (int64, error) {
 	s = strings.TrimSpace(strings.TrimSuffix(s, "MiB"))
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || v < 0 {
-		return 0, fmt.Errorf("memory value %q is not a MiB count", s)
+		return 0, fmt.Errorf("memory value %.40q is not a MiB count", s)
 	}
 	return v, nil
 }
@@ -218,18 +288,18 @@ func parseQueryGPU(b []byte) ([]GPU, error) {
 		}
 		f, err := csvFields(line, 6, 2)
 		if err != nil {
-			return nil, fmt.Errorf("line %d %q: %w", n+1, line, err)
+			return nil, fmt.Errorf("line %d %.200q: %w", n+1, line, err)
 		}
 		idx, err := strconv.Atoi(f[0])
 		if err != nil || idx < 0 {
-			return nil, fmt.Errorf("line %d %q: index %q is not a number", n+1, line, f[0])
+			return nil, fmt.Errorf("line %d %.200q: index %.40q is not a number", n+1, line, f[0])
 		}
 		g := GPU{Index: idx, UUID: f[1], Name: f[2], BusID: f[3], Minor: -1}
 		if g.MemUsedMiB, err = parseMiB(f[4]); err != nil {
-			return nil, fmt.Errorf("line %d %q: memory.used: %w", n+1, line, err)
+			return nil, fmt.Errorf("line %d %.200q: memory.used: %w", n+1, line, err)
 		}
 		if g.MemTotalMiB, err = parseMiB(f[5]); err != nil {
-			return nil, fmt.Errorf("line %d %q: memory.total: %w", n+1, line, err)
+			return nil, fmt.Errorf("line %d %.200q: memory.total: %w", n+1, line, err)
 		}
 		gpus = append(gpus, g)
 	}
@@ -246,15 +316,15 @@ func parseComputeApps(b []byte) ([]computeApp, error) {
 		}
 		f, err := csvFields(line, 5, 1)
 		if err != nil {
-			return nil, fmt.Errorf("line %d %q: %w", n+1, line, err)
+			return nil, fmt.Errorf("line %d %.200q: %w", n+1, line, err)
 		}
 		pid, err := strconv.Atoi(f[0])
 		if err != nil || pid < 0 {
-			return nil, fmt.Errorf("line %d %q: pid %q is not a number", n+1, line, f[0])
+			return nil, fmt.Errorf("line %d %.200q: pid %.40q is not a number", n+1, line, f[0])
 		}
 		a := computeApp{PID: pid, Name: f[1], GPUUUID: f[2], BusID: f[3]}
 		if a.MemMiB, err = parseMiB(f[4]); err != nil {
-			return nil, fmt.Errorf("line %d %q: used_memory: %w", n+1, line, err)
+			return nil, fmt.Errorf("line %d %.200q: used_memory: %w", n+1, line, err)
 		}
 		apps = append(apps, a)
 	}

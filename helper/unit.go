@@ -120,13 +120,15 @@ func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 		return resp, nil
 	}
 	resp.Systemd = true
-	timeout := req.Timeout.D()
-	if timeout <= 0 {
-		timeout = DefaultUnitTimeout
-	}
+	// The look before and the action share the unit's timeout; the look
+	// after has its own short one, so that a timed-out action still reports
+	// the unit's state.
+	timeout := unitTimeout(req)
+	actCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	// Look before acting: a unit systemd does not know is never acted on,
 	// and is never reported as stopped (a typo in a unit name is not a free).
-	pre, err := showUnit(ctx, systemctl, timeout, name)
+	pre, err := showUnit(actCtx, systemctl, timeout, name)
 	if err != nil {
 		return nil, err
 	}
@@ -137,14 +139,14 @@ func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 	}
 	var actionErr error
 	if req.Action != UnitStatus {
-		_, errb, err := runBounded(ctx, timeout, []string{systemctl, req.Action, "--", name})
+		_, errb, err := runBounded(actCtx, timeout, []string{systemctl, req.Action, "--", name})
 		if err != nil {
 			actionErr = withOutput(err, errb)
 		}
 	}
 	props := pre
 	if req.Action != UnitStatus {
-		if props, err = showUnit(ctx, systemctl, timeout, name); err != nil {
+		if props, err = showUnit(ctx, systemctl, unitAfterTimeout(req), name); err != nil {
 			return nil, err
 		}
 	}
@@ -178,6 +180,20 @@ func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 		resp.Reason = "unit " + name + " is masked"
 	}
 	return resp, nil
+}
+
+// unitTimeout is the deadline for a unit request's systemctl calls up to
+// and including the action.
+func unitTimeout(req UnitRequest) time.Duration {
+	if t := req.Timeout.D(); t > 0 {
+		return t
+	}
+	return DefaultUnitTimeout
+}
+
+// unitAfterTimeout bounds the `systemctl show` after the action.
+func unitAfterTimeout(req UnitRequest) time.Duration {
+	return min(unitTimeout(req), 10*time.Second)
 }
 
 // showProps are the properties the unit verb reads.

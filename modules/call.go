@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	glua "github.com/yuin/gopher-lua"
 
@@ -54,14 +55,41 @@ func Conn(L *glua.LState, h Host, fn string) remote.Conn {
 	return c
 }
 
+// HelperMargin is what a helper call may take beyond its request's Budget:
+// the transport's round trips, starting the helper, and on a host's first
+// call its upload and check (4 MiB: seconds on a slow link). A var so that
+// tests can shorten it.
+var HelperMargin = 10 * time.Second
+
+// budgeted is a helper request that says how long it may take (the
+// helper's request types do: helper.WaitFreeRequest.Budget, ...).
+type budgeted interface{ Budget() time.Duration }
+
 // CallHelper runs one helper verb on the host, raising a Lua error
 // "fn: err" when it fails; a Conn's Helper errors already name the host and
 // the verb ("gpu01: helper snapshot failed (exit 1): ..."), so they are not
 // named again.
+//
+// A request with a Budget (the script's timeout, grace, ...) is cut off at
+// that budget plus HelperMargin: the helper ends it by then itself, and a
+// helper that does not (an old one, a host that stalls) is not waited for.
 func CallHelper(L *glua.LState, h Host, fn, verb string, req, resp any) {
 	c := Conn(L, h, fn)
 	h.Logger().Debug("helper call", "verb", verb, "func", fn)
-	if err := c.Helper(Ctx(L), verb, req, resp); err != nil {
+	parent := Ctx(L)
+	ctx := parent
+	b, bounded := req.(budgeted)
+	if bounded {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(parent, b.Budget()+HelperMargin)
+		defer cancel()
+	}
+	if err := c.Helper(ctx, verb, req, resp); err != nil {
+		if bounded && ctx.Err() != nil && parent.Err() == nil {
+			// Our cut-off, not the run's or the host's deadline.
+			err = fmt.Errorf("%s: helper %s gave no answer within %s (its request's %s and %s for the transport): %w",
+				h.Name(), verb, b.Budget()+HelperMargin, b.Budget(), HelperMargin, err)
+		}
 		Raise(L, h, fn, err)
 	}
 }

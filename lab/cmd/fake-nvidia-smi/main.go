@@ -11,6 +11,14 @@
 // resolved executable. A GPU's used memory is its baseline plus the
 // --mem-mib of every live process holding DEVDIR/nvidiaN, plus, for
 // release_delay after it was last seen alive, that of a holder that died.
+//
+// Two faults come from the environment, not the config, so that they need
+// no GPUs and no config at all:
+//
+//	FAKE_NVIDIA_SMI_FLOOD=stdout|stderr   print valid rows without end (or
+//	    FAKE_NVIDIA_SMI_FLOOD_BYTES of them, then exit 0) on that stream
+//	FAKE_NVIDIA_SMI_HANG=child            print one row, start a child that
+//	    keeps the output open, and hang, both of them
 package main
 
 import (
@@ -136,6 +144,12 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "%v\n\nPlease run 'nvidia-smi -h' for help.\n", err)
 		return exitUsage
 	}
+	if stream := os.Getenv(floodEnv); stream != "" {
+		return flood(req, stream, os.Getenv(floodBytesEnv))
+	}
+	if mode := os.Getenv(hangEnv); mode != "" {
+		return hang(req, mode)
+	}
 	cfgPath := configPath()
 	cfg, err := labgpu.LoadConfig(cfgPath)
 	if err != nil {
@@ -234,6 +248,90 @@ func run(args []string) int {
 		printCSV(req, rows)
 	}
 	return 0
+}
+
+// The environment's faults (see the package comment).
+const (
+	floodEnv      = "FAKE_NVIDIA_SMI_FLOOD"
+	floodBytesEnv = "FAKE_NVIDIA_SMI_FLOOD_BYTES"
+	hangEnv       = "FAKE_NVIDIA_SMI_HANG"
+)
+
+// floodRow is one valid line of the form, the H200 fixture's GPU 0: a
+// flood the parser would accept, so only a cap on the size stops it.
+func floodRow(req request) string {
+	switch req.form {
+	case "list":
+		return "GPU 0: NVIDIA H200 (UUID: GPU-d7f963c5-cdb5-ba9d-c562-dbd2e54985ab)\n"
+	case "compute-apps":
+		return "437, /opt/venv/bin/python3, GPU-d7f963c5-cdb5-ba9d-c562-dbd2e54985ab, 00000000:00:06.0, 10850\n"
+	}
+	return "0, GPU-d7f963c5-cdb5-ba9d-c562-dbd2e54985ab, NVIDIA H200, 00000000:00:06.0, 0, 143771\n"
+}
+
+// flood prints rows on stream without end, or limit bytes of them.
+func flood(req request, stream, limit string) int {
+	out := os.Stdout
+	switch stream {
+	case "stdout":
+	case "stderr":
+		out = os.Stderr
+	default:
+		fmt.Fprintf(os.Stderr, "fake-nvidia-smi: %s=%q: want stdout or stderr\n", floodEnv, stream)
+		return exitUsage
+	}
+	left := int64(-1) // without end
+	if limit != "" {
+		n, err := strconv.ParseInt(limit, 10, 64)
+		if err != nil || n < 0 {
+			fmt.Fprintf(os.Stderr, "fake-nvidia-smi: %s=%q: want a byte count\n", floodBytesEnv, limit)
+			return exitUsage
+		}
+		left = n
+	}
+	row := floodRow(req)
+	block := []byte(strings.Repeat(row, (64<<10)/len(row)))
+	for left != 0 {
+		b := block
+		if left > 0 && int64(len(b)) > left {
+			b = b[:left]
+		}
+		if _, err := out.Write(b); err != nil {
+			return 1 // the reader went away
+		}
+		if left > 0 {
+			left -= int64(len(b))
+		}
+	}
+	return 0
+}
+
+// hang prints one row and hangs; with "child", a child started first
+// holds the same output open and hangs too (a tool's helper process).
+func hang(req request, mode string) int {
+	switch mode {
+	case "child":
+		exe, err := os.Executable()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "fake-nvidia-smi: %v\n", err)
+			return exitNoDriver
+		}
+		child := exec.Command(exe, os.Args[1:]...)
+		child.Env = append(os.Environ(), hangEnv+"=alone")
+		child.Stdout, child.Stderr = os.Stdout, os.Stderr
+		if err := child.Start(); err != nil {
+			fmt.Fprintf(os.Stderr, "fake-nvidia-smi: %v\n", err)
+			return exitNoDriver
+		}
+	case "alone":
+	default:
+		fmt.Fprintf(os.Stderr, "fake-nvidia-smi: %s=%q: want child\n", hangEnv, mode)
+		return exitUsage
+	}
+	fmt.Print(floodRow(req))
+	for {
+		time.Sleep(time.Hour)
+	}
 }
 
 func badField(f string) int {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -374,4 +375,97 @@ func state(pid int) string {
 	}
 	s := string(b)
 	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[0]
+}
+
+// The flood prints the very row the idle H200 answers, over and over, on
+// the stream asked for, and exactly FAKE_NVIDIA_SMI_FLOOD_BYTES of it.
+func TestFlood(t *testing.T) {
+	h := newH200(t)
+	row, code := h.run(queryGPU, noUnits)
+	if code != 0 {
+		t.Fatalf("idle query-gpu: exit %d %q", code, row)
+	}
+	const n = 1<<20 + 7 // not a whole number of rows or blocks
+	for _, stream := range []string{"stdout", "stderr"} {
+		cmd := exec.Command(h.smi, queryGPU, noUnits)
+		cmd.Env = append(os.Environ(), "FAKE_NVIDIA_SMI_FLOOD="+stream, "FAKE_NVIDIA_SMI_FLOOD_BYTES="+strconv.Itoa(n))
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s flood: %v", stream, err)
+		}
+		got, other := out.Bytes(), errb.Bytes()
+		if stream == "stderr" {
+			got, other = other, got
+		}
+		if len(got) != n || len(other) != 0 {
+			t.Errorf("%s flood: %d bytes there, %d on the other stream; want %d and 0", stream, len(got), len(other), n)
+			continue
+		}
+		whole := got[:bytes.LastIndexByte(got, '\n')+1]
+		if want := strings.Repeat(row, len(whole)/len(row)); string(whole) != want {
+			t.Errorf("%s flood: rows differ from the idle answer %q", stream, row)
+		}
+	}
+	// Without a byte count it does not end: it is still printing after
+	// more output than any real nvidia-smi gives (64 MiB), then dies of a
+	// closed pipe.
+	cmd := exec.Command(h.smi, queryGPU, noUnits)
+	cmd.Env = append(os.Environ(), "FAKE_NVIDIA_SMI_FLOOD=stdout")
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	read, err := io.CopyN(io.Discard, pipe, 64<<20)
+	pipe.Close()
+	werr := cmd.Wait()
+	if err != nil || read != 64<<20 || werr == nil {
+		t.Errorf("endless flood: read %d (%v), exit %v; want 64 MiB and death by the closed pipe", read, err, werr)
+	}
+}
+
+// FAKE_NVIDIA_SMI_HANG=child: one row, then the tool and a child of its
+// process group hang, both holding the output open.
+func TestHangWithChild(t *testing.T) {
+	h := newH200(t)
+	cmd := exec.Command(h.smi, queryGPU, noUnits)
+	cmd.Env = append(os.Environ(), "FAKE_NVIDIA_SMI_HANG=child")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pgid := cmd.Process.Pid
+	defer func() {
+		syscall.Kill(-pgid, syscall.SIGKILL) // the group this test started
+		cmd.Wait()
+	}()
+	line, err := bufio.NewReader(pipe).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "0, GPU-d7f963c5") {
+		t.Fatalf("first row %q: %v", line, err)
+	}
+	// The child is in the same group, still alive, with the pipe open.
+	members := 0
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if g, err := syscall.Getpgid(pid); err == nil && g == pgid {
+			members++
+		}
+	}
+	if members != 2 {
+		t.Errorf("process group %d has %d members, want the tool and its child", pgid, members)
+	}
+	if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the hung tool exited: %v", err)
+	}
 }

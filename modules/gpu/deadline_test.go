@@ -1,0 +1,36 @@
+package gpu_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpush/gpush/helper"
+	"github.com/gpush/gpush/modules"
+	"github.com/gpush/gpush/modules/gpu"
+	"github.com/gpush/gpush/modules/modulestest"
+)
+
+// A helper that ignores the script's timeout (a host that never answers)
+// is cut off at the request's budget plus the margin: gpu.wait_free with
+// timeout 0.1s raises, naming the helper and the limit, instead of
+// waiting for the host's deadline.
+func TestWaitFreeCutOffAtBudget(t *testing.T) {
+	old := modules.HelperMargin
+	modules.HelperMargin = 200 * time.Millisecond
+	t.Cleanup(func() { modules.HelperMargin = old })
+	h := newHost(t)
+	h.FakeConn.Latency = time.Hour
+	L := modulestest.NewState(t, h, gpu.Module)
+	defer L.Close()
+	err := L.DoString(`gpu.wait_free{timeout="0.1s"}`)
+	budget := helper.WaitFreeRequest{Timeout: helper.Duration(100 * time.Millisecond)}.Budget()
+	want := "helper wait-free gave no answer within " + (budget + modules.HelperMargin).String()
+	if err == nil || !strings.Contains(err.Error(), "gpu.wait_free: gpu01: "+want) {
+		t.Fatalf("err %v, want %q", err, want)
+	}
+	calls := h.FakeConn.Calls(helper.VerbWaitFree)
+	if len(calls) != 1 || calls[0].Request.(helper.WaitFreeRequest).Timeout.D() != 100*time.Millisecond {
+		t.Errorf("calls %+v", calls)
+	}
+}
