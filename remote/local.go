@@ -170,7 +170,7 @@ func (c *localConn) deploy(ctx context.Context) (string, error) {
 	}
 	return deployHelper(ctx, deployTarget{
 		host: c.host, fs: localFS{}, machine: unameMachine(), home: filepath.Clean(home), uid: os.Getuid(),
-		source: c.o.HelperSource, log: c.log, uploads: &c.uploads,
+		source: c.o.HelperSource, sum: localSum, log: c.log, uploads: &c.uploads,
 	})
 }
 

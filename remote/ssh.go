@@ -397,9 +397,10 @@ func (c *sshConn) deploy(ctx context.Context) (string, error) {
 	if sr.err != nil {
 		return "", sr.err
 	}
+	fsys := sftpFS{sr.s}
 	return deployHelper(ctx, deployTarget{
-		host: c.host, fs: sftpFS{sr.s}, machine: pr.machine, home: pr.home, uid: pr.uid,
-		source: c.o.HelperSource, log: c.log, uploads: &c.uploads,
+		host: c.host, fs: fsys, machine: pr.machine, home: pr.home, uid: pr.uid,
+		source: c.o.HelperSource, sum: c.sshSum(fsys), log: c.log, uploads: &c.uploads,
 	})
 }
 
