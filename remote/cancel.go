@@ -27,7 +27,8 @@ import (
 // still runs, cancellable only by the SSH signal and the channel close.
 
 // cancelDirPrefix names the control folder of a command; the token follows.
-const cancelDirPrefix = "/tmp/.gpush-run-"
+// A variable only so that tests can watch a private folder.
+var cancelDirPrefix = "/tmp/.gpush-run-"
 
 // cancelGrace is how long the watcher waits after TERM before KILL.
 const cancelGrace = "3"
@@ -43,7 +44,7 @@ func newCancelToken() string {
 // outlives a stopped command and the exit status passes through; it reaps
 // the watcher it killed so that the shell reports no "Killed" job.
 func wrapCommand(cmdline, token string) string {
-	d := cancelDirPrefix + token
+	d := ShellQuote(cancelDirPrefix + token)
 	return `d=` + d + `; w=
 if mkdir -m 700 "$d" 2>/dev/null; then
   if mkfifo -m 600 "$d/c" 2>/dev/null; then
@@ -66,7 +67,7 @@ exit $s`
 // the watcher is gone, and only inside a folder that is the login user's
 // own (not a symlink): nobody else can have put anything there.
 func cancelCommand(token string) string {
-	d := cancelDirPrefix + token
+	d := ShellQuote(cancelDirPrefix + token)
 	return `d=` + d + `; [ -d "$d" ] && [ ! -h "$d" ] && [ -O "$d" ] && [ -p "$d/c" ] && { printf 'x\n' 1<>"$d/c"; } 2>/dev/null; exit 0`
 }
 
