@@ -41,22 +41,24 @@ func newCancelToken() string {
 
 // wrapCommand returns the script the remote login shell runs for cmdline.
 // The wrapper stays the parent of cmdline (no exec) so that its watcher
-// outlives a stopped command and the exit status passes through; it reaps
-// the watcher it killed so that the shell reports no "Killed" job.
+// outlives a stopped command and the exit status passes through. Its own
+// stderr goes to /dev/null (the command's is kept on fd 3 and restored in
+// the subshell): a shell reports a child killed by a signal ("Killed") on
+// its own stderr, which must not read as the command's.
 func wrapCommand(cmdline, token string) string {
 	d := ShellQuote(cancelDirPrefix + token)
-	return `d=` + d + `; w=
+	return `exec 3>&2 2>/dev/null; d=` + d + `; w=
 if mkdir -m 700 "$d" 2>/dev/null; then
   if mkfifo -m 600 "$d/c" 2>/dev/null; then
-    (trap '' TERM INT HUP; read _ <"$d/c"; kill -TERM 0; sleep ` + cancelGrace + `; rm -rf "$d"; kill -KILL 0) </dev/null >/dev/null 2>&1 &
+    (trap '' TERM INT HUP; read _ <"$d/c"; kill -TERM 0; sleep ` + cancelGrace + `; rm -rf "$d"; kill -KILL 0) </dev/null >/dev/null 2>&1 3>&- &
     w=$!
     trap '{ printf "x\n" 1<>"$d/c"; } 2>/dev/null; exit 143' TERM
   else
     rmdir "$d"
   fi
 fi
-{ ` + cmdline + `
-}
+(` + cmdline + `
+) 2>&3 3>&-
 s=$?
 if [ -n "$w" ]; then { kill -KILL "$w"; wait "$w"; } 2>/dev/null; rm -rf "$d"; fi
 exit $s`
