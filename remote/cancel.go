@@ -57,7 +57,7 @@ if mkdir -m 700 "$d" 2>/dev/null; then
     rmdir "$d"
   fi
 fi
-(` + cmdline + `
+( ` + cmdline + `
 ) 2>&3 3>&-
 s=$?
 if [ -n "$w" ]; then { kill -KILL "$w"; wait "$w"; } 2>/dev/null; rm -rf "$d"; fi
