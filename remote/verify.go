@@ -103,13 +103,34 @@ func readBackSum(ctx context.Context, o fileOpener, p string, size int64) (strin
 	stop := context.AfterFunc(ctx, func() { f.Close() })
 	defer stop()
 	h := sha256.New()
-	if _, err := io.Copy(h, io.LimitReader(f, size+1)); err != nil {
+	// io.Copy into a bounded writer (not from a LimitReader) lets an SFTP
+	// file use its pipelined WriteTo: one round trip per 32 KiB would
+	// make a read-back over a long link take seconds.
+	if _, err := io.Copy(&boundedWriter{w: h, left: size + 1}, f); err != nil && !errors.Is(err, errTooLong) {
 		if ctx.Err() != nil {
 			return "", ctx.Err()
 		}
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+var errTooLong = errors.New("file longer than expected")
+
+// boundedWriter passes on at most left bytes, then fails the copy.
+type boundedWriter struct {
+	w    io.Writer
+	left int64
+}
+
+func (b *boundedWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > b.left {
+		n, _ := b.w.Write(p[:b.left])
+		b.left = 0
+		return n, errTooLong
+	}
+	b.left -= int64(len(p))
+	return b.w.Write(p)
 }
 
 // sumCommand is the host's tool that hashes the helper (a variable so that

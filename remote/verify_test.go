@@ -3,6 +3,8 @@ package remote
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
@@ -268,4 +270,25 @@ func TestParseSumLine(t *testing.T) {
 			t.Errorf("%q: accepted", bad)
 		}
 	}
+}
+
+func TestReadBackSumBounded(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	data := bytes.Repeat([]byte("z"), 100<<10)
+	os.WriteFile(p, data, 0o600)
+	full, err := readBackSum(context.Background(), localFS{}, p, int64(len(data)))
+	if err != nil || full != sha256Hex(data) {
+		t.Fatalf("full read-back: %v", err)
+	}
+	// A file that grew past what is expected hashes only size+1 bytes: a
+	// mismatch, found without reading all of it.
+	got, err := readBackSum(context.Background(), localFS{}, p, 10)
+	if err != nil || got != sha256Hex(data[:11]) {
+		t.Fatalf("bounded read-back: %q %v", got, err)
+	}
+}
+
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
 }
