@@ -101,9 +101,9 @@ func TestCancelNeverSignalsAPidFromOutput(t *testing.T) {
 	if err := innocent.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { innocent.Process.Kill(); innocent.Wait() })
 	exited := make(chan struct{})
 	go func() { innocent.Wait(); close(exited) }()
+	t.Cleanup(func() { innocent.Process.Kill(); <-exited })
 	ip := innocent.Process.Pid
 
 	pidFile := filepath.Join(e.tdir, "pid")

@@ -1,7 +1,6 @@
 package remote
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"sync"
@@ -51,7 +50,7 @@ func sizeString(n int64) string {
 // blocks the command before it is stopped.
 type capWriter struct {
 	mu     sync.Mutex
-	buf    bytes.Buffer
+	buf    []byte
 	max    int64
 	over   bool
 	onOver func(*capWriter)
@@ -68,9 +67,10 @@ func (w *capWriter) Write(p []byte) (int, error) {
 		w.mu.Unlock()
 		return len(p), nil
 	}
-	room := w.max - int64(w.buf.Len())
+	room := w.max - int64(len(w.buf))
 	if int64(len(p)) <= room {
-		w.buf.Write(p)
+		w.grow(len(p))
+		w.buf = append(w.buf, p...)
 		w.mu.Unlock()
 		return len(p), nil
 	}
@@ -80,6 +80,20 @@ func (w *capWriter) Write(p []byte) (int, error) {
 		w.onOver(w)
 	}
 	return len(p), nil
+}
+
+// grow makes room for n more bytes, doubling but never past max: plain
+// append (or a bytes.Buffer) would allocate up to twice the cap.
+func (w *capWriter) grow(n int) {
+	need := len(w.buf) + n
+	if need <= cap(w.buf) {
+		return
+	}
+	c := max(2*cap(w.buf), need, 4096)
+	c = int(min(int64(c), w.max))
+	nb := make([]byte, len(w.buf), c)
+	copy(nb, w.buf)
+	w.buf = nb
 }
 
 // Over reports whether the stream went past its cap.
@@ -93,7 +107,7 @@ func (w *capWriter) Over() bool {
 func (w *capWriter) Bytes() []byte {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.buf.Bytes()
+	return w.buf
 }
 
 // capErr is the error for the first of ws that went over, or nil.
