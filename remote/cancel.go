@@ -18,7 +18,7 @@ import (
 // small POSIX sh wrapper that can stop its own process group: it makes a
 // private folder /tmp/.gpush-run-<token> (the token is random per command,
 // chosen by gpush) holding a FIFO, and a watcher waits on that FIFO. To
-// cancel, gpush writes a line into the FIFO from a new session; the watcher
+// cancel, gpush opens the FIFO from a new session; the watcher
 // then sends TERM to its own process group (kill 0: sshd made the wrapper a
 // session and group leader), then KILL 3s later. A group cannot be
 // reused while a member of it lives, and the watcher is one.
@@ -52,7 +52,7 @@ if mkdir -m 700 "$d" 2>/dev/null; then
   if mkfifo -m 600 "$d/c" 2>/dev/null; then
     (trap '' TERM INT HUP; read _ <"$d/c"; kill -TERM 0; sleep ` + cancelGrace + `; rm -rf "$d"; kill -KILL 0) </dev/null >/dev/null 2>&1 3>&- &
     w=$!
-    trap '{ printf "x\n" 1<>"$d/c"; } 2>/dev/null; exit 143' TERM
+    trap ': 1<>"$d/c"; exit 143' TERM
   else
     rmdir "$d"
   fi
@@ -65,12 +65,15 @@ exit $s`
 }
 
 // cancelCommand is what a second session runs to stop the command wrapped
-// with token. It opens the FIFO read-write, which never blocks even when
-// the watcher is gone, and only inside a folder that is the login user's
-// own (not a symlink): nobody else can have put anything there.
+// with token. The token is no secret (it shows in ps), so the folder is
+// entered first and judged as "." (owned by the login user, a real folder):
+// nobody else can then swap what "c" names before it is opened, even if
+// the path is removed and made again meanwhile. Opening the FIFO read-write
+// never blocks, even with the watcher gone; nothing is written, the open
+// alone wakes the watcher.
 func cancelCommand(token string) string {
 	d := ShellQuote(cancelDirPrefix + token)
-	return `d=` + d + `; [ -d "$d" ] && [ ! -h "$d" ] && [ -O "$d" ] && [ -p "$d/c" ] && { printf 'x\n' 1<>"$d/c"; } 2>/dev/null; exit 0`
+	return `d=` + d + `; [ -d "$d" ] && [ ! -h "$d" ] && cd -P -- "$d" 2>/dev/null && [ -O . ] && [ ! -h c ] && [ -p c ] && : 1<>c; exit 0`
 }
 
 // cancelRemote asks the wrapper of token to stop its process group, over a

@@ -148,15 +148,16 @@ func TestCancelSignalGoesThroughTheSession(t *testing.T) {
 	e.host.Vars = map[string]any{}
 	c := e.dial(t)
 	home := "/home/" + user
-	pgFile, tf := filepath.Join(home, "pgid"), filepath.Join(home, "term")
-	// The command records its process group and that TERM reached it.
-	script := fmt.Sprintf(`trap 'echo TERM > %s; exit 0' TERM; awk '{print $5}' /proc/$$/stat > %s; while :; do sleep 0.05; done`, tf, pgFile)
+	pgFile, pidFile, tf := filepath.Join(home, "pgid"), filepath.Join(home, "pid"), filepath.Join(home, "term")
+	// The command records its pid, its process group and that TERM reached it.
+	script := fmt.Sprintf(`trap 'echo TERM > %s; exit 0' TERM; echo $$ > %s; awk '{print $5}' /proc/$$/stat > %s; while :; do sleep 0.05; done`,
+		tf, pidFile, pgFile)
 	err := runUntilReady(t, c, []string{"sh", "-c", script}, pgFile)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("want a canceled run, got %v", err)
 	}
 	pgid := readPid(t, pgFile)
-	waitGone(t, pgid, "the session's process group leader")
+	waitGone(t, readPid(t, pidFile), "the command")
 	if b, _ := os.ReadFile(tf); strings.TrimSpace(string(b)) != "TERM" {
 		t.Fatalf("the command did not get TERM (got %q)", b)
 	}
@@ -206,30 +207,48 @@ func TestWrapperCleansUpAndPassesStatus(t *testing.T) {
 	}
 }
 
-// A name in the way of the control folder (taken, or a symlink planted by
-// another user) is never written through; the command still runs.
+// A name in the way of the control folder (taken, or planted by another
+// user who read the token from ps) is never opened through; the command
+// still runs.
 func TestCancelControlFolderTaken(t *testing.T) {
 	requireRoot(t)
 	ctl := privateCancelDir(t)
-	target := filepath.Join(t.TempDir(), "victim")
+	e := newEnv(t, sshd.Options{})
+	c := e.dial(t)
+	victimDir := t.TempDir()
+	target := filepath.Join(victimDir, "victim")
 	if err := os.WriteFile(target, []byte("keep"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	token := "0123456789abcdef0123456789abcdef"
-	os.Symlink(filepath.Dir(target), cancelDirPrefix+token)
-	os.Symlink(target, filepath.Dir(target)+"/c")
-	e := newEnv(t, sshd.Options{})
-	c := e.dial(t)
-	// The wrapper of that token, run as a command of its own.
-	res, err := c.Run(context.Background(), []string{"sh", "-c", wrapCommand("echo ok", token)}, RunOptions{})
-	if err != nil || string(res.Stdout) != "ok\n" {
-		t.Fatalf("command with its control folder taken: %v %+v", err, res)
+	os.Symlink(target, filepath.Join(victimDir, "c"))
+	for name, plant := range map[string]func(d string){
+		"symlink to a folder": func(d string) { os.Symlink(victimDir, d) },
+		"foreign folder": func(d string) {
+			os.Mkdir(d, 0o755)
+			os.Symlink(target, filepath.Join(d, "c"))
+			os.Chown(d, 65534, 65534)
+		},
+		"file": func(d string) { os.Symlink(target, d) },
+	} {
+		token := newCancelToken()
+		d := cancelDirPrefix + token
+		plant(d)
+		// The wrapper of that token, run as a command of its own.
+		res, err := c.Run(context.Background(), []string{"sh", "-c", wrapCommand("echo ok", token)}, RunOptions{})
+		if err != nil || string(res.Stdout) != "ok\n" {
+			t.Fatalf("%s: command with its control folder taken: %v %+v", name, err, res)
+		}
+		c.cancelRemote(token)
+		fi, err := os.Stat(target)
+		if b, _ := os.ReadFile(target); string(b) != "keep" || err != nil || fi.Mode().Perm() != 0o644 {
+			t.Fatalf("%s: opened through a planted name: %q %v", name, b, err)
+		}
+		if _, err := os.Lstat(d); err != nil {
+			t.Fatalf("%s: the planted name was removed: %v", name, err)
+		}
+		os.RemoveAll(d)
 	}
-	c.cancelRemote(token)
-	if b, _ := os.ReadFile(target); string(b) != "keep" {
-		t.Fatalf("written through a planted symlink: %q", b)
-	}
-	if ents, _ := os.ReadDir(ctl); len(ents) != 1 {
-		t.Fatalf("the planted name was removed or more was made: %v", ents)
+	if ents, _ := os.ReadDir(ctl); len(ents) != 0 {
+		t.Fatalf("left in the control folder: %v", ents)
 	}
 }
