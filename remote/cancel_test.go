@@ -252,3 +252,35 @@ func TestCancelControlFolderTaken(t *testing.T) {
 		t.Fatalf("left in the control folder: %v", ents)
 	}
 }
+
+// The wrapper under each POSIX shell a login may have: arguments, stdin,
+// stdout, stderr and the exit status pass through unchanged.
+func TestWrapperUnderEachShell(t *testing.T) {
+	ctl := privateCancelDir(t)
+	hostile := []string{"printf", "[%s]\n", "a b", "it's", "$(id)", "`id`", ";", "*", "", "x\ny", "$HOME", `\`, "(", ")", "{", "}"}
+	var want strings.Builder
+	for _, h := range hostile[2:] {
+		fmt.Fprintf(&want, "[%s]\n", h)
+	}
+	for _, sh := range []string{"/bin/sh", "/bin/bash", "/bin/dash"} {
+		if _, err := os.Stat(sh); err != nil {
+			continue
+		}
+		script := wrapCommand(ShellJoin(hostile)+"; cat; echo err >&2; exit 5", newCancelToken())
+		cmd := exec.Command(sh, "-c", script)
+		cmd.Stdin = strings.NewReader("from stdin")
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 5 {
+			t.Errorf("%s: exit %v, want 5", sh, err)
+		}
+		if stdout.String() != want.String()+"from stdin" || stderr.String() != "err\n" {
+			t.Errorf("%s: stdout %q stderr %q", sh, stdout.String(), stderr.String())
+		}
+		if ents, _ := os.ReadDir(ctl); len(ents) != 0 {
+			t.Errorf("%s: left %v", sh, ents)
+		}
+	}
+}

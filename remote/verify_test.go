@@ -292,3 +292,42 @@ func sha256Hex(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
 }
+
+func FuzzParseSumLine(f *testing.F) {
+	f.Add([]byte("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08  /x\n"))
+	f.Add([]byte("9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08 *x"))
+	f.Add([]byte(""))
+	f.Fuzz(func(t *testing.T, out []byte) {
+		got, err := parseSumLine(out)
+		if err != nil {
+			return
+		}
+		if len(got) != 64 || strings.Trim(got, "0123456789abcdef") != "" {
+			t.Fatalf("accepted %q as digest %q", out, got)
+		}
+		if !strings.HasPrefix(strings.ToLower(strings.TrimLeft(string(out), " \t\n\r\v\f")), got) {
+			t.Fatalf("digest %q is not the first field of %q", got, out)
+		}
+	})
+}
+
+func FuzzPathComponents(f *testing.F) {
+	for _, s := range []string{"/", "/a/b", "//a//b/", "/a/../b", "/root/.cache/gpush"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		if !strings.HasPrefix(p, "/") {
+			return
+		}
+		comps := pathComponents(p)
+		clean := filepath.Clean(p)
+		if comps[0] != "/" || comps[len(comps)-1] != clean {
+			t.Fatalf("%q: components %q", p, comps)
+		}
+		for i := 1; i < len(comps); i++ {
+			if filepath.Dir(comps[i]) != comps[i-1] {
+				t.Fatalf("%q: %q does not lie in %q", p, comps[i], comps[i-1])
+			}
+		}
+	})
+}
