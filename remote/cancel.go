@@ -17,11 +17,14 @@ import (
 // not stop a command that has no pty, so every command also runs under a
 // small POSIX sh wrapper that can stop its own process group: it makes a
 // private folder /tmp/.gpush-run-<token> (the token is random per command,
-// chosen by gpush) holding a FIFO, and a watcher waits on that FIFO. To
-// cancel, gpush opens the FIFO from a new session; the watcher
-// then sends TERM to its own process group (kill 0: sshd made the wrapper a
-// session and group leader), then KILL 3s later. A group cannot be
-// reused while a member of it lives, and the watcher is one.
+// chosen by gpush) holding a FIFO, keeps the FIFO open for writing, and a
+// watcher reads it. To cancel, gpush writes a line into the FIFO from a new
+// session; the watcher then sends TERM to its own process group (kill 0:
+// sshd made the wrapper a session and group leader), then KILL 3s later. A
+// group cannot be reused while a member of it lives, and the watcher is
+// one. If the wrapper dies without cleaning up (SIGKILL, the OOM killer),
+// its end of the FIFO closes and the watcher, reading EOF, stops the group
+// the same way and removes the folder: nothing is left waiting forever.
 //
 // If the folder cannot be made (a read-only /tmp, a name taken), the command
 // still runs, cancellable only by the SSH signal and the channel close.
@@ -48,17 +51,17 @@ func newCancelToken() string {
 func wrapCommand(cmdline, token string) string {
 	d := ShellQuote(cancelDirPrefix + token)
 	return `exec 3>&2 2>/dev/null; d=` + d + `; w=
-if mkdir -m 700 "$d" 2>/dev/null; then
-  if mkfifo -m 600 "$d/c" 2>/dev/null; then
-    (trap '' TERM INT HUP; read _ <"$d/c"; kill -TERM 0; sleep ` + cancelGrace + `; rm -rf "$d"; kill -KILL 0) </dev/null >/dev/null 2>&1 3>&- &
+if mkdir -m 700 "$d"; then
+  if mkfifo -m 600 "$d/c" && command exec 4<>"$d/c"; then
+    (trap '' TERM INT HUP; read _ <"$d/c"; kill -TERM 0; sleep ` + cancelGrace + `; rm -rf "$d"; kill -KILL 0) </dev/null >/dev/null 2>&1 3>&- 4>&- &
     w=$!
-    trap ': 1<>"$d/c"; exit 143' TERM
+    trap 'echo x >&4; exit 143' TERM
   else
-    rmdir "$d"
+    rm -rf "$d"
   fi
 fi
 ( ` + cmdline + `
-) 2>&3 3>&-
+) 2>&3 3>&- 4>&-
 s=$?
 if [ -n "$w" ]; then { kill -KILL "$w"; wait "$w"; } 2>/dev/null; rm -rf "$d"; fi
 exit $s`
@@ -69,11 +72,10 @@ exit $s`
 // entered first and judged as "." (owned by the login user, a real folder):
 // nobody else can then swap what "c" names before it is opened, even if
 // the path is removed and made again meanwhile. Opening the FIFO read-write
-// never blocks, even with the watcher gone; nothing is written, the open
-// alone wakes the watcher.
+// never blocks, even with the watcher gone.
 func cancelCommand(token string) string {
 	d := ShellQuote(cancelDirPrefix + token)
-	return `d=` + d + `; [ -d "$d" ] && [ ! -h "$d" ] && cd -P -- "$d" 2>/dev/null && [ -O . ] && [ ! -h c ] && [ -p c ] && : 1<>c; exit 0`
+	return `d=` + d + `; [ -d "$d" ] && [ ! -h "$d" ] && cd -P -- "$d" 2>/dev/null && [ -O . ] && [ ! -h c ] && [ -p c ] && { echo x 1<>c; } 2>/dev/null; exit 0`
 }
 
 // cancelRemote asks the wrapper of token to stop its process group, over a

@@ -284,3 +284,28 @@ func TestWrapperUnderEachShell(t *testing.T) {
 		}
 	}
 }
+
+// A wrapper killed from outside (SIGKILL, the OOM killer) cannot clean
+// up: its watcher sees the FIFO's writer gone, stops the command's group
+// and removes the folder, so nothing is left waiting on the host.
+func TestWrapperKilledFromOutsideLeavesNothing(t *testing.T) {
+	requireRoot(t)
+	ctl := privateCancelDir(t)
+	e := newEnv(t, sshd.Options{})
+	c := e.dial(t)
+	pidFile, pgFile := filepath.Join(e.tdir, "pid"), filepath.Join(e.tdir, "pgid")
+	script := fmt.Sprintf(`echo $$ > %s; awk '{print $5}' /proc/$$/stat > %s; exec sleep 60`, pidFile, pgFile)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Run(context.Background(), []string{"sh", "-c", script}, RunOptions{})
+		errc <- err
+	}()
+	pgid := readPid(t, pgFile)
+	// The group leader is the wrapper, started by the sshd of this test.
+	if err := syscall.Kill(pgid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, readPid(t, pidFile), "the command of a killed wrapper")
+	<-errc
+	waitEmpty(t, ctl)
+}
