@@ -43,3 +43,44 @@ func BenchmarkWarmHelperCall(b *testing.B) {
 		c.Close()
 	}
 }
+
+// BenchmarkHelperContentCheck is what checking the deployed helper's
+// content costs per connection: the host's sha256sum, or reading the file
+// back over SFTP (hosts without sha256sum).
+func BenchmarkHelperContentCheck(b *testing.B) {
+	srv := sshd.StartT(b, sshd.Options{LogLevel: "ERROR"})
+	e := envFor(b, srv)
+	c, err := Dial(context.Background(), e.host, e.opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	sc := c.(*sshConn)
+	p, err := sc.DeployHelper(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := sc.sftpClient(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	fi, err := sftpFS{s}.Lstat(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("sha256sum", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := sc.hostSum(context.Background(), p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("sftp-read-back", func(b *testing.B) {
+		b.SetBytes(fi.size)
+		for b.Loop() {
+			if _, err := readBackSum(context.Background(), sftpFS{s}, p, fi.size); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

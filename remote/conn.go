@@ -18,6 +18,10 @@ type RunOptions struct {
 	Sudo bool
 	// Timeout bounds the command (0: only ctx bounds it).
 	Timeout time.Duration
+	// MaxOutput caps what is kept of stdout and of stderr, each (0:
+	// DefaultMaxOutput). A command printing more is stopped and the call
+	// fails with an *OutputCapError (wrapping ErrOutputCap).
+	MaxOutput int64
 }
 
 // Result is what a command did. A non-zero exit is a Result, not an error.

@@ -127,14 +127,20 @@ type deployTarget struct {
 	home    string
 	uid     int
 	source  func(goarch string) ([]byte, error)
-	log     *slog.Logger
+	// sum returns the sha256 (hex) of the file at p as the host reads it;
+	// size is what the file should hold (a bound for a read-back).
+	sum func(ctx context.Context, p string, size int64) (string, error)
+	log *slog.Logger
 	// uploads counts uploads done.
 	uploads *atomic.Int32
 }
 
 // deployHelper puts the helper for the host's architecture into its
 // private remote dir under a name holding its sha256, unless a file of
-// that name and size is already there, and returns its path.
+// that name already holds exactly those bytes, and returns its path. It
+// runs before the first helper call of every connection: the path and the
+// content are checked each time (see verify.go), a bad file is replaced
+// atomically and checked again.
 func deployHelper(ctx context.Context, t deployTarget) (string, error) {
 	name := t.host.Name
 	arch, err := GoArch(t.machine)
@@ -143,6 +149,9 @@ func deployHelper(ctx context.Context, t deployTarget) (string, error) {
 	}
 	if t.source == nil {
 		return "", fmt.Errorf("%s: no helper source configured (remote.Options.HelperSource; use helperbin.Source)", name)
+	}
+	if t.sum == nil {
+		return "", fmt.Errorf("%s: no way to check the helper's content configured", name)
 	}
 	bin, err := t.source(arch)
 	if err != nil {
@@ -153,7 +162,8 @@ func deployHelper(ctx context.Context, t deployTarget) (string, error) {
 		return "", err
 	}
 	sum := sha256.Sum256(bin)
-	final := path.Join(dir, "gpush-helper-"+hex.EncodeToString(sum[:])[:32])
+	want := hex.EncodeToString(sum[:])
+	final := path.Join(dir, "gpush-helper-"+want[:32])
 
 	// Both stats go out at once: over SFTP they share one round trip.
 	var dfi, ffi fileInfo
@@ -164,6 +174,11 @@ func deployHelper(ctx context.Context, t deployTarget) (string, error) {
 	go func() { defer wg.Done(); ffi, ferr = t.fs.Lstat(final) }()
 	wg.Wait()
 	if errors.Is(derr, fs.ErrNotExist) {
+		// The folders that exist must be safe before gpush creates
+		// anything below them.
+		if err := checkExistingAncestors(t.fs, dir, t.uid); err != nil {
+			return "", fmt.Errorf("%s: %w", name, err)
+		}
 		if err := t.fs.MkdirAll(dir); err != nil {
 			return "", fmt.Errorf("%s: create helper folder %s (%s): %w", name, dir, VarRemoteDir, err)
 		}
@@ -179,13 +194,24 @@ func deployHelper(ctx context.Context, t deployTarget) (string, error) {
 	if err := checkPrivateDir(dir, dfi, t.uid); err != nil {
 		return "", fmt.Errorf("%s: %w", name, err)
 	}
+	// Every folder above it too, on every connection.
+	if err := checkHelperPath(t.fs, dir, t.uid); err != nil {
+		return "", fmt.Errorf("%s: %w", name, err)
+	}
 	if ferr == nil {
 		why := helperFileProblem(ffi, int64(len(bin)), t.uid)
 		if why == "" {
-			t.log.Debug("helper already deployed", "path", final)
-			return final, nil
+			got, err := t.sum(ctx, final, int64(len(bin)))
+			if err != nil {
+				return "", fmt.Errorf("%s: check helper %s: %w", name, final, err)
+			}
+			if got == want {
+				t.log.Debug("helper already deployed, content checked", "path", final)
+				return final, nil
+			}
+			why = "content has sha256 " + got + ", want " + want + " (planted or corrupted)"
 		}
-		t.log.Info("replacing helper file", "path", final, "why", why)
+		t.log.Warn("replacing helper file", "path", final, "why", why)
 	} else if !errors.Is(ferr, fs.ErrNotExist) {
 		return "", fmt.Errorf("%s: stat helper %s: %w", name, final, ferr)
 	}
@@ -198,7 +224,47 @@ func deployHelper(ctx context.Context, t deployTarget) (string, error) {
 		t.uploads.Add(1)
 	}
 	t.log.Info("uploaded helper", "path", final, "bytes", len(bin), "arch", arch, "took", time.Since(start).Round(time.Millisecond))
+	// What was written is checked like what was found: a full disk, a
+	// concurrent writer or a failing medium must not get executed.
+	if err := checkHelperPath(t.fs, dir, t.uid); err != nil {
+		return "", fmt.Errorf("%s: after upload: %w", name, err)
+	}
+	fi, err := t.fs.Lstat(final)
+	if err != nil {
+		return "", fmt.Errorf("%s: stat uploaded helper %s: %w", name, final, err)
+	}
+	if why := helperFileProblem(fi, int64(len(bin)), t.uid); why != "" {
+		return "", fmt.Errorf("%s: uploaded helper %s is %s right after the upload; refusing to run it", name, final, why)
+	}
+	got, err := t.sum(ctx, final, int64(len(bin)))
+	if err != nil {
+		return "", fmt.Errorf("%s: check uploaded helper %s: %w", name, final, err)
+	}
+	if got != want {
+		return "", fmt.Errorf("%s: uploaded helper %s has sha256 %s right after the upload, want %s; refusing to run it "+
+			"(is the disk full or failing, or is something rewriting %s?)", name, final, got, want, dir)
+	}
 	return final, nil
+}
+
+// checkExistingAncestors runs the ancestor checks on the folders above dir
+// that exist, before the missing ones are created.
+func checkExistingAncestors(fsys fileSys, dir string, uid int) error {
+	comps := pathComponents(dir)
+	for _, p := range comps[:len(comps)-1] {
+		fi, err := fsys.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("helper folder %s: folder %s on its path: %w", dir, p, err)
+		}
+		if why := ancestorProblem(fi, uid); why != "" {
+			return fmt.Errorf("helper folder %s: folder %s on its path %s; refusing to create the helper folder below it: "+
+				"set %s to a path whose every folder is root's or the login user's", dir, p, why, VarRemoteDir)
+		}
+	}
+	return nil
 }
 
 // checkPrivateDir refuses a helper folder that someone else could change:

@@ -59,15 +59,3 @@ func TestParseProbe(t *testing.T) {
 		}
 	}
 }
-
-func TestPidWriterTakesOutOnlyThePidLine(t *testing.T) {
-	var out strings.Builder
-	pw := &pidWriter{w: &out}
-	for _, chunk := range []string{"noise\ngpush-p", "id:4242\nhello ", "gpush-pid:1\nworld"} {
-		pw.Write([]byte(chunk))
-	}
-	pw.flush()
-	if pw.PID() != 4242 || out.String() != "noise\nhello gpush-pid:1\nworld" {
-		t.Fatalf("pid %d out %q", pw.PID(), out.String())
-	}
-}

@@ -45,27 +45,36 @@ func (c *localConn) Run(ctx context.Context, argv []string, opts RunOptions) (*R
 	if opts.Sudo {
 		line = sudoArgv(argv)
 	}
-	res, err := c.exec(ctx, line, opts.Stdin, opts.Timeout)
+	res, err := c.exec(ctx, line, opts.Stdin, opts.Timeout, maxOutput(opts))
 	if err == nil && opts.Sudo {
 		err = sudoRunError(c.host.Name, argv, res)
 	}
 	return res, err
 }
 
-func (c *localConn) exec(ctx context.Context, argv []string, stdin io.Reader, timeout time.Duration) (*Result, error) {
+// exec runs argv, keeping at most maxOut bytes of each stream. Cancelling
+// signals only the process it started, through its os.Process (a pidfd on
+// Linux), never a pid number that may have been reused.
+func (c *localConn) exec(ctx context.Context, argv []string, stdin io.Reader, timeout time.Duration, maxOut int64) (*Result, error) {
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &stdout, &stderr
+	overflow := func(*capWriter) { stop(ErrOutputCap) }
+	stdout, stderr := newCapWriter("stdout", maxOut, overflow), newCapWriter("stderr", maxOut, overflow)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
 	// TERM first, as over SSH; KILL if it still runs (or holds the pipes) 3s later.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 3 * time.Second
 	start := time.Now()
 	err := cmd.Run()
+	if cerr := capErr(c.host.Name, argv[0], stdout, stderr); cerr != nil {
+		return nil, cerr
+	}
 	res := &Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Elapsed: time.Since(start)}
 	// A command that exited on its own just before ctx ended keeps its
 	// result (err is nil then); a cancelled one always has err set.
@@ -115,11 +124,18 @@ func (c *localConn) Helper(ctx context.Context, verb string, req, resp any) erro
 		return err
 	}
 	if !c.host.Become {
-		// Shaped like a run of the binary so that errors read the same.
-		var out bytes.Buffer
+		// Shaped like a run of the binary so that errors read the same,
+		// and capped the same.
+		sctx, stop := context.WithCancelCause(ctx)
+		defer stop(nil)
+		out := newCapWriter("stdout", HelperMaxOutput, func(*capWriter) { stop(ErrOutputCap) })
 		res := &Result{}
-		if err := helper.Serve(ctx, verb, bytes.NewReader(body), &out); err != nil {
-			res.Stderr, res.ExitCode = []byte(err.Error()), 1
+		serr := helper.Serve(sctx, verb, bytes.NewReader(body), out)
+		if cerr := capErr(c.host.Name, "helper "+verb, out); cerr != nil {
+			return cerr
+		}
+		if serr != nil {
+			res.Stderr, res.ExitCode = []byte(serr.Error()), 1
 		}
 		res.Stdout = out.Bytes()
 		return decodeHelper(c.host.Name, verb, "(in-process)", false, res, resp)
@@ -129,7 +145,7 @@ func (c *localConn) Helper(ctx context.Context, verb string, req, resp any) erro
 		if err != nil {
 			return err
 		}
-		res, err := c.exec(ctx, sudoArgv([]string{p, verb}), bytes.NewReader(body), 0)
+		res, err := c.exec(ctx, sudoArgv([]string{p, verb}), bytes.NewReader(body), 0, HelperMaxOutput)
 		if err != nil {
 			return err
 		}
@@ -154,7 +170,7 @@ func (c *localConn) deploy(ctx context.Context) (string, error) {
 	}
 	return deployHelper(ctx, deployTarget{
 		host: c.host, fs: localFS{}, machine: unameMachine(), home: filepath.Clean(home), uid: os.Getuid(),
-		source: c.o.HelperSource, log: c.log, uploads: &c.uploads,
+		source: c.o.HelperSource, sum: localSum, log: c.log, uploads: &c.uploads,
 	})
 }
 

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -139,7 +138,7 @@ func (c *sshConn) Run(ctx context.Context, argv []string, opts RunOptions) (*Res
 	if opts.Sudo {
 		line = sudoArgv(argv)
 	}
-	res, err := c.exec(ctx, argv[0], ShellJoin(line), true, opts.Stdin, opts.Timeout)
+	res, err := c.exec(ctx, argv[0], ShellJoin(line), opts.Stdin, opts.Timeout, maxOutput(opts))
 	if err == nil && opts.Sudo {
 		err = sudoRunError(c.host.Name, argv, res)
 	}
@@ -150,11 +149,13 @@ func sudoArgv(argv []string) []string {
 	return append([]string{"sudo", "-n", "--"}, argv...)
 }
 
-// exec runs one command line on a new session. what names the command in
-// errors; simple says cmdline is one simple command (it is then exec'd by
-// the remote shell). When ctx or timeout ends first, the command's process
-// group is sent TERM and the session is closed.
-func (c *sshConn) exec(ctx context.Context, what, cmdline string, simple bool, stdin io.Reader, timeout time.Duration) (*Result, error) {
+// exec runs one command line on a new session, keeping at most maxOut
+// bytes of each stream. what names the command in errors. When ctx or
+// timeout ends first, or a stream goes over maxOut, the command is stopped
+// (see cancel.go) and the session closed.
+func (c *sshConn) exec(ctx context.Context, what, cmdline string, stdin io.Reader, timeout time.Duration, maxOut int64) (*Result, error) {
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -166,14 +167,15 @@ func (c *sshConn) exec(ctx context.Context, what, cmdline string, simple bool, s
 		return nil, err
 	}
 	defer sess.Close()
-	var stdout, stderr bytes.Buffer
-	pw := &pidWriter{w: &stdout}
-	sess.Stdout, sess.Stderr = pw, &stderr
+	overflow := func(*capWriter) { stop(ErrOutputCap) }
+	stdout, stderr := newCapWriter("stdout", maxOut, overflow), newCapWriter("stderr", maxOut, overflow)
+	sess.Stdout, sess.Stderr = stdout, stderr
 	if stdin != nil {
 		sess.Stdin = stdin
 	}
+	token := newCancelToken()
 	c.log.Debug("exec", "cmd", cmdline)
-	if err := sess.Start(wrapCommand(cmdline, simple)); err != nil {
+	if err := sess.Start(wrapCommand(cmdline, token)); err != nil {
 		return nil, c.lost("start "+what, err)
 	}
 	done := make(chan error, 1)
@@ -184,14 +186,12 @@ func (c *sshConn) exec(ctx context.Context, what, cmdline string, simple bool, s
 		select {
 		case err = <-done: // finished meanwhile: take the result
 		default:
-			// sshd refuses signal requests for root logins (no privsep
-			// child), and closing the channel does not stop a command
-			// without a pty; so the group is also killed by its pid.
 			sess.Signal(ssh.SIGTERM)
-			if pid := pw.PID(); pid > 1 {
-				c.killGroup(pid)
-			}
+			c.cancelRemote(token)
 			sess.Close()
+			if cerr := capErr(c.host.Name, what, stdout, stderr); cerr != nil {
+				return nil, cerr
+			}
 			why := ctx.Err()
 			if timeout > 0 && errors.Is(why, context.DeadlineExceeded) {
 				return nil, fmt.Errorf("%s: %s: timed out after %s: %w", c.host.Name, what, timeout, why)
@@ -199,7 +199,11 @@ func (c *sshConn) exec(ctx context.Context, what, cmdline string, simple bool, s
 			return nil, fmt.Errorf("%s: %s: %w", c.host.Name, what, why)
 		}
 	}
-	pw.flush()
+	// A command that ended by itself still loses its result when a stream
+	// went over: what is kept is not all it printed.
+	if cerr := capErr(c.host.Name, what, stdout, stderr); cerr != nil {
+		return nil, cerr
+	}
 	res := &Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Elapsed: time.Since(start)}
 	var ee *ssh.ExitError
 	var missing *ssh.ExitMissingError
@@ -213,96 +217,6 @@ func (c *sshConn) exec(ctx context.Context, what, cmdline string, simple bool, s
 		return nil, c.lost(what, err)
 	}
 	return res, nil
-}
-
-// pidLine is printed first by every command: sshd starts each session
-// with setsid, so the shell's pid is also its process group id.
-const pidLine = "gpush-pid:"
-
-func wrapCommand(cmdline string, simple bool) string {
-	pre := `printf '` + pidLine + `%d\n' "$$"; `
-	if simple {
-		return pre + "exec " + cmdline
-	}
-	return pre + cmdline
-}
-
-// killGroup sends TERM to a cancelled command's process group over a new
-// session. The command text holds only the integer pid.
-func (c *sshConn) killGroup(pid int) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	sess, err := c.newSession(ctx)
-	if err != nil {
-		return
-	}
-	defer sess.Close()
-	if err := sess.Start(fmt.Sprintf("kill -TERM -- -%d 2>/dev/null || kill -TERM %d 2>/dev/null", pid, pid)); err != nil {
-		return
-	}
-	done := make(chan error, 1)
-	go func() { done <- sess.Wait() }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
-}
-
-// pidWriter passes stdout through, taking out the pid line.
-type pidWriter struct {
-	w       io.Writer
-	mu      sync.Mutex
-	pid     int
-	done    bool
-	pending []byte
-}
-
-func (p *pidWriter) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.done {
-		return p.w.Write(b)
-	}
-	p.pending = append(p.pending, b...)
-	for !p.done {
-		i := bytes.IndexByte(p.pending, '\n')
-		if i < 0 {
-			if len(p.pending) > 64<<10 { // no pid line: give up looking
-				p.done = true
-				p.w.Write(p.pending)
-				p.pending = nil
-			}
-			break
-		}
-		line := p.pending[:i]
-		if rest, ok := bytes.CutPrefix(line, []byte(pidLine)); ok {
-			p.pid, _ = strconv.Atoi(string(rest))
-			p.done = true
-			p.w.Write(p.pending[i+1:])
-			p.pending = nil
-			break
-		}
-		// Printed before the pid line (a chatty shell startup file).
-		p.w.Write(p.pending[:i+1])
-		p.pending = p.pending[i+1:]
-	}
-	return len(b), nil
-}
-
-func (p *pidWriter) PID() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.pid
-}
-
-func (p *pidWriter) flush() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.pending) > 0 {
-		p.w.Write(p.pending)
-		p.pending = nil
-	}
-	p.done = true
 }
 
 // sftpClient opens the SFTP subsystem once and reuses it.
@@ -385,7 +299,7 @@ func (c *sshConn) Helper(ctx context.Context, verb string, req, resp any) error 
 		if c.host.Become {
 			argv = sudoArgv(argv)
 		}
-		res, err := c.exec(ctx, "helper "+verb, ShellJoin(argv), true, bytes.NewReader(body), 0)
+		res, err := c.exec(ctx, "helper "+verb, ShellJoin(argv), bytes.NewReader(body), 0, HelperMaxOutput)
 		if err != nil {
 			return err
 		}
@@ -429,11 +343,16 @@ func (c *sshConn) deploy(ctx context.Context) (string, error) {
 	if sr.err != nil {
 		return "", sr.err
 	}
+	fsys := sftpFS{sr.s}
 	return deployHelper(ctx, deployTarget{
-		host: c.host, fs: sftpFS{sr.s}, machine: pr.machine, home: pr.home, uid: pr.uid,
-		source: c.o.HelperSource, log: c.log, uploads: &c.uploads,
+		host: c.host, fs: fsys, machine: pr.machine, home: pr.home, uid: pr.uid,
+		source: c.o.HelperSource, sum: c.sshSum(fsys), log: c.log, uploads: &c.uploads,
 	})
 }
+
+// probeMaxOutput caps the probe's streams: a chatty shell startup file
+// may print before it, nothing legitimate prints megabytes.
+const probeMaxOutput = 1 << 20
 
 // probeCmd is fixed text: nothing from the inventory goes into it.
 const probeCmd = `uname -m; id -u; printf '%s\n' "$HOME"`
@@ -445,7 +364,7 @@ type probeResult struct {
 }
 
 func (c *sshConn) probe(ctx context.Context) (probeResult, error) {
-	res, err := c.exec(ctx, "probe (uname -m; id -u; $HOME)", probeCmd, false, nil, 0)
+	res, err := c.exec(ctx, "probe (uname -m; id -u; $HOME)", probeCmd, nil, 0, probeMaxOutput)
 	if err != nil {
 		return probeResult{}, err
 	}
