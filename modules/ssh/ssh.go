@@ -70,6 +70,13 @@ func (m *mod) run(L *glua.LState) int {
 	if o.Has("stdin") {
 		opts.Stdin = strings.NewReader(o.String("stdin", ""))
 	}
+	if o.Has("max_output") {
+		// Bytes per stream; over it the command is stopped and the call
+		// raises (default remote.DefaultMaxOutput).
+		if opts.MaxOutput = o.Int("max_output", 0); opts.MaxOutput <= 0 {
+			L.ArgError(2, fmt.Sprintf("%s: option max_output: %d is not a positive number of bytes", fn, opts.MaxOutput))
+		}
+	}
 	o.Done()
 	t := L.NewTable()
 	if m.h.Check() {

@@ -1,6 +1,7 @@
 package ssh_test
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -17,6 +18,9 @@ func TestLua(t *testing.T) {
 			switch {
 			case argv[0] == "echo":
 				return &remote.Result{Stdout: []byte(strings.Join(argv[1:], " ") + "\n")}, nil
+			case argv[0] == "cap":
+				// Says what cap the call asked remote for.
+				return &remote.Result{Stdout: []byte(strconv.FormatInt(opts.MaxOutput, 10))}, nil
 			case argv[0] == "cat":
 				return &remote.Result{Stdout: []byte(stdin)}, nil
 			case argv[0] == "sh" && argv[2] == "exit 3":

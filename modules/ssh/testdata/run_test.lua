@@ -20,3 +20,8 @@ assert.error(function() ssh.run("  ") end, "empty command")
 assert.error(function() ssh.run({"ls", 5}) end, "want a string")
 assert.error(function() ssh.run(5) end, "want an argv table")
 assert.error(function() ssh.run({"ls"}, {sudoo = true}) end, "unknown option sudoo")
+
+-- max_output reaches remote as the per-stream cap; 0 (the default) is remote's 16 MiB
+assert.eq(ssh.run({"cap"}).stdout, "0")
+assert.eq(ssh.run({"cap"}, {max_output = 1048576}).stdout, "1048576")
+assert.error(function() ssh.run({"cap"}, {max_output = 0}) end, "max_output: 0 is not a positive number of bytes")
