@@ -239,3 +239,26 @@ func TestAbandonAfterInterrupt(t *testing.T) {
 		t.Errorf("stuck: %+v", res[0])
 	}
 }
+
+// TestSessionMemoryLimit: a REPL line that grows without bound gets
+// "memory limit"; the session stays usable once the data is let go.
+func TestSessionMemoryLimit(t *testing.T) {
+	f, hosts := newFleet("gpu01")
+	s, err := NewSession(hosts[0], "", Options{Dial: f.dial, MemoryLimit: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if _, err := s.Eval(ctx, `big = {}; for i = 1, 1e9 do big[i] = i end`); err == nil || !strings.Contains(err.Error(), "gpu01: memory limit: its Lua data passed 8 MiB") {
+		t.Errorf("growing table: %v, want memory limit", err)
+	}
+	if _, err := s.Eval(ctx, `#string.rep("x", 2^40)`); err == nil || !strings.Contains(err.Error(), "memory limit: string.rep would make 1 TiB") {
+		t.Errorf("string.rep: %v, want memory limit", err)
+	}
+	vs, err := s.Eval(ctx, `big = nil; collectgarbage(); return 1 + 1`)
+	if err != nil || len(vs) != 1 || vs[0] != float64(2) {
+		t.Errorf("after letting go: %v %v, want 2", vs, err)
+	}
+}

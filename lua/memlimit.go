@@ -195,6 +195,18 @@ func (g *memGuard) wrap(ctx context.Context) context.Context {
 
 func (g *memGuard) release() { watchdog.remove(g) }
 
+// forgive lets a REPL session go on after a trip: it is measured again once
+// a limit's worth has been allocated, so its next line can free the data.
+func (g *memGuard) forgive() {
+	if !g.tripped.Load() {
+		return
+	}
+	g.lastSize.Store(0)
+	g.lastAllocs.Store(allocated())
+	g.pending.Store(false)
+	g.tripped.Store(false)
+}
+
 // check measures the state (from L, the running thread) plus extra bytes
 // about to be allocated, and trips the guard when that passes the limit.
 func (g *memGuard) check(L *glua.LState, extra int64, what string) bool {
