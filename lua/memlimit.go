@@ -325,7 +325,7 @@ const (
 	sizeObject = 64
 	sizeNumber = 8
 	sizeString = 16
-	shareMin   = 64 // strings this long are counted once per backing array
+	shareMin   = 1024 // strings this long are counted once per backing array (shorter ones per use: the set of seen strings stays small)
 )
 
 // measure estimates the bytes reachable from the states' globals, registry
@@ -396,8 +396,9 @@ func (w *walker) push(v glua.LValue) {
 func (w *walker) visit(v glua.LValue) {
 	switch x := v.(type) {
 	case *glua.LTable:
-		w.total += sizeTable
 		n := int64(x.Len())
+		// The array part grows by doubling: count its likely capacity.
+		w.total += sizeTable + sizeSlot*(int64(nextPow2(n))-n)
 		x.ForEach(func(k, val glua.LValue) {
 			if w.total > w.budget {
 				return
@@ -516,4 +517,16 @@ func (w *memWatch) loop(stop chan struct{}) {
 		}
 		w.mu.Unlock()
 	}
+}
+
+// nextPow2 is the least power of two >= n (0 for 0).
+func nextPow2(n int64) int64 {
+	if n <= 0 {
+		return 0
+	}
+	p := int64(1)
+	for p < n {
+		p <<= 1
+	}
+	return p
 }

@@ -213,3 +213,74 @@ return "done"
 		t.Errorf("--lua-memory lots: exit %d, stderr %q; want 1 naming the flag", code, errs)
 	}
 }
+
+// memCgroup makes a memory cgroup (v1) of limit bytes below the test's own
+// and returns its folder; it is removed when the test ends (its processes
+// must have ended by then).
+func memCgroup(t *testing.T, limit int64) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Skipf("no cgroups: %v", err)
+	}
+	var own string
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.SplitN(l, ":", 3); len(f) == 3 && f[1] == "memory" {
+			own = f[2]
+		}
+	}
+	base := filepath.Join("/sys/fs/cgroup/memory", own)
+	if own == "" {
+		t.Skip("no cgroup v1 memory controller")
+	}
+	dir, err := os.MkdirTemp(base, "gpush-limits-test-")
+	if err != nil {
+		t.Skipf("cannot make a memory cgroup: %v", err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	for _, f := range []string{"memory.limit_in_bytes", "memory.memsw.limit_in_bytes"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil && !os.IsNotExist(err) {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	return dir
+}
+
+// TestRunMemoryLimitInCgroup: in a 768 MiB memory cgroup, a host growing a
+// table without end fails "memory limit" and the run reports the other
+// host; with the limit raised past the cgroup, the same run is OOM-killed,
+// which shows the cgroup bites.
+func TestRunMemoryLimitInCgroup(t *testing.T) {
+	buildReplBins(t)
+	cg := memCgroup(t, 768<<20)
+	dir := t.TempDir()
+	inv, script := filepath.Join(dir, "inv.yaml"), filepath.Join(dir, "grow.lua")
+	for p, src := range map[string]string{
+		inv:    "all:\n  vars: {ansible_connection: local}\n  hosts:\n    grow:\n    fine:\n",
+		script: "if host.name == \"fine\" then return \"done\" end\nlocal t = {}; while true do t[#t+1] = #t end\n",
+	} {
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(limit string) (int, string, string, error) {
+		// The shell joins the cgroup, then becomes gpush.
+		cmd := exec.Command("sh", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, cg,
+			replBins.gpush, "run", script, "-i", inv, "--json", "--lua-memory", limit, "--timeout", "5m")
+		cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "XDG_CACHE_HOME="+t.TempDir())
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		return cmd.ProcessState.ExitCode(), out.String(), errb.String(), err
+	}
+	code, out, errs, _ := run("128MiB")
+	if code != 2 || !strings.Contains(out, `"host":"grow","status":"failed","value":null,"error":"memory limit: its Lua data passed 128 MiB`) ||
+		!strings.Contains(out, `"host":"fine","status":"ok","value":"done"`) {
+		t.Errorf("--lua-memory 128MiB in 768 MiB: exit %d (want 2)\nstdout %s\nstderr %s", code, out, errs)
+	}
+	code, out, errs, err := run("64GiB")
+	var x *exec.ExitError
+	if !errors.As(err, &x) || x.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Errorf("--lua-memory 64GiB in 768 MiB: exit %d, %v; want killed by the OOM killer\nstdout %s\nstderr %s", code, err, out, errs)
+	}
+}
