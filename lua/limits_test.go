@@ -262,3 +262,32 @@ func TestSessionMemoryLimit(t *testing.T) {
 		t.Errorf("after letting go: %v %v, want 2", vs, err)
 	}
 }
+
+// BenchmarkGuardedLoop: what the measuring context costs the VM, which
+// calls its Done before every instruction.
+func BenchmarkGuardedLoop(b *testing.B) {
+	const src = `local n = 0; for i = 1, 1000000 do n = n + i end`
+	for _, guarded := range []bool{false, true} {
+		name := "plain"
+		if guarded {
+			name = "guarded"
+		}
+		b.Run(name, func(b *testing.B) {
+			L := glua.NewState()
+			defer L.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			L.SetContext(ctx)
+			if guarded {
+				g := newMemGuard(L, DefaultMemoryLimit, func(string) {})
+				defer g.release()
+				L.SetContext(g.wrap(ctx))
+			}
+			for b.Loop() {
+				if err := L.DoString(src); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
