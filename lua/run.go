@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	glua "github.com/yuin/gopher-lua"
@@ -25,6 +27,9 @@ import (
 // DefaultForks is how many hosts run at once when Options.Forks is 0.
 const DefaultForks = 50
 
+// DefaultStopGrace is Options.StopGrace's default.
+const DefaultStopGrace = 2 * time.Second
+
 // Host statuses.
 const (
 	StatusOK          = "ok"
@@ -38,6 +43,16 @@ type Options struct {
 	Forks int
 	// Timeout bounds each host's whole script (0: none).
 	Timeout time.Duration
+	// StopGrace is how long a host whose time is up (Timeout, Ctrl-C) may
+	// take to stop before the runner stops waiting for it: a builtin that
+	// runs long (a backtracking string.find) cannot be interrupted, so its
+	// host is failed "did not stop: abandoned" and left running behind
+	// (0: DefaultStopGrace).
+	StopGrace time.Duration
+	// MemoryLimit bounds each host's Lua data in bytes (0:
+	// DefaultMemoryLimit); the host var gpush_lua_memory overrides it.
+	// Over it the host fails with "memory limit", the others go on.
+	MemoryLimit int64
 	// Check makes destructive calls report what they would do.
 	Check bool
 	// ExtraVars (-e) are merged over each host's vars; they win.
@@ -47,6 +62,10 @@ type Options struct {
 	// OnEvent receives events from the host goroutines, concurrently: it
 	// must be safe for that. Nil sends log lines to Logger.
 	OnEvent func(Event)
+	// OnResult, when set, gets each host's final result as soon as it is
+	// known (before its done event), from the host goroutines: a caller
+	// that stops waiting for Run (a second Ctrl-C) still has those.
+	OnResult func(HostResult)
 	// Logger gets debug logging (nil: discarded).
 	Logger *slog.Logger
 }
@@ -87,6 +106,9 @@ func Run(ctx context.Context, s *Script, hosts []inventory.Host, o Options) []Ho
 	if err != nil {
 		for i, h := range hosts {
 			results[i] = HostResult{Host: h.Name, Status: StatusFailed, Error: err.Error()}
+			if o.OnResult != nil {
+				o.OnResult(results[i])
+			}
 			emitDone(o, results[i])
 		}
 		return results
@@ -95,6 +117,9 @@ func Run(ctx context.Context, s *Script, hosts []inventory.Host, o Options) []Ho
 		results[i] = runHost(ctx, s, decls, hosts[i], o)
 	}, func(i int) {
 		results[i] = HostResult{Host: hosts[i].Name, Status: StatusFailed, Error: "interrupted"}
+		if o.OnResult != nil {
+			o.OnResult(results[i])
+		}
 		emitDone(o, results[i])
 	})
 	return results
@@ -118,9 +143,13 @@ func levelOf(status string) string {
 	return modules.LevelError
 }
 
+// runHost runs the script on one host. The script runs on a goroutine of
+// its own: when the host's time is up and it has not stopped after
+// StopGrace (a builtin cannot be interrupted), runHost returns without it,
+// the host failed "did not stop", and the goroutine cleans up whenever it
+// ends.
 func runHost(parent context.Context, s *Script, decls VarDecls, h inventory.Host, o Options) (res HostResult) {
 	start := time.Now()
-	res.Host = h.Name
 	if o.OnEvent != nil {
 		o.OnEvent(Event{Host: h.Name, Time: start, Kind: modules.EventStart, Message: s.Name})
 	}
@@ -130,16 +159,93 @@ func runHost(parent context.Context, s *Script, decls VarDecls, h inventory.Host
 		ctx, cancel = context.WithTimeout(parent, o.Timeout)
 		defer cancel()
 	}
+	// An abandoned host says nothing more: its lines would come after its
+	// result.
+	var abandoned atomic.Bool
+	if inner := o.OnEvent; inner != nil {
+		o.OnEvent = func(e Event) {
+			if !abandoned.Load() {
+				inner(e)
+			}
+		}
+	}
+	type outcome struct {
+		res HostResult
+		hs  *hostState
+	}
+	done := make(chan outcome, 1)
+	var hsMu sync.Mutex
+	var hsNow *hostState // for the stats of an abandoned host
+	go func() {
+		var hs *hostState
+		r := scriptOnHost(parent, ctx, s, decls, h, o, func(x *hostState) {
+			hsMu.Lock()
+			hs, hsNow = x, x
+			hsMu.Unlock()
+		})
+		done <- outcome{r, hs}
+	}()
+	finish := func(r HostResult, hs *hostState) HostResult {
+		r.Host = h.Name
+		r.Elapsed = time.Since(start)
+		if hs != nil {
+			r.Stats = hs.stats.Snapshot()
+		}
+		if o.OnResult != nil {
+			o.OnResult(r)
+		}
+		emitDone(o, r)
+		return r
+	}
+	var out outcome
+	select {
+	case out = <-done:
+		return finish(out.res, out.hs)
+	case <-ctx.Done():
+	}
+	grace := o.StopGrace
+	if grace <= 0 {
+		grace = DefaultStopGrace
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case out = <-done:
+		return finish(out.res, out.hs)
+	case <-t.C:
+	}
+	res = HostResult{Status: StatusFailed, Error: "interrupted; did not stop: abandoned"}
+	if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		res.Error = fmt.Sprintf("did not stop: abandoned after --timeout %s", o.Timeout)
+	}
+	hsMu.Lock()
+	hs := hsNow
+	hsMu.Unlock()
+	res = finish(res, hs)
+	abandoned.Store(true)
+	if hs != nil {
+		// Closing the connection ends a helper call that ignores ctx; it
+		// may wait for a dial, so not here.
+		go func() {
+			if err := hs.close(); err != nil {
+				hs.logger.Debug("close", "err", err)
+			}
+		}()
+	}
+	return res
+}
+
+// scriptOnHost connects and runs the script; setHS hands over the host's
+// state as soon as there is one. parent is the run's context, ctx the
+// host's (with its timeout).
+func scriptOnHost(parent, ctx context.Context, s *Script, decls VarDecls, h inventory.Host, o Options, setHS func(*hostState)) (res HostResult) {
 	var hs *hostState
 	defer func() {
-		res.Elapsed = time.Since(start)
 		if hs != nil {
-			res.Stats = hs.stats.Snapshot()
 			if err := hs.close(); err != nil {
 				hs.logger.Debug("close", "err", err)
 			}
 		}
-		emitDone(o, res)
 	}()
 	// ended classifies an error that may come from ctx ending.
 	ended := func() bool {
@@ -161,6 +267,12 @@ func runHost(parent context.Context, s *Script, decls VarDecls, h inventory.Host
 		res.Status, res.Error = StatusFailed, err.Error()
 		return res
 	}
+	setHS(hs)
+	limit, err := hostMemoryLimit(hs.vars, o.MemoryLimit)
+	if err != nil {
+		res.Status, res.Error = StatusFailed, fmt.Sprintf("host %s: %v", h.Name, err)
+		return res
+	}
 	if _, err := hs.Conn(ctx); err != nil {
 		if !ended() {
 			res.Status, res.Error = StatusUnreachable, err.Error()
@@ -173,6 +285,9 @@ func runHost(parent context.Context, s *Script, decls VarDecls, h inventory.Host
 		return res
 	}
 	defer L.Close()
+	guard := newMemGuard(L, limit, hs.setFailed)
+	defer guard.release()
+	L.SetContext(guard.wrap(ctx))
 	fn, err := L.Load(bytes.NewReader(s.Source), s.Name)
 	if err != nil {
 		res.Status, res.Error = StatusFailed, err.Error()

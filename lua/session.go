@@ -18,24 +18,30 @@ import (
 // set by one Eval are there for the next. It connects on first use. Only
 // one Eval runs at a time.
 type Session struct {
-	mu sync.Mutex
-	hs *hostState
-	L  *glua.LState
+	mu    sync.Mutex
+	hs    *hostState
+	L     *glua.LState
+	guard *memGuard
 }
 
 // NewSession prepares a session on h; dir is the folder require searches
 // besides the built-in library ("" for none). o.Forks and o.Timeout are not
-// used; o.Dial, o.Check, o.ExtraVars, o.OnEvent and o.Logger are.
+// used; o.Dial, o.Check, o.ExtraVars, o.MemoryLimit, o.OnEvent and o.Logger
+// are.
 func NewSession(h inventory.Host, dir string, o Options) (*Session, error) {
 	hs, err := newHostState(h, o, nil)
 	if err != nil {
 		return nil, err
 	}
+	limit, err := hostMemoryLimit(hs.vars, o.MemoryLimit)
+	if err != nil {
+		return nil, fmt.Errorf("host %s: %w", h.Name, err)
+	}
 	L, err := newLState(context.Background(), hs, dir, nil)
 	if err != nil {
 		return nil, err
 	}
-	return &Session{hs: hs, L: L}, nil
+	return &Session{hs: hs, L: L, guard: newMemGuard(L, limit, hs.setFailed)}, nil
 }
 
 // Eval runs code; an expression is evaluated as `return <code>`. It returns
@@ -59,8 +65,12 @@ func (s *Session) eval(ctx context.Context, code string) ([]any, error) {
 		return nil, errors.New("session closed")
 	}
 	L := s.L
-	L.SetContext(ctx)
+	s.guard.enter()
+	L.SetContext(s.guard.wrap(ctx))
 	defer L.SetContext(context.Background())
+	// A session outlives a tripped limit: the next line may let go of the
+	// data (big = nil), and the next measurement judges again.
+	defer s.guard.forgive()
 	fn, err := L.LoadString("return " + code)
 	if err != nil {
 		if fn, err = L.LoadString(code); err != nil {
@@ -73,6 +83,9 @@ func (s *Session) eval(ctx context.Context, code string) ([]any, error) {
 	callErr := L.PCall(0, glua.MultRet, nil)
 	defer L.SetTop(0)
 	if failed, msg := s.hs.failure(true); failed {
+		if strings.HasPrefix(msg, "memory limit") {
+			return nil, errors.New(msg)
+		}
 		return nil, fmt.Errorf("fail: %s", msg)
 	}
 	if callErr != nil {
@@ -120,6 +133,7 @@ func (s *Session) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.L != nil {
+		s.guard.release()
 		s.L.Close()
 		s.L = nil
 	}

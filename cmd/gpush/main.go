@@ -3,7 +3,8 @@
 //
 // Exit status (as ansible-playbook's): 0 every host ok; 2 a host failed;
 // 4 a host was unreachable (4 wins over 2: an unreached host may hide a
-// failure too); 1 a usage or internal error.
+// failure too); 1 a usage or internal error; 130 (128+SIGINT, as a shell
+// reports it) when a second interrupt quit a run at once.
 package main
 
 import (
@@ -16,6 +17,9 @@ import (
 
 	"github.com/gpush/gpush/termsafe"
 )
+
+// exitQuit is the status of a run quit at the second interrupt.
+const exitQuit = 130
 
 func main() {
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,10 +29,14 @@ func runCommand() *cli.Command {
 		Description: "SCRIPT is a path, or a name looked up in ./scripts, $GPUSH_PATH, the config dir's\n" +
 			"gpush/scripts and the embedded library (gpush scripts lists them).\n\n" +
 			"Exit status: 0 every host ok; 2 a host failed; 4 a host unreachable (wins over 2);\n" +
-			"1 a usage or internal error.",
+			"1 a usage or internal error; 130 quit at a second interrupt (Ctrl-C), the unfinished hosts named.\n\n" +
+			"Ctrl-C stops every host; one stuck in a long builtin is given up after 2s\n" +
+			"(\"did not stop\"), as is one past --timeout. Each host's Lua data is bounded by\n" +
+			"--lua-memory (or the host var gpush_lua_memory): past it the host fails \"memory limit\".",
 		Flags: append(fleetFlags("hosts run at once", "per-host time limit (0: none)"),
 			&cli.BoolFlag{Name: "json", Usage: "one JSON object per host (JSON lines) on stdout"},
 			&cli.BoolFlag{Name: "gather", Aliases: []string{"b"}, Usage: "print each distinct host line once at the end, with the hosts that printed it"},
+			&cli.StringFlag{Name: "lua-memory", Value: "256MiB", Usage: "bound on each host's Lua data (the host var " + lua.MemoryVar + " overrides it)", EnvVars: []string{"GPUSH_LUA_MEMORY"}},
 		),
 		Action: runRun,
 	}
@@ -63,6 +69,10 @@ func runRun(c *cli.Context) error {
 	if f.extra, err = checkExtraVars(script.Name, decls, f.extraArgs); err != nil {
 		return err
 	}
+	memLimit, err := lua.ParseSize(c.String("lua-memory"))
+	if err != nil {
+		return usagef("--lua-memory: %w", err)
+	}
 	hosts := f.hosts
 	stdout, stderr := c.App.Writer, c.App.ErrWriter
 	outF, _ := stdout.(*os.File)
@@ -79,14 +89,21 @@ func runRun(c *cli.Context) error {
 		Fold:          inventory.FoldNodeSet,
 	})
 
-	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// The first interrupt stops every host (each ends "interrupted", or
+	// "did not stop" after the grace); the second quits at once.
+	ctx, cancel := context.WithCancel(c.Context)
+	defer cancel()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	tickCtx, stopTick := context.WithCancel(context.Background())
+	defer stopTick()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	go func() {
 		for {
 			select {
-			case <-ctx.Done():
+			case <-tickCtx.Done():
 				return
 			case <-tick.C:
 				p.Tick()
@@ -94,25 +111,72 @@ func runRun(c *cli.Context) error {
 		}
 	}()
 
-	results := lua.Run(ctx, script, hosts, lua.Options{
-		Forks:     f.forks,
-		Timeout:   f.timeout,
-		Check:     f.check,
-		ExtraVars: f.extra,
-		Dial: func(ctx context.Context, h inventory.Host) (remote.Conn, error) {
-			return remote.Dial(ctx, h, f.remote)
-		},
-		OnEvent: func(e lua.Event) {
-			switch e.Kind {
-			case modules.EventLog:
-				p.Event(report.Event{Host: e.Host, Time: e.Time, Kind: e.Kind, Level: e.Level, Message: e.Message})
-			case modules.EventDone:
-				status, _, _ := strings.Cut(e.Message, ":")
-				p.Done(report.Result{Host: e.Host, Status: status})
+	var mu sync.Mutex
+	ended := make(map[string]lua.HostResult, len(hosts))
+	var quit atomic.Bool // after the second interrupt nothing more is printed
+	ran := make(chan []lua.HostResult, 1)
+	go func() {
+		ran <- lua.Run(ctx, script, hosts, lua.Options{
+			Forks:       f.forks,
+			Timeout:     f.timeout,
+			Check:       f.check,
+			ExtraVars:   f.extra,
+			MemoryLimit: memLimit,
+			Dial: func(ctx context.Context, h inventory.Host) (remote.Conn, error) {
+				return remote.Dial(ctx, h, f.remote)
+			},
+			OnEvent: func(e lua.Event) {
+				if quit.Load() {
+					return
+				}
+				switch e.Kind {
+				case modules.EventLog:
+					p.Event(report.Event{Host: e.Host, Time: e.Time, Kind: e.Kind, Level: e.Level, Message: e.Message})
+				case modules.EventDone:
+					status, _, _ := strings.Cut(e.Message, ":")
+					p.Done(report.Result{Host: e.Host, Status: status})
+				}
+			},
+			OnResult: func(r lua.HostResult) {
+				mu.Lock()
+				ended[r.Host] = r
+				mu.Unlock()
+			},
+			Logger: f.logger,
+		})
+	}()
+	var results []lua.HostResult
+	for results == nil {
+		select {
+		case results = <-ran:
+		case <-sigs:
+			if ctx.Err() == nil {
+				cancel()
+				fmt.Fprintln(stderr, "gpush: interrupted: stopping every host (interrupt again to quit now)")
+				continue
 			}
-		},
-		Logger: f.logger,
-	})
+			quit.Store(true)
+			mu.Lock()
+			results = make([]lua.HostResult, len(hosts))
+			var left []string
+			for i, h := range hosts {
+				r, ok := ended[h.Name]
+				if !ok {
+					r = lua.HostResult{Host: h.Name, Status: lua.StatusFailed, Error: "unfinished: quit at the second interrupt"}
+					left = append(left, h.Name)
+				}
+				results[i] = r
+			}
+			mu.Unlock()
+			rs := make([]report.Result, len(results))
+			for i, r := range results {
+				rs[i] = toReport(r)
+			}
+			p.Finish(rs)
+			fmt.Fprintf(stderr, "gpush: quit at the second interrupt; unfinished: %s\n", inventory.FoldNodeSet(left))
+			return exitError{exitQuit}
+		}
+	}
 	rs := make([]report.Result, len(results))
 	for i, r := range results {
 		rs[i] = toReport(r)
