@@ -19,6 +19,12 @@ type Host struct {
 	IdentitiesOnly bool `json:"identities_only,omitempty"`
 	// ProxyJump is "" or a comma-separated list of [user@]host[:port] hops.
 	ProxyJump string `json:"proxy_jump,omitempty"`
+	// ProxyCommand is "" or a command (ssh_config ProxyCommand, or -o
+	// ProxyCommand in ansible_ssh_common_args) whose stdin/stdout carry the
+	// SSH connection, with OpenSSH's %h %p %r %n %% tokens still in it: the
+	// dialer expands them. "none" means none. It wins over ProxyJump when
+	// both are set, as in OpenSSH (the first one obtained wins; see sshconfig).
+	ProxyCommand string `json:"proxy_command,omitempty"`
 	// Connection is "ssh" or "local".
 	Connection string `json:"connection"`
 	// Become runs the helper through sudo -n.
