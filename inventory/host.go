@@ -22,8 +22,8 @@ type Host struct {
 	// ProxyCommand is "" or a command (ssh_config ProxyCommand, or -o
 	// ProxyCommand in ansible_ssh_common_args) whose stdin/stdout carry the
 	// SSH connection, with OpenSSH's %h %p %r %n %% tokens still in it: the
-	// dialer expands them. "none" means none. It wins over ProxyJump when
-	// both are set, as in OpenSSH (the first one obtained wins; see sshconfig).
+	// dialer expands them. ProxyJump and ProxyCommand exclude each other:
+	// as in OpenSSH, whichever is given first wins, so at most one is set.
 	ProxyCommand string `json:"proxy_command,omitempty"`
 	// Connection is "ssh" or "local".
 	Connection string `json:"connection"`
