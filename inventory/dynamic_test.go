@@ -409,3 +409,43 @@ func TestScriptContextCanceled(t *testing.T) {
 		t.Errorf("error %v, want it to wrap %v", err, cause)
 	}
 }
+
+// BenchmarkLoadScript100k: a script printing 100k hosts with _meta.hostvars
+// (about 9 MB of JSON), the size of a large fleet's dynamic inventory.
+func BenchmarkLoadScript100k(b *testing.B) {
+	dir := b.TempDir()
+	var sb strings.Builder
+	sb.WriteString(`{"gpus": {"hosts": [`)
+	for i := range 100000 {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString(`"gpu` + strconv.Itoa(i) + `"`)
+	}
+	sb.WriteString(`], "vars": {"ansible_user": "ops"}}, "_meta": {"hostvars": {`)
+	for i := range 100000 {
+		if i > 0 {
+			sb.WriteString(",\n")
+		}
+		sb.WriteString(`"gpu` + strconv.Itoa(i) + `": {"ansible_host": "10.0.` + strconv.Itoa(i/256%256) + `.` + strconv.Itoa(i%256) + `", "rack": ` + strconv.Itoa(i/40) + `}`)
+	}
+	sb.WriteString("}}}\n")
+	data := filepath.Join(dir, "out.json")
+	if err := os.WriteFile(data, []byte(sb.String()), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	inv := filepath.Join(dir, "inv.sh")
+	if err := os.WriteFile(inv, []byte("#!/bin/sh\ncat "+data+"\n"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(sb.Len()))
+	for b.Loop() {
+		got, err := LoadScript(context.Background(), inv, ScriptOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(got.HostNames()) != 100000 {
+			b.Fatalf("%d hosts", len(got.HostNames()))
+		}
+	}
+}
