@@ -449,3 +449,27 @@ func BenchmarkLoadScript100k(b *testing.B) {
 		}
 	}
 }
+
+// FuzzScriptList: any --list output gives an inventory or an error naming
+// the script, never a panic.
+func FuzzScriptList(f *testing.F) {
+	f.Add([]byte(listWithMeta))
+	f.Add([]byte(`{"g": ["a"], "g": {"hosts": ["b"]}, "x": {"k": 1}, "_meta": {"hostvars": {"a": {"n": 1e999}}}}`))
+	f.Add([]byte(`{"a": {"children": ["a"]}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		inv := newInventory("fuzz.sh", KindScript)
+		hostvars, err := parseScriptList(inv, "fuzz.sh --list", data)
+		if err != nil {
+			if !strings.Contains(err.Error(), "fuzz.sh") {
+				t.Fatalf("error %q does not name the script", err)
+			}
+			return
+		}
+		for name, v := range hostvars {
+			if vars, ok := v.(map[string]any); ok && inv.hosts[name] != nil {
+				_ = inv.addHost("", name, vars, Pos{}, nil)
+			}
+		}
+		_ = inv.finalize()
+	})
+}
