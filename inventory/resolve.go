@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -22,6 +23,8 @@ type Options struct {
 	SSHConfigFiles []string
 	// HomeDir expands ~ in key paths ("" = os.UserHomeDir()).
 	HomeDir string
+	// Script bounds an inventory script's runs (see LoadScript).
+	Script ScriptOptions
 }
 
 const systemSSHConfig = "/etc/ssh/ssh_config"
@@ -33,7 +36,7 @@ var inventoryExts = []string{".yaml", ".yml", ".ini"}
 var hostNameRE = regexp.MustCompile(`^(?:[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*)$`)
 
 // Resolve turns an --inventory value into an Inventory, trying in order:
-// a file path; inventory/SPEC.{yaml,yml,ini} under WorkDir, then under
+// a file path (run as an inventory script if IsScript); inventory/SPEC.{yaml,yml,ini} under WorkDir, then under
 // ConfigDir; a comma-separated host list ("a,b" or "a,"); a single host
 // ([user@]name[:port]), resolved through ssh_config as `ssh SPEC` would ("localhost" not in
 // any inventory is the local machine). Hosts are completed from ssh_config
@@ -76,6 +79,11 @@ func Resolve(spec string, opts Options) (*Inventory, error) {
 
 func resolveSpec(spec string, opts Options) (*Inventory, error) {
 	if st, err := os.Stat(spec); err == nil && !st.IsDir() {
+		if script, err := IsScript(spec); err != nil {
+			return nil, err
+		} else if script {
+			return LoadScript(context.Background(), spec, opts.Script)
+		}
 		return Load(spec)
 	} else if err == nil && st.IsDir() {
 		return nil, fmt.Errorf("inventory %s: is a directory (give an inventory file)", spec)
