@@ -10,6 +10,7 @@ import (
 // and 0 mean not obtained yet (the first value obtained wins).
 type sshOptions struct {
 	hostName       string
+	hostNamePos    string
 	user           string
 	port           int
 	identityFiles  []sshValue // raw, as ssh -G prints them
@@ -94,7 +95,7 @@ func (e *sshEval) hostName() (string, error) {
 	}
 	h, err := expandTokens(e.o.hostName, map[byte]string{'h': e.o.alias})
 	if err != nil {
-		return "", fmt.Errorf("ssh config: HostName %s: %w", e.o.hostName, err)
+		return "", fmt.Errorf("ssh config %s: HostName %s: %w", e.o.hostNamePos, e.o.hostName, err)
 	}
 	return h, nil
 }
@@ -324,7 +325,7 @@ func (e *sshEval) set(l *sshLine) error {
 	}
 	switch l.key {
 	case "hostname":
-		o.hostName = v
+		o.hostName, o.hostNamePos = v, l.pos()
 	case "user":
 		o.user = v
 	case "port":
