@@ -166,6 +166,24 @@ func TestSSHConfigAgainstOpenSSH(t *testing.T) {
 		}
 	}
 	tmp := t.TempDir()
+	// ssh refuses included files owned by another user or writable by
+	// others: include copies this test owns.
+	incs, err := filepath.Glob(filepath.Join(abs, "gpush", "inc", "*"))
+	if err != nil || len(incs) == 0 {
+		t.Fatalf("include targets: %v %v", incs, err)
+	}
+	for _, f := range incs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(tmp, "inc"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(tmp, "inc", filepath.Base(f)), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	used := map[string]bool{}
 	var pairs, agree int
 	var diffs []string
@@ -174,8 +192,8 @@ func TestSSHConfigAgainstOpenSSH(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// @DIR@ lets a file Include by absolute path from its own folder.
-		data = bytes.ReplaceAll(data, []byte("@DIR@"), []byte(filepath.Dir(filepath.Join(abs, name))))
+		// @DIR@ lets a file Include by absolute path (the copies of inc/).
+		data = bytes.ReplaceAll(data, []byte("@DIR@"), []byte(tmp))
 		file := filepath.Join(tmp, strings.ReplaceAll(name, "/", "_"))
 		if err := os.WriteFile(file, data, 0o600); err != nil {
 			t.Fatal(err)

@@ -236,3 +236,36 @@ func TestMatchPatterns(t *testing.T) {
 		}
 	}
 }
+
+// FuzzSSHConfig: any file text and any host name evaluate without a panic,
+// the same way twice, and a successful evaluation dials a name.
+func FuzzSSHConfig(f *testing.F) {
+	f.Add("Host a\n  HostName %h.x\nMatch host *.x,!b* user r*\n  Port 22\n", "a")
+	f.Add("Match final all\n  ProxyJump j\nMatch exec \"x\" !canonical\n  User u\n", "h")
+	f.Add("Host = \"q q\" !z*\n  IdentityFile ~/%C%d${HOME}\nMatch localnetwork 1\n", "q q")
+	f.Fuzz(func(t *testing.T, text, host string) {
+		file := &sshFile{path: "fuzz"}
+		for i, line := range strings.Split(text, "\n") {
+			l, ok := parseSSHLine(line)
+			if !ok || l.key == "include" {
+				continue // no reading of files named by the input
+			}
+			l.file, l.num = "fuzz", i+1
+			file.lines = append(file.lines, l)
+		}
+		sc := &sshConfig{files: []*sshFile{file}, home: "/home/u", local: "u", uid: "1000"}
+		o1, err1 := sc.evaluate(host, sshOptions{})
+		o2, err2 := sc.evaluate(host, sshOptions{})
+		if (err1 == nil) != (err2 == nil) || (err1 == nil && !reflect.DeepEqual(o1, o2)) {
+			t.Fatalf("two evaluations differ: %+v %v / %+v %v", o1, err1, o2, err2)
+		}
+		if err1 == nil {
+			if host != "" && o1.host == "" {
+				t.Fatalf("no name to dial for %q: %+v", host, o1)
+			}
+			for _, id := range o1.identityFiles {
+				sc.expandIdentity(id.value, o1)
+			}
+		}
+	})
+}

@@ -382,33 +382,28 @@ func matchPatternList(s, list string, lower bool) int {
 }
 
 // matchGlob is OpenSSH's match_pattern: '*' any run, '?' one byte, nothing
-// else special, case-sensitive.
+// else special, case-sensitive. Backtracking only to the last '*' keeps it
+// linear in practice, whatever the pattern.
 func matchGlob(s, p string) bool {
-	for len(p) > 0 {
-		switch p[0] {
-		case '*':
-			for len(p) > 0 && p[0] == '*' {
-				p = p[1:]
-			}
-			if p == "" {
-				return true
-			}
-			for i := 0; i <= len(s); i++ {
-				if matchGlob(s[i:], p) {
-					return true
-				}
-			}
-			return false
-		case '?':
-			if s == "" {
-				return false
-			}
+	si, pi := 0, 0
+	star, mark := -1, 0
+	for si < len(s) {
+		switch {
+		case pi < len(p) && p[pi] == '*':
+			star, mark = pi, si
+			pi++
+		case pi < len(p) && (p[pi] == '?' || p[pi] == s[si]):
+			si++
+			pi++
+		case star >= 0:
+			mark++
+			si, pi = mark, star+1
 		default:
-			if s == "" || s[0] != p[0] {
-				return false
-			}
+			return false
 		}
-		s, p = s[1:], p[1:]
 	}
-	return s == ""
+	for pi < len(p) && p[pi] == '*' {
+		pi++
+	}
+	return pi == len(p)
 }
