@@ -149,6 +149,7 @@ Host *
 	if err == nil || !strings.Contains(err.Error(), cfg+" line 5") || !strings.Contains(err.Error(), "Match exec") {
 		t.Errorf("other: %v", err)
 	}
+	t.Logf("the error: %v", err)
 	// Both already given: nothing either block holds would matter.
 	o, err := sc.evaluate("set", sshOptions{port: 22})
 	if err != nil || o.user != "early" {

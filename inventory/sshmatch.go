@@ -125,6 +125,9 @@ func (e *sshEval) walk(f *sshFile, st blockState) error {
 			} else {
 				st = e.matchLine(l)
 			}
+			if st.why != nil {
+				st.why = fmt.Errorf("%s: %w", l.pos(), st.why)
+			}
 		case "include":
 			for _, sub := range l.incl {
 				if err := e.walk(sub, st); err != nil {
@@ -134,8 +137,8 @@ func (e *sshEval) walk(f *sshFile, st blockState) error {
 		default:
 			if st.why != nil {
 				if e.wouldSet(l) {
-					return fmt.Errorf("ssh config %s: %s could decide %s for host %s, and gpush cannot tell whether it applies: %w",
-						l.pos(), l.key, l.key, e.o.alias, st.why)
+					return fmt.Errorf("ssh config %s: %s for host %s: set in a block gpush cannot decide (%w)",
+						l.pos(), keywordName[l.key], e.o.alias, st.why)
 				}
 				continue
 			}
@@ -267,6 +270,13 @@ func onlyCanonFinal(args []string) bool {
 		}
 	}
 	return true
+}
+
+// keywordName spells the keywords gpush uses as ssh_config(5) does.
+var keywordName = map[string]string{
+	"hostname": "HostName", "user": "User", "port": "Port", "identityfile": "IdentityFile",
+	"identitiesonly": "IdentitiesOnly", "proxyjump": "ProxyJump", "proxycommand": "ProxyCommand",
+	"hostkeyalias": "HostKeyAlias", "canonicalizehostname": "CanonicalizeHostname",
 }
 
 // wouldSet: whether line l, were it active, would change what gpush uses.
