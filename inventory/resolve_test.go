@@ -172,15 +172,23 @@ func TestResolveBadSSHConfig(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), cfg) {
 		t.Errorf("want an error naming %s, got %v", cfg, err)
 	}
-	// A file the parser rejects is an error, unless it is the system-wide
-	// one: that is skipped with a warning.
+	// A block gpush cannot decide (Match exec) fails only the hosts whose
+	// settings it would decide, even in the system-wide file.
 	sys := filepath.Join(dir, "system_config")
-	writeFile(t, sys, "Match exec \"true\"\n  User x\n")
-	if _, err := Resolve("x", Options{SSHConfigFiles: []string{sys}, HomeDir: dir}); err == nil || !strings.Contains(err.Error(), sys) {
-		t.Errorf("want an error naming %s, got %v", sys, err)
+	writeFile(t, sys, "Match host other exec \"true\"\n  User x\nMatch exec \"true\"\n  ForwardAgent yes\n")
+	if _, err := Resolve("x", Options{SSHConfigFiles: []string{sys}, HomeDir: dir}); err != nil {
+		t.Errorf("x is not decided by the Match exec block: %v", err)
 	}
-	sc, warnings, err := loadSSHConfig([]string{sys}, map[string]bool{sys: true}, dir)
-	if err != nil || len(sc.files) != 0 || len(warnings) != 1 || !strings.Contains(warnings[0], sys) {
+	if _, err := Resolve("other", Options{SSHConfigFiles: []string{sys}, HomeDir: dir}); err == nil || !strings.Contains(err.Error(), sys) || !strings.Contains(err.Error(), "Match exec") {
+		t.Errorf("want an error naming %s and Match exec, got %v", sys, err)
+	}
+	// The system-wide file, unreadable, is skipped with a warning.
+	sysDir := filepath.Join(dir, "system-dir")
+	if err := os.Mkdir(sysDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sc, warnings, err := loadSSHConfig([]string{sysDir}, map[string]bool{sysDir: true}, dir)
+	if err != nil || len(sc.files) != 0 || len(warnings) != 1 || !strings.Contains(warnings[0], sysDir) {
 		t.Errorf("lenient: %v %v %v", sc, warnings, err)
 	}
 	unreadable := filepath.Join(dir, "dir-not-file")

@@ -9,48 +9,68 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-
-	"github.com/kevinburke/ssh_config"
 )
+
+// ssh_config as OpenSSH 9.2's ssh(1) reads it. The files are parsed once
+// (Include included); each host is then evaluated the way ssh evaluates its
+// destination: Host and Match blocks in order, the first value obtained for
+// a keyword wins, and a second pass when a block asks for "Match final".
+// Only the keywords gpush uses are interpreted; others are kept as lines so
+// that a block gpush cannot decide knows whether it would matter.
+
+// maxIncludeDepth is OpenSSH's READCONF_MAX_DEPTH.
+const maxIncludeDepth = 16
 
 // sshConfig is the ssh_config files ssh would read, in order (the user's
 // file first: for each keyword the first value found wins).
 type sshConfig struct {
-	files []sshConfigFile
+	files []*sshFile
 	home  string
-	local string // local user name, for %u
+	local string // local user name, for %u and Match localuser
+	uid   string // for %i
 }
 
-type sshConfigFile struct {
-	path string
-	cfg  *ssh_config.Config
+type sshFile struct {
+	path  string
+	lines []sshLine
 }
+
+// sshLine is one directive. A line ssh could not parse keeps its error: it
+// only matters (as an error) for a host whose settings it would decide.
+type sshLine struct {
+	file string
+	num  int
+	key  string   // keyword, lower case
+	args []string // arguments, quotes removed
+	raw  string   // the value as written (ProxyCommand takes it whole)
+	err  error
+	incl []*sshFile // Include: the files it names, in lexical order
+}
+
+func (l *sshLine) pos() string { return fmt.Sprintf("%s line %d", l.file, l.num) }
 
 // loadSSHConfig reads the given files; a missing file is skipped, an
-// unreadable or malformed one is an error naming it, except for files in
-// lenient (the system-wide file, which the operator may not control and
-// which can hold directives the parser rejects, such as Fedora's
-// "Match final"): those are skipped with a warning.
+// unreadable one is an error naming it, except for files in lenient (the
+// system-wide file, which the operator may not control): those are skipped
+// with a warning. Directives gpush cannot evaluate are not load errors:
+// they fail only the hosts whose settings they would decide.
 func loadSSHConfig(paths []string, lenient map[string]bool, home string) (*sshConfig, []string, error) {
-	sc := &sshConfig{home: home}
+	sc := &sshConfig{home: home, uid: strconv.Itoa(os.Getuid())}
 	var warnings []string
 	if u, err := user.Current(); err == nil {
 		sc.local = u.Username
 	}
 	for _, p := range paths {
-		f, err := os.Open(p)
+		// Relative Include paths: ~/.ssh for the user's files (as ssh -F
+		// files are), the system file's own folder (/etc/ssh) for it.
+		inclDir := filepath.Join(home, ".ssh")
+		system := lenient[p] || p == systemSSHConfig
+		if system {
+			inclDir = filepath.Dir(p)
+		}
+		f, err := sc.readFile(p, inclDir, system, 0)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
-		}
-		var cfg *ssh_config.Config
-		if err == nil {
-			cfg, err = ssh_config.Decode(f)
-			f.Close()
-			if err != nil {
-				err = fmt.Errorf("ssh config %s: %w", p, err)
-			}
-		} else {
-			err = fmt.Errorf("ssh config: %w", err)
 		}
 		if err != nil {
 			if lenient[p] {
@@ -59,9 +79,153 @@ func loadSSHConfig(paths []string, lenient map[string]bool, home string) (*sshCo
 			}
 			return nil, nil, err
 		}
-		sc.files = append(sc.files, sshConfigFile{p, cfg})
+		sc.files = append(sc.files, f)
 	}
 	return sc, warnings, nil
+}
+
+func (sc *sshConfig) readFile(path, inclDir string, system bool, depth int) (*sshFile, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("ssh config: %w", err)
+	}
+	f := &sshFile{path: path}
+	for i, text := range strings.Split(string(data), "\n") {
+		l, ok := parseSSHLine(text)
+		if !ok {
+			continue
+		}
+		l.file, l.num = path, i+1
+		if l.key == "include" && l.err == nil {
+			if depth+1 >= maxIncludeDepth {
+				return nil, fmt.Errorf("ssh config %s: too many nested Include (%d)", l.pos(), maxIncludeDepth)
+			}
+			for _, pat := range l.args {
+				names, err := sc.includeGlob(pat, inclDir, system)
+				if err != nil {
+					return nil, fmt.Errorf("ssh config %s: Include %s: %w", l.pos(), pat, err)
+				}
+				for _, n := range names {
+					sub, err := sc.readFile(n, inclDir, system, depth+1)
+					if err != nil {
+						return nil, err
+					}
+					l.incl = append(l.incl, sub)
+				}
+			}
+		}
+		f.lines = append(f.lines, l)
+	}
+	return f, nil
+}
+
+// includeGlob expands one Include argument as ssh does: ~ (user files
+// only), then relative to inclDir, then glob(7) in lexical order; no match
+// is no file, not an error.
+func (sc *sshConfig) includeGlob(pat, inclDir string, system bool) ([]string, error) {
+	if !system {
+		var err error
+		if pat, err = sc.tilde(pat); err != nil {
+			return nil, err
+		}
+	}
+	if !filepath.IsAbs(pat) {
+		pat = filepath.Join(inclDir, pat)
+	}
+	names, err := filepath.Glob(pat)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range names {
+		// glob(3) lists folders too; ssh then fails to read them as
+		// configuration. Skip them rather than fail every host.
+		if st, err := os.Stat(n); err == nil && !st.IsDir() {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// parseSSHLine splits a line as readconf.c does: the keyword ends at white
+// space or '=', one '=' may separate it from the arguments, which are split
+// like argv_split (quotes, backslash escapes, '#' starting a comment).
+func parseSSHLine(text string) (sshLine, bool) {
+	text = strings.TrimRight(text, " \t\r\f\v")
+	text = strings.TrimLeft(text, " \t\r\f\v")
+	if text == "" || text[0] == '#' {
+		return sshLine{}, false
+	}
+	end := strings.IndexAny(text, " \t=")
+	if end < 0 {
+		end = len(text)
+	}
+	l := sshLine{key: strings.ToLower(text[:end])}
+	rest := strings.TrimLeft(text[end:], " \t")
+	if strings.HasPrefix(rest, "=") {
+		rest = strings.TrimLeft(rest[1:], " \t")
+	}
+	l.raw = rest
+	l.args, l.err = splitSSHArgs(rest)
+	if l.err != nil {
+		l.err = fmt.Errorf("%s: %w", l.key, l.err)
+	}
+	return l, true
+}
+
+func splitSSHArgs(s string) ([]string, error) {
+	var args []string
+	for i := 0; i < len(s); {
+		for i < len(s) && (s[i] == ' ' || s[i] == '\t') {
+			i++
+		}
+		if i >= len(s) || s[i] == '#' {
+			break
+		}
+		var b strings.Builder
+		var quote byte
+		for ; i < len(s); i++ {
+			c := s[i]
+			if quote == 0 && (c == ' ' || c == '\t') {
+				break
+			}
+			switch {
+			case c == '\\' && i+1 < len(s) && (s[i+1] == '\'' || s[i+1] == '"' || s[i+1] == '\\' || (quote == 0 && s[i+1] == ' ')):
+				i++
+				b.WriteByte(s[i])
+			case quote == 0 && (c == '"' || c == '\''):
+				quote = c
+			case quote != 0 && c == quote:
+				quote = 0
+			default:
+				b.WriteByte(c)
+			}
+		}
+		if quote != 0 {
+			return nil, errors.New("unterminated quote")
+		}
+		args = append(args, b.String())
+	}
+	return args, nil
+}
+
+// tilde expands ~ and ~user at the start of p, as tilde_expand_filename.
+func (sc *sshConfig) tilde(p string) (string, error) {
+	if !strings.HasPrefix(p, "~") {
+		return p, nil
+	}
+	name, rest, _ := strings.Cut(p[1:], "/")
+	dir := sc.home
+	if name != "" {
+		u, err := user.Lookup(name)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", p, err)
+		}
+		dir = u.HomeDir
+	} else if dir == "" {
+		return "", fmt.Errorf("%s: no home directory", p)
+	}
+	return filepath.Join(dir, rest), nil
 }
 
 // SSHConfig is a set of ssh_config files, read once, completing hosts as
@@ -70,8 +234,8 @@ func loadSSHConfig(paths []string, lenient map[string]bool, home string) (*sshCo
 type SSHConfig struct{ sc *sshConfig }
 
 // LoadSSHConfig reads files in order (for each keyword the first value
-// found wins). A missing file is skipped; an unreadable or malformed one is
-// an error naming it. home expands ~ ("" = os.UserHomeDir()).
+// found wins). A missing file is skipped; an unreadable one is an error
+// naming it. home expands ~ ("" = os.UserHomeDir()).
 func LoadSSHConfig(files []string, home string) (*SSHConfig, error) {
 	if home == "" {
 		home, _ = os.UserHomeDir()
@@ -84,38 +248,15 @@ func LoadSSHConfig(files []string, home string) (*SSHConfig, error) {
 }
 
 // Complete fills what h leaves unsaid (Address, Port, User, IdentityFiles,
-// ProxyJump) from the files; what h already says wins. h.Address, or else
-// h.Name, is the name looked up.
+// IdentitiesOnly, ProxyJump, ProxyCommand) from the files; what h already
+// says wins, and is what Match user sees. h.Address, or else h.Name, is the
+// name looked up.
 func (c *SSHConfig) Complete(h *Host) error { return c.sc.complete(h) }
 
-func (sc *sshConfig) get(alias, key string) (string, string, error) {
-	for _, f := range sc.files {
-		v, err := f.cfg.Get(alias, key)
-		if err != nil {
-			return "", f.path, fmt.Errorf("ssh config %s: host %s: %s: %w", f.path, alias, key, err)
-		}
-		if v != "" {
-			return v, f.path, nil
-		}
-	}
-	return "", "", nil
-}
-
-func (sc *sshConfig) getAll(alias, key string) ([]string, error) {
-	var out []string
-	for _, f := range sc.files {
-		v, err := f.cfg.GetAll(alias, key)
-		if err != nil {
-			return nil, fmt.Errorf("ssh config %s: host %s: %s: %w", f.path, alias, key, err)
-		}
-		out = append(out, v...)
-	}
-	return out, nil
-}
-
 // complete fills what the inventory left unsaid from ssh_config, as
-// `ssh <ansible_host or name>` would: HostName, Port, User, IdentityFile,
-// IdentitiesOnly, ProxyJump. Inventory settings win over ssh_config.
+// `ssh -l USER -p PORT -i KEY <ansible_host or name>` would: the inventory's
+// settings come first, as command-line options do for ssh, so they win and
+// Match user sees the inventory's user.
 func (sc *sshConfig) complete(h *Host) error {
 	if h.IsLocal() {
 		if h.Address == "" {
@@ -127,63 +268,43 @@ func (sc *sshConfig) complete(h *Host) error {
 	if alias == "" {
 		alias = h.Name
 	}
-	hostName, _, err := sc.get(alias, "HostName")
+	seed := sshOptions{user: h.User, port: h.Port, proxyJump: h.ProxyJump, proxyCommand: h.ProxyCommand}
+	if h.IdentitiesOnly {
+		seed.identitiesOnly = "yes"
+	}
+	o, err := sc.evaluate(alias, seed)
 	if err != nil {
 		return err
 	}
-	if hostName != "" {
-		h.Address = sc.expand(hostName, alias, alias, "", 0)
-	} else {
-		h.Address = alias
-	}
-	if h.Port == 0 {
-		p, path, err := sc.get(alias, "Port")
-		if err != nil {
-			return err
-		}
-		if p != "" {
-			if h.Port, err = parsePort(p); err != nil {
-				return fmt.Errorf("ssh config %s: host %s: Port: %w", path, alias, err)
-			}
-		}
-	}
-	if h.User == "" {
-		u, _, err := sc.get(alias, "User")
-		if err != nil {
-			return err
-		}
-		h.User = sc.expand(u, alias, h.Address, "", h.Port)
-	}
-	files, err := sc.getAll(alias, "IdentityFile")
-	if err != nil {
-		return err
-	}
+	h.Address = o.host
+	h.Port = o.port
+	h.User = o.user
 	for i, f := range h.IdentityFiles {
-		h.IdentityFiles[i] = sc.expandPath(f)
+		if t, err := sc.tilde(f); err == nil {
+			h.IdentityFiles[i] = t
+		}
 	}
-	for _, f := range files {
-		if strings.EqualFold(f, "none") {
+	for _, f := range o.identityFiles {
+		if strings.EqualFold(f.value, "none") {
 			continue
 		}
-		f = sc.expandPath(sc.expand(f, alias, h.Address, h.User, h.Port))
-		if !contains(h.IdentityFiles, f) {
-			h.IdentityFiles = append(h.IdentityFiles, f)
+		p, ok, err := sc.expandIdentity(f.value, o)
+		if err != nil {
+			return fmt.Errorf("ssh config %s: IdentityFile %s: %w", f.pos, f.value, err)
+		}
+		if ok && !contains(h.IdentityFiles, p) {
+			h.IdentityFiles = append(h.IdentityFiles, p)
 		}
 	}
-	if !h.IdentitiesOnly {
-		v, _, err := sc.get(alias, "IdentitiesOnly")
-		if err != nil {
-			return err
-		}
-		h.IdentitiesOnly = strings.EqualFold(v, "yes")
-	}
-	if h.ProxyJump == "" {
-		j, _, err := sc.get(alias, "ProxyJump")
-		if err != nil {
-			return err
-		}
-		if !strings.EqualFold(j, "none") {
-			h.ProxyJump = j
+	h.IdentitiesOnly = o.identitiesOnly == "yes"
+	if h.ProxyJump == "" && h.ProxyCommand == "" {
+		switch {
+		case o.proxyCommand != "" && !strings.EqualFold(o.proxyCommand, "none"):
+			h.ProxyCommand = o.proxyCommand
+		case o.proxyJump != "" && !strings.EqualFold(o.proxyJump, "none") && o.proxyCommand == "":
+			if h.ProxyJump, err = sc.expandProxyJump(o.proxyJump, o); err != nil {
+				return fmt.Errorf("ssh config %s: ProxyJump %s: %w", o.proxyJumpPos, o.proxyJump, err)
+			}
 		}
 	}
 	return nil
@@ -196,52 +317,4 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
-}
-
-// expand replaces the ssh_config tokens gpush can know: %% %h %n %r %p %u %d.
-func (sc *sshConfig) expand(s, alias, host, remoteUser string, port int) string {
-	if !strings.Contains(s, "%") {
-		return s
-	}
-	if port == 0 {
-		port = 22
-	}
-	if remoteUser == "" {
-		remoteUser = sc.local
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '%' || i+1 >= len(s) {
-			b.WriteByte(s[i])
-			continue
-		}
-		i++
-		switch s[i] {
-		case '%':
-			b.WriteByte('%')
-		case 'h':
-			b.WriteString(host)
-		case 'n':
-			b.WriteString(alias)
-		case 'r':
-			b.WriteString(remoteUser)
-		case 'p':
-			b.WriteString(strconv.Itoa(port))
-		case 'u':
-			b.WriteString(sc.local)
-		case 'd':
-			b.WriteString(sc.home)
-		default:
-			b.WriteByte('%')
-			b.WriteByte(s[i])
-		}
-	}
-	return b.String()
-}
-
-func (sc *sshConfig) expandPath(p string) string {
-	if sc.home != "" && (p == "~" || strings.HasPrefix(p, "~/")) {
-		return filepath.Join(sc.home, p[1:])
-	}
-	return p
 }
