@@ -153,40 +153,163 @@ func padWidth(s string) int {
 	return 0
 }
 
-// ExpandNodeSet expands a ClusterShell-style node set: "gpu[01-03,07]",
-// "gpu[1-9/2]", "rack[1-2]-gpu[01-04]", several sets separated by commas
-// ("gpu[01-02],login1"). Zero padding is kept; duplicates are dropped; order
-// is as written.
+// ExpandNodeSet expands a ClusterShell node set as `nodeset -e` does:
+// "gpu[01-03,07]", "gpu[1-9/2]", "rack[1-2]-gpu[01-04]", and the set
+// operators ',' (union), '!' (difference), '&' (intersection) and '^'
+// (symmetric difference), all of one precedence, applied left to right:
+// "node[1-9]!node6", "a[1-3],a[2-5]!a2" is ((a[1-3] , a[2-5]) ! a2).
+// Zero padding is kept; duplicates are dropped; names keep the order they
+// were first written in (nodeset sorts; a host list's order is the user's).
+// Unlike nodeset, an empty operand after ',' is skipped, so Ansible's
+// trailing-comma list "a," reads.
 func ExpandNodeSet(s string) ([]string, error) {
-	var out []string
-	seen := map[string]bool{}
-	for _, elem := range splitOutsideBrackets(s, ',') {
-		elem = strings.TrimSpace(elem)
-		if elem == "" {
-			continue
-		}
-		names, err := expandNodeElem(elem)
+	var steps []setStep
+	for _, tok := range splitOutsideBrackets(s, ',') {
+		st, err := splitSetOps(tok)
 		if err != nil {
 			return nil, fmt.Errorf("node set %q: %w", s, err)
 		}
-		for _, n := range names {
-			if !seen[n] {
-				seen[n] = true
-				out = append(out, n)
-			}
-		}
-		if len(out) > maxExpand {
-			return nil, fmt.Errorf("node set %q expands to more than %d names", s, maxExpand)
-		}
+		steps = append(steps, st...)
+	}
+	out, err := evalSetSteps(steps, func(st setStep) ([]string, error) { return expandNodeElem(st.operand) })
+	if err != nil {
+		return nil, fmt.Errorf("node set %q: %w", s, err)
 	}
 	return out, nil
 }
 
-// expandNodeElem expands one comma-free element: text and [rangeset] parts,
-// multiplied out left to right.
+// setStep is one operand of a node-set expression and the operator that
+// joins it to the result so far (',' for the first).
+type setStep struct {
+	op      byte
+	operand string
+}
+
+// isSetOp tells ClusterShell's operators other than ','.
+func isSetOp(c byte) bool { return c == '!' || c == '&' || c == '^' }
+
+// splitSetOps splits one comma-free token ("node[1-9]!node6&node[2-7]") on
+// '!', '&' and '^' outside brackets. A blank token gives no step; a blank
+// operand next to an operator is an error, as in nodeset.
+func splitSetOps(tok string) ([]setStep, error) {
+	if strings.TrimSpace(tok) == "" {
+		return nil, nil
+	}
+	var steps []setStep
+	op, depth, start := byte(','), 0, 0
+	for i := 0; i <= len(tok); i++ {
+		if i < len(tok) {
+			switch c := tok[i]; {
+			case c == '[':
+				depth++
+				continue
+			case c == ']':
+				if depth > 0 {
+					depth--
+				}
+				continue
+			case depth > 0 || !isSetOp(c):
+				continue
+			}
+		}
+		operand := strings.TrimSpace(tok[start:i])
+		if operand == "" {
+			where := "after"
+			if op == ',' {
+				where, op = "before", tok[i]
+			}
+			return nil, fmt.Errorf("%q: no operand %s '%c'", strings.TrimSpace(tok), where, op)
+		}
+		steps = append(steps, setStep{op: op, operand: operand})
+		if i < len(tok) {
+			op, start = tok[i], i+1
+		}
+	}
+	return steps, nil
+}
+
+// orderedSet is a set of names that remembers the order they came in.
+type orderedSet struct {
+	list []string
+	in   map[string]bool
+}
+
+func (s *orderedSet) add(n string) {
+	if !s.in[n] {
+		s.in[n] = true
+		s.list = append(s.list, n)
+	}
+}
+
+// keep drops the names for which keep is false.
+func (s *orderedSet) keep(keep func(string) bool) {
+	out := s.list[:0]
+	for _, n := range s.list {
+		if keep(n) {
+			out = append(out, n)
+		} else {
+			delete(s.in, n)
+		}
+	}
+	s.list = out
+}
+
+// apply combines names into the set with one ClusterShell operator.
+func (s *orderedSet) apply(op byte, names []string) {
+	if op == ',' {
+		for _, n := range names {
+			s.add(n)
+		}
+		return
+	}
+	other := make(map[string]bool, len(names))
+	for _, n := range names {
+		other[n] = true
+	}
+	switch op {
+	case '!':
+		s.keep(func(n string) bool { return !other[n] })
+	case '&':
+		s.keep(func(n string) bool { return other[n] })
+	case '^':
+		before := make(map[string]bool, len(s.in))
+		for n := range s.in {
+			before[n] = true
+		}
+		s.keep(func(n string) bool { return !other[n] })
+		for _, n := range names {
+			if !before[n] {
+				s.add(n)
+			}
+		}
+	}
+}
+
+// evalSetSteps applies steps left to right, each operand's names given by
+// operand. The result is bounded by maxExpand as a single range is.
+func evalSetSteps(steps []setStep, operand func(setStep) ([]string, error)) ([]string, error) {
+	set := orderedSet{in: map[string]bool{}}
+	for _, st := range steps {
+		names, err := operand(st)
+		if err != nil {
+			return nil, err
+		}
+		set.apply(st.op, names)
+		if len(set.list) > maxExpand {
+			return nil, fmt.Errorf("expands to more than %d names", maxExpand)
+		}
+	}
+	return set.list, nil
+}
+
+// expandNodeElem expands one operand: text and [rangeset] parts,
+// multiplied out left to right. As in nodeset, digits touching a bracket
+// belong to its numbers: "n0[8-10]" is "n[08-010]" (a padding mismatch),
+// and two brackets must have more than digits between them.
 func expandNodeElem(elem string) ([]string, error) {
 	acc := []string{""}
 	rest := elem
+	afterRange, stepped := false, false
 	for rest != "" {
 		open := strings.IndexByte(rest, '[')
 		text := rest
@@ -195,6 +318,13 @@ func expandNodeElem(elem string) ([]string, error) {
 		}
 		if strings.IndexByte(text, ']') >= 0 {
 			return nil, fmt.Errorf("%q: ']' without '['", elem)
+		}
+		trailing := len(digitPrefix(text))
+		if afterRange && stepped && trailing > 0 {
+			return nil, fmt.Errorf("%q: digits after a range with a step", elem)
+		}
+		if afterRange && open >= 0 && trailing == len(text) {
+			return nil, fmt.Errorf("%q: a range right after a range needs text between them", elem)
 		}
 		for i := range acc {
 			acc[i] += text
@@ -206,7 +336,8 @@ func expandNodeElem(elem string) ([]string, error) {
 		if closeRel < 0 {
 			return nil, fmt.Errorf("%q: '[' without ']'", elem)
 		}
-		items, err := rangeSetItems(rest[open+1 : open+closeRel])
+		lead := text[len(strings.TrimRight(text, "0123456789")):]
+		items, hasStep, err := rangeSetItems(rest[open+1:open+closeRel], lead)
 		if err != nil {
 			return nil, fmt.Errorf("%q: %w", elem, err)
 		}
@@ -221,43 +352,55 @@ func expandNodeElem(elem string) ([]string, error) {
 		}
 		acc = next
 		rest = rest[open+closeRel+1:]
+		afterRange, stepped = true, hasStep
 	}
 	return acc, nil
 }
 
 // rangeSetItems expands a ClusterShell range set body: "01-03,07,10-20/5".
-func rangeSetItems(body string) ([]string, error) {
-	if body == "" {
-		return nil, errors.New("empty []")
+// lead is the digits written just before '[', which nodeset counts into
+// each bound when it checks padding. hasStep says whether a /step was used.
+func rangeSetItems(body, lead string) (items []string, hasStep bool, err error) {
+	if strings.TrimSpace(body) == "" {
+		return nil, false, errors.New("empty []")
 	}
 	var out []string
 	for _, part := range strings.Split(body, ",") {
 		step := uint64(1)
-		if i := strings.IndexByte(part, '/'); i >= 0 {
-			s, err := parseDigits(part[i+1:])
+		spec := part
+		slash := strings.IndexByte(spec, '/')
+		if i := slash; i >= 0 {
+			s, err := parseDigits(strings.TrimSpace(spec[i+1:]))
 			if err != nil || s == 0 {
-				return nil, fmt.Errorf("range %q: step %q is not a positive integer", part, part[i+1:])
+				return nil, false, fmt.Errorf("range %q: step %q is not a positive integer", part, spec[i+1:])
 			}
-			step = s
-			part = part[:i]
+			step, hasStep = s, true
+			spec = spec[:i]
 		}
-		lo, hi, isRange := strings.Cut(part, "-")
+		lo, hi, isRange := strings.Cut(spec, "-")
+		lo, hi = strings.TrimSpace(lo), strings.TrimSpace(hi)
 		if !isRange {
+			if slash >= 0 {
+				return nil, false, fmt.Errorf("range %q: a step needs begin-end", part)
+			}
 			hi = lo
 		}
 		b, err := parseDigits(lo)
 		if err != nil {
-			return nil, fmt.Errorf("range %q: %w", part, err)
+			return nil, false, fmt.Errorf("range %q: %w", part, err)
 		}
 		e, err := parseDigits(hi)
 		if err != nil {
-			return nil, fmt.Errorf("range %q: %w", part, err)
+			return nil, false, fmt.Errorf("range %q: %w", part, err)
 		}
 		if b > e {
-			return nil, fmt.Errorf("range %q: begin is after end", part)
+			return nil, false, fmt.Errorf("range %q: begin is after end", part)
+		}
+		if pb, pe := padWidth(lead+lo), padWidth(lead+hi); (pb > 0 || pe > 0) && len(lo) != len(hi) {
+			return nil, false, fmt.Errorf("range %q: zero padding needs begin and end of equal length", part)
 		}
 		if (e-b)/step >= maxExpand || len(out)+int((e-b)/step) >= maxExpand {
-			return nil, fmt.Errorf("range %q expands to more than %d names", part, maxExpand)
+			return nil, false, fmt.Errorf("range %q expands to more than %d names", part, maxExpand)
 		}
 		w := padWidth(lo)
 		for v := b; ; v += step {
@@ -267,7 +410,7 @@ func rangeSetItems(body string) ([]string, error) {
 			}
 		}
 	}
-	return out, nil
+	return out, hasStep, nil
 }
 
 // splitOutsideBrackets splits s on sep where sep is not inside [...].

@@ -49,14 +49,40 @@ func TestExpandNodeSet(t *testing.T) {
 		{"gpu[7,1]", []string{"gpu7", "gpu1"}},
 		{"gpu[1,01]", []string{"gpu1", "gpu01"}},
 		{"", nil},
+		// ClusterShell's operators, one precedence, left to right.
+		{"node[1-9]!node6", []string{"node1", "node2", "node3", "node4", "node5", "node7", "node8", "node9"}},
+		{"node[1-9]&node[5-12]", []string{"node5", "node6", "node7", "node8", "node9"}},
+		{"node[1-5]^node[4-7]", []string{"node1", "node2", "node3", "node6", "node7"}},
+		{"node[1-3],node[2-5]!node2", []string{"node1", "node3", "node4", "node5"}},
+		{"node[1-9]!node[2-3]&node[1-5]", []string{"node1", "node4", "node5"}},
+		{"a,b!a,c", []string{"b", "c"}},
+		{"a,b!a,a", []string{"b", "a"}},
+		{"n[1-5] ! n3", []string{"n1", "n2", "n4", "n5"}},
+		{"n1!n1", nil},
+		{"n[1-2]&n[5-6]", nil},
+		{"solo,", []string{"solo"}},
+		// Digits touching a bracket count into its numbers, as nodeset reads them.
+		{"n1[2-3]", []string{"n12", "n13"}},
+		{"n[8-10]0", []string{"n80", "n90", "n100"}},
+		{"n0[0-1]", []string{"n00", "n01"}},
+		{"n[010-012]", []string{"n010", "n011", "n012"}},
+		{"n[1- 3/ 2]", []string{"n1", "n3"}},
+		{"n[1-2]-[3-4]", []string{"n1-3", "n1-4", "n2-3", "n2-4"}},
 	}
 	for _, tt := range tests {
 		got, err := ExpandNodeSet(tt.in)
+		if len(got) == 0 {
+			got = nil
+		}
 		if err != nil || !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("ExpandNodeSet(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
 		}
 	}
-	for _, bad := range []string{"gpu[]", "gpu[1-", "gpu[3-1]", "gpu[a-b]", "gpu[1-4/0]", "gpu]", "gpu[1-9999999]", "g[1-999]h[1-999]", "gpu[1--2]"} {
+	for _, bad := range []string{"gpu[]", "gpu[1-", "gpu[3-1]", "gpu[a-b]", "gpu[1-4/0]", "gpu]", "gpu[1-9999999]", "g[1-999]h[1-999]", "gpu[1--2]",
+		"n[1-3]!", "!n1", "n1!!n2", "n1&", "^n1", "n1!,n2", // an operator needs two operands
+		"n[01-100]", "n[1-010]", "n[008-10]", "n0[8-10]", // padding of unequal lengths
+		"n[1/2]", "n[1-4/2]0", "n[1-2][3-4]", "n[1-2]0[3-4]", "n[1,,2]", "n[-1-2]", "n[+1-2]",
+	} {
 		if got, err := ExpandNodeSet(bad); err == nil {
 			t.Errorf("ExpandNodeSet(%q) = %v, no error", bad, got)
 		}

@@ -129,6 +129,10 @@ func TestResolveOrder(t *testing.T) {
 		{"solo,", KindHostList, []string{"solo"}},
 		{"gpu[01-03,07],", KindHostList, []string{"gpu01", "gpu02", "gpu03", "gpu07"}},
 		{"w[1:3],login", KindHostList, []string{"w1", "w2", "w3", "login"}},
+		{"node[1-9]!node6,", KindHostList, []string{"node1", "node2", "node3", "node4", "node5", "node7", "node8", "node9"}},
+		{"node[1-4]&node[3-9],", KindHostList, []string{"node3", "node4"}},
+		{"node[1-3]^node[2-4],login", KindHostList, []string{"node1", "node4", "login"}},
+		{"w[1:4]!w2,", KindHostList, []string{"w1", "w3", "w4"}},
 		{"fleet2", KindSingleHost, []string{"fleet2"}},
 		{"10.0.0.9", KindSingleHost, []string{"10.0.0.9"}},
 	}
@@ -146,11 +150,21 @@ func TestResolveOrder(t *testing.T) {
 	if b.Port != 2200 {
 		t.Errorf("b: %+v", b)
 	}
+	// Ports ride on the names an operand adds; '!' removes at any port.
+	ops := mustResolve(t, "n[1-3]:2222!n2:9,n4", opts)
+	if got := ops.HostNames(); !reflect.DeepEqual(got, []string{"n1", "n3", "n4"}) {
+		t.Errorf("n[1-3]:2222!n2:9,n4 = %v", got)
+	}
+	for name, port := range map[string]int{"n1": 2222, "n3": 2222, "n4": 0} {
+		if h, _ := ops.Host(name); h.Port != port {
+			t.Errorf("%s: port %d, want %d", name, h.Port, port)
+		}
+	}
 	lh, _ := mustResolve(t, "localhost,gpu01", opts).Host("localhost")
 	if !lh.IsLocal() {
 		t.Errorf("localhost in a list: %+v", lh)
 	}
-	for _, bad := range []string{"", "no/such/file.yaml", "bad name", ",", "h[1:x],", "gpu[1:2]", "@host", "h:0", "u@"} {
+	for _, bad := range []string{"", "no/such/file.yaml", "bad name", ",", "h[1:x],", "gpu[1:2]", "n[1-3]!,", "n1!n1,", "n1,^n2,", "@host", "h:0", "u@"} {
 		if _, err := Resolve(bad, opts); err == nil {
 			t.Errorf("Resolve(%q): no error", bad)
 		}
