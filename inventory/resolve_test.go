@@ -236,6 +236,18 @@ func TestSelect(t *testing.T) {
 		{"h200[2:]", []string{"gpu03", "gpu04"}},
 		{"workers:!w[5-15/5]", []string{"w0", "w20"}},
 		{" h100 , ", []string{"node-a", "node-b", "node-c"}},
+		// ClusterShell's operators, left to right, operands being hosts or groups.
+		{"gpu[01-04]!gpu03", []string{"gpu01", "gpu02", "gpu04"}},
+		{"gpu[01-04]&serving", []string{"gpu01", "gpu02"}},
+		{"gpu[01-03]^gpu[02-04]", []string{"gpu01", "gpu04"}},
+		{"gpu[01-02],gpu[02-04]!gpu02", []string{"gpu01", "gpu03", "gpu04"}},
+		{"h200!gpu01,bastion", []string{"bastion", "gpu02", "gpu03", "gpu04"}},
+		{"gpus!h100:!gpu04", []string{"gpu01", "gpu02", "gpu03"}},
+		{"h200!serving,!gpu04", []string{"gpu03"}},
+		{"workers:gpu0[1-4]&h200!gpu02", []string{"gpu01", "gpu03", "gpu04", "w0", "w5", "w10", "w15", "w20"}},
+		{"!gpu[01-04]!gpu02:&gpus", []string{"gpu02", "node-a", "node-b", "node-c"}},
+		{"gpu[01-04]!gpu[02:03]", []string{"gpu01", "gpu04"}},
+		{"gpu[01-03,07]!gpu07", nil}, // an unknown operand is an error whatever its operator
 	}
 	for _, c := range cases {
 		got, err := inv.SelectNames(c.pattern)
@@ -254,6 +266,9 @@ func TestSelect(t *testing.T) {
 		"h200:!nosuch":       "no such host or group: nosuch",
 		"zz*":                `"zz*" matches no host or group`,
 		"gpu[01-09]":         "no such host or group: gpu[05-09]",
+		"gpu[01-04]!":        "no operand after '!'",
+		"h200:^gpu01":        "no operand before '^'",
+		"gpu01&&gpu02":       "no operand after '&'",
 		"~(":                 "regex",
 		"h200[9]":            "subscript out of range",
 		"":                   "empty",
