@@ -572,20 +572,33 @@ func mergeVectors(vecs [][][]string) [][][]string {
 	for changed := true; changed; {
 		changed = false
 		sort.SliceStable(vecs, func(i, j int) bool { return vecLess(vecs[i], vecs[j]) })
-		for i := 0; i+1 < len(vecs); i++ {
-			for j := i + 1; j < len(vecs); {
+		// Merged-away vectors are marked, not cut out, so that a pass stays
+		// linear in easy passes; the list is compacted after it.
+		gone := make([]bool, len(vecs))
+		for i := range vecs {
+			if gone[i] {
+				continue
+			}
+			for j := i + 1; j < len(vecs); j++ {
+				if gone[j] {
+					continue
+				}
 				if m, ok := mergeVec(vecs[i], vecs[j]); ok {
-					vecs[i] = m
-					vecs = append(vecs[:j], vecs[j+1:]...)
-					changed = true
+					vecs[i], gone[j], changed = m, true, true
 					continue
 				}
 				if !full {
 					break
 				}
-				j++
 			}
 		}
+		kept := vecs[:0]
+		for i, v := range vecs {
+			if !gone[i] {
+				kept = append(kept, v)
+			}
+		}
+		vecs = kept
 		if !changed && !full {
 			changed, full = true, true
 		}
@@ -608,8 +621,24 @@ func mergeVec(a, b [][]string) ([][]string, bool) {
 		return nil, false
 	}
 	m := append([][]string(nil), a...)
-	m[diff] = sortedNums(append(append([]string(nil), a[diff]...), b[diff]...))
+	m[diff] = unionNums(a[diff], b[diff])
 	return m, true
+}
+
+// unionNums merges two lists sorted in numLess order.
+func unionNums(a, b []string) []string {
+	out := make([]string, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		switch {
+		case a[0] == b[0]:
+			out, a, b = append(out, a[0]), a[1:], b[1:]
+		case numLess(a[0], b[0]):
+			out, a = append(out, a[0]), a[1:]
+		default:
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return append(append(out, a...), b...)
 }
 
 // vecLess is nodeset's order of vectors: more names first, then axis by
