@@ -21,12 +21,13 @@ help:
 # deps installs the OS packages (openssh-server for the loopback sshd of the
 # tests and the lab, pdsh for the benchmark, systemd and util-linux for the
 # tests that boot the real systemd in a private namespace: lab/nssystemd;
-# mount is split from util-linux on Debian 12).
+# mount is split from util-linux on Debian 12; clustershell's nodeset is
+# what inventory's node-set tests compare against).
 # Only when missing, so it is cheap.
-DEB_PACKAGES := openssh-server openssh-client sudo pdsh systemd util-linux mount
+DEB_PACKAGES := openssh-server openssh-client sudo pdsh systemd util-linux mount clustershell
 deps:
 	@if ! command -v sshd >/dev/null && [ ! -x /usr/sbin/sshd ] || ! command -v pdsh >/dev/null || ! command -v sudo >/dev/null \
-		|| [ ! -x /lib/systemd/systemd ] || ! command -v systemctl >/dev/null || ! command -v nsenter >/dev/null || ! command -v mount >/dev/null; then \
+		|| [ ! -x /lib/systemd/systemd ] || ! command -v systemctl >/dev/null || ! command -v nsenter >/dev/null || ! command -v mount >/dev/null || ! command -v nodeset >/dev/null; then \
 		if [ "$$(id -u)" != 0 ]; then echo "make deps: run as root (apt-get install $(DEB_PACKAGES))"; exit 1; fi; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEB_PACKAGES); \
 	fi

@@ -152,7 +152,8 @@ func uniqueSorted(names []string) []string {
 }
 
 func FuzzNodeSet(f *testing.F) {
-	for _, s := range []string{"gpu[01-03,07]", "gpu[1-10/3],login", "rack[1-2]-gpu[08-10]", "gpu[1,01,001]", "[0-3]x"} {
+	for _, s := range []string{"gpu[01-03,07]", "gpu[1-10/3],login", "rack[1-2]-gpu[08-10]", "gpu[1,01,001]", "[0-3]x",
+		"node[1-9]!node6", "n[1-3],n[2-5]!n2&n[1-4]", "r[1-3]-n[1-3]^r2-n2", "n[08,99-100]", "n0[0-1]"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -164,12 +165,63 @@ func FuzzNodeSet(f *testing.F) {
 	})
 }
 
+// FuzzNodeSetOps: an operator between two node sets (the right one free of
+// top-level operators) gives that set operation of their expansions.
+func FuzzNodeSetOps(f *testing.F) {
+	f.Add("node[1-9]", byte('!'), "node[3-4,6]")
+	f.Add("a[1-3]b[1-2],c", byte('&'), "a[2-5]b[1-2]")
+	f.Add("n[01-10/3]", byte('^'), "n[04-12]")
+	f.Add("x", byte(','), "x")
+	f.Fuzz(func(t *testing.T, a string, op byte, b string) {
+		toks := splitOutsideBrackets(a, ',')
+		if !isSetOp(op) && op != ',' || strings.ContainsAny(b, ",!&^") || strings.TrimSpace(toks[len(toks)-1]) == "" {
+			return // "a,!b" lacks an operand, in nodeset too
+		}
+		left, errA := ExpandNodeSet(a)
+		right, errB := ExpandNodeSet(b)
+		if errA != nil || errB != nil || len(right) == 0 {
+			return
+		}
+		got, err := ExpandNodeSet(a + string(op) + b)
+		if err != nil {
+			if strings.Contains(err.Error(), "more than") {
+				return
+			}
+			t.Fatalf("ExpandNodeSet(%q): %v, though both sides expand", a+string(op)+b, err)
+		}
+		in := func(list []string) map[string]bool {
+			m := map[string]bool{}
+			for _, n := range list {
+				m[n] = true
+			}
+			return m
+		}
+		l, r := in(left), in(right)
+		want := map[string]bool{}
+		for n := range l {
+			if op == ',' || op == '!' && !r[n] || op == '&' && r[n] || op == '^' && !r[n] {
+				want[n] = true
+			}
+		}
+		for n := range r {
+			if op == ',' || op == '^' && !l[n] {
+				want[n] = true
+			}
+		}
+		if g := in(got); len(g) != len(got) || !reflect.DeepEqual(g, want) {
+			t.Fatalf("ExpandNodeSet(%q) = %q, want the set %v", a+string(op)+b, got, want)
+		}
+		checkFoldRoundTrip(t, got)
+	})
+}
+
 var hostNameChars = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
 func FuzzFoldNodeSet(f *testing.F) {
 	f.Add("gpu01\ngpu02\ngpu03\ngpu07")
 	f.Add("gpu9\ngpu10\ngpu010\nrack1-gpu1\nrack2-gpu1\nlogin")
 	f.Add("a1b2c3\na1b2c4\na2b2c3\n007\n7")
+	f.Add("n1-ib0\nn1-ib1\nn2-ib0\nn2-ib1\nn3-ib0\nn08\nn99\nn100\nx1y3\nx2y3\nx3y4\nx1y4")
 	f.Fuzz(func(t *testing.T, s string) {
 		var names []string
 		for _, n := range strings.Split(s, "\n") {

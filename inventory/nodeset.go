@@ -153,40 +153,163 @@ func padWidth(s string) int {
 	return 0
 }
 
-// ExpandNodeSet expands a ClusterShell-style node set: "gpu[01-03,07]",
-// "gpu[1-9/2]", "rack[1-2]-gpu[01-04]", several sets separated by commas
-// ("gpu[01-02],login1"). Zero padding is kept; duplicates are dropped; order
-// is as written.
+// ExpandNodeSet expands a ClusterShell node set as `nodeset -e` does:
+// "gpu[01-03,07]", "gpu[1-9/2]", "rack[1-2]-gpu[01-04]", and the set
+// operators ',' (union), '!' (difference), '&' (intersection) and '^'
+// (symmetric difference), all of one precedence, applied left to right:
+// "node[1-9]!node6", "a[1-3],a[2-5]!a2" is ((a[1-3] , a[2-5]) ! a2).
+// Zero padding is kept; duplicates are dropped; names keep the order they
+// were first written in (nodeset sorts; a host list's order is the user's).
+// Unlike nodeset, an empty operand after ',' is skipped, so Ansible's
+// trailing-comma list "a," reads.
 func ExpandNodeSet(s string) ([]string, error) {
-	var out []string
-	seen := map[string]bool{}
-	for _, elem := range splitOutsideBrackets(s, ',') {
-		elem = strings.TrimSpace(elem)
-		if elem == "" {
-			continue
-		}
-		names, err := expandNodeElem(elem)
+	var steps []setStep
+	for _, tok := range splitOutsideBrackets(s, ',') {
+		st, err := splitSetOps(tok)
 		if err != nil {
 			return nil, fmt.Errorf("node set %q: %w", s, err)
 		}
-		for _, n := range names {
-			if !seen[n] {
-				seen[n] = true
-				out = append(out, n)
-			}
-		}
-		if len(out) > maxExpand {
-			return nil, fmt.Errorf("node set %q expands to more than %d names", s, maxExpand)
-		}
+		steps = append(steps, st...)
+	}
+	out, err := evalSetSteps(steps, func(st setStep) ([]string, error) { return expandNodeElem(st.operand) })
+	if err != nil {
+		return nil, fmt.Errorf("node set %q: %w", s, err)
 	}
 	return out, nil
 }
 
-// expandNodeElem expands one comma-free element: text and [rangeset] parts,
-// multiplied out left to right.
+// setStep is one operand of a node-set expression and the operator that
+// joins it to the result so far (',' for the first).
+type setStep struct {
+	op      byte
+	operand string
+}
+
+// isSetOp tells ClusterShell's operators other than ','.
+func isSetOp(c byte) bool { return c == '!' || c == '&' || c == '^' }
+
+// splitSetOps splits one comma-free token ("node[1-9]!node6&node[2-7]") on
+// '!', '&' and '^' outside brackets. A blank token gives no step; a blank
+// operand next to an operator is an error, as in nodeset.
+func splitSetOps(tok string) ([]setStep, error) {
+	if strings.TrimSpace(tok) == "" {
+		return nil, nil
+	}
+	var steps []setStep
+	op, depth, start := byte(','), 0, 0
+	for i := 0; i <= len(tok); i++ {
+		if i < len(tok) {
+			switch c := tok[i]; {
+			case c == '[':
+				depth++
+				continue
+			case c == ']':
+				if depth > 0 {
+					depth--
+				}
+				continue
+			case depth > 0 || !isSetOp(c):
+				continue
+			}
+		}
+		operand := strings.TrimSpace(tok[start:i])
+		if operand == "" {
+			where := "after"
+			if op == ',' {
+				where, op = "before", tok[i]
+			}
+			return nil, fmt.Errorf("%q: no operand %s '%c'", strings.TrimSpace(tok), where, op)
+		}
+		steps = append(steps, setStep{op: op, operand: operand})
+		if i < len(tok) {
+			op, start = tok[i], i+1
+		}
+	}
+	return steps, nil
+}
+
+// orderedSet is a set of names that remembers the order they came in.
+type orderedSet struct {
+	list []string
+	in   map[string]bool
+}
+
+func (s *orderedSet) add(n string) {
+	if !s.in[n] {
+		s.in[n] = true
+		s.list = append(s.list, n)
+	}
+}
+
+// keep drops the names for which keep is false.
+func (s *orderedSet) keep(keep func(string) bool) {
+	out := s.list[:0]
+	for _, n := range s.list {
+		if keep(n) {
+			out = append(out, n)
+		} else {
+			delete(s.in, n)
+		}
+	}
+	s.list = out
+}
+
+// apply combines names into the set with one ClusterShell operator.
+func (s *orderedSet) apply(op byte, names []string) {
+	if op == ',' {
+		for _, n := range names {
+			s.add(n)
+		}
+		return
+	}
+	other := make(map[string]bool, len(names))
+	for _, n := range names {
+		other[n] = true
+	}
+	switch op {
+	case '!':
+		s.keep(func(n string) bool { return !other[n] })
+	case '&':
+		s.keep(func(n string) bool { return other[n] })
+	case '^':
+		before := make(map[string]bool, len(s.in))
+		for n := range s.in {
+			before[n] = true
+		}
+		s.keep(func(n string) bool { return !other[n] })
+		for _, n := range names {
+			if !before[n] {
+				s.add(n)
+			}
+		}
+	}
+}
+
+// evalSetSteps applies steps left to right, each operand's names given by
+// operand. The result is bounded by maxExpand as a single range is.
+func evalSetSteps(steps []setStep, operand func(setStep) ([]string, error)) ([]string, error) {
+	set := orderedSet{in: map[string]bool{}}
+	for _, st := range steps {
+		names, err := operand(st)
+		if err != nil {
+			return nil, err
+		}
+		set.apply(st.op, names)
+		if len(set.list) > maxExpand {
+			return nil, fmt.Errorf("expands to more than %d names", maxExpand)
+		}
+	}
+	return set.list, nil
+}
+
+// expandNodeElem expands one operand: text and [rangeset] parts,
+// multiplied out left to right. As in nodeset, digits touching a bracket
+// belong to its numbers: "n0[8-10]" is "n[08-010]" (a padding mismatch),
+// and two brackets must have more than digits between them.
 func expandNodeElem(elem string) ([]string, error) {
 	acc := []string{""}
 	rest := elem
+	afterRange, stepped := false, false
 	for rest != "" {
 		open := strings.IndexByte(rest, '[')
 		text := rest
@@ -195,6 +318,13 @@ func expandNodeElem(elem string) ([]string, error) {
 		}
 		if strings.IndexByte(text, ']') >= 0 {
 			return nil, fmt.Errorf("%q: ']' without '['", elem)
+		}
+		trailing := len(digitPrefix(text))
+		if afterRange && stepped && trailing > 0 {
+			return nil, fmt.Errorf("%q: digits after a range with a step", elem)
+		}
+		if afterRange && open >= 0 && trailing == len(text) {
+			return nil, fmt.Errorf("%q: a range right after a range needs text between them", elem)
 		}
 		for i := range acc {
 			acc[i] += text
@@ -206,7 +336,8 @@ func expandNodeElem(elem string) ([]string, error) {
 		if closeRel < 0 {
 			return nil, fmt.Errorf("%q: '[' without ']'", elem)
 		}
-		items, err := rangeSetItems(rest[open+1 : open+closeRel])
+		lead := text[len(strings.TrimRight(text, "0123456789")):]
+		items, hasStep, err := rangeSetItems(rest[open+1:open+closeRel], lead)
 		if err != nil {
 			return nil, fmt.Errorf("%q: %w", elem, err)
 		}
@@ -221,43 +352,55 @@ func expandNodeElem(elem string) ([]string, error) {
 		}
 		acc = next
 		rest = rest[open+closeRel+1:]
+		afterRange, stepped = true, hasStep
 	}
 	return acc, nil
 }
 
 // rangeSetItems expands a ClusterShell range set body: "01-03,07,10-20/5".
-func rangeSetItems(body string) ([]string, error) {
-	if body == "" {
-		return nil, errors.New("empty []")
+// lead is the digits written just before '[', which nodeset counts into
+// each bound when it checks padding. hasStep says whether a /step was used.
+func rangeSetItems(body, lead string) (items []string, hasStep bool, err error) {
+	if strings.TrimSpace(body) == "" {
+		return nil, false, errors.New("empty []")
 	}
 	var out []string
 	for _, part := range strings.Split(body, ",") {
 		step := uint64(1)
-		if i := strings.IndexByte(part, '/'); i >= 0 {
-			s, err := parseDigits(part[i+1:])
+		spec := part
+		slash := strings.IndexByte(spec, '/')
+		if i := slash; i >= 0 {
+			s, err := parseDigits(strings.TrimSpace(spec[i+1:]))
 			if err != nil || s == 0 {
-				return nil, fmt.Errorf("range %q: step %q is not a positive integer", part, part[i+1:])
+				return nil, false, fmt.Errorf("range %q: step %q is not a positive integer", part, spec[i+1:])
 			}
-			step = s
-			part = part[:i]
+			step, hasStep = s, true
+			spec = spec[:i]
 		}
-		lo, hi, isRange := strings.Cut(part, "-")
+		lo, hi, isRange := strings.Cut(spec, "-")
+		lo, hi = strings.TrimSpace(lo), strings.TrimSpace(hi)
 		if !isRange {
+			if slash >= 0 {
+				return nil, false, fmt.Errorf("range %q: a step needs begin-end", part)
+			}
 			hi = lo
 		}
 		b, err := parseDigits(lo)
 		if err != nil {
-			return nil, fmt.Errorf("range %q: %w", part, err)
+			return nil, false, fmt.Errorf("range %q: %w", part, err)
 		}
 		e, err := parseDigits(hi)
 		if err != nil {
-			return nil, fmt.Errorf("range %q: %w", part, err)
+			return nil, false, fmt.Errorf("range %q: %w", part, err)
 		}
 		if b > e {
-			return nil, fmt.Errorf("range %q: begin is after end", part)
+			return nil, false, fmt.Errorf("range %q: begin is after end", part)
+		}
+		if pb, pe := padWidth(lead+lo), padWidth(lead+hi); (pb > 0 || pe > 0) && len(lo) != len(hi) {
+			return nil, false, fmt.Errorf("range %q: zero padding needs begin and end of equal length", part)
 		}
 		if (e-b)/step >= maxExpand || len(out)+int((e-b)/step) >= maxExpand {
-			return nil, fmt.Errorf("range %q expands to more than %d names", part, maxExpand)
+			return nil, false, fmt.Errorf("range %q expands to more than %d names", part, maxExpand)
 		}
 		w := padWidth(lo)
 		for v := b; ; v += step {
@@ -267,7 +410,7 @@ func rangeSetItems(body string) ([]string, error) {
 			}
 		}
 	}
-	return out, nil
+	return out, hasStep, nil
 }
 
 // splitOutsideBrackets splits s on sep where sep is not inside [...].
@@ -292,20 +435,26 @@ func splitOutsideBrackets(s string, sep byte) []string {
 	return append(parts, s[start:])
 }
 
-// nameShape splits a name into text and number runs: "rack1-gpu07" is
-// texts ["rack", "-gpu", ""] and nums ["1", "07"]. Digit runs too long to be
-// numbers stay text.
-type nameShape struct {
-	texts []string
-	nums  []string
+// foldName is a name cut as nodeset cuts it: every digit run is an axis.
+// pattern is the text with "%s" for each axis and '%' doubled, which is
+// what nodeset sorts patterns by. Digit runs too long to be numbers here
+// stay text (nodeset would take them as numbers).
+type foldName struct {
+	pattern string
+	texts   []string // len(nums)+1 pieces of text around the numbers
+	nums    []string
 }
 
-func splitName(name string) nameShape {
-	var sh nameShape
-	text := ""
+func cutName(name string) foldName {
+	var fn foldName
+	var pat, text strings.Builder
 	for i := 0; i < len(name); {
 		if name[i] < '0' || name[i] > '9' {
-			text += name[i : i+1]
+			text.WriteByte(name[i])
+			if name[i] == '%' {
+				pat.WriteByte('%')
+			}
+			pat.WriteByte(name[i])
 			i++
 			continue
 		}
@@ -314,185 +463,314 @@ func splitName(name string) nameShape {
 			j++
 		}
 		if j-i > maxDigits {
-			text += name[i:j]
+			text.WriteString(name[i:j])
+			pat.WriteString(name[i:j])
 		} else {
-			sh.texts = append(sh.texts, text)
-			sh.nums = append(sh.nums, name[i:j])
-			text = ""
+			fn.texts = append(fn.texts, text.String())
+			fn.nums = append(fn.nums, name[i:j])
+			text.Reset()
+			pat.WriteString("%s")
 		}
 		i = j
 	}
-	sh.texts = append(sh.texts, text)
-	return sh
+	fn.texts = append(fn.texts, text.String())
+	fn.pattern = pat.String()
+	return fn
 }
 
-// FoldNodeSet is the reverse of ExpandNodeSet: it gathers names that differ
-// in one number into ClusterShell ranges, keeping zero padding:
-// ["gpu01","gpu02","gpu03","gpu07"] -> "gpu[01-03,07]". Duplicates are
-// dropped and the result is sorted naturally (gpu2 before gpu10). Names are
-// expected to be host names (no '[', ']' or ',').
+// FoldNodeSet is the reverse of ExpandNodeSet and folds as `nodeset -f`
+// does: names are grouped by pattern (text with each digit run an axis),
+// patterns in nodeset's order; one varying axis folds into one range set
+// ("gpu[01-03,07]"), several into rectangles merged as nodeset merges them
+// ("node[1-2]-ib[0-1],node3-ib0"). Zero padding is kept and duplicates
+// dropped. Names are expected to be host names (no '[', ']' or ',').
 func FoldNodeSet(names []string) string {
 	type group struct {
-		prefix, suffix string
-		nums           []string
+		texts []string
+		vecs  [][][]string // vectors: per axis, a sorted set of numbers
 	}
-	// Group by shape (the text runs and the number of numbers), then fold on
-	// the last number that varies within the shape.
-	shapes := map[string][]nameShape{}
-	var shapeOrder []string
+	groups := map[string]*group{}
+	var patterns []string
 	seen := map[string]bool{}
 	for _, n := range names {
 		if n == "" || seen[n] {
 			continue
 		}
 		seen[n] = true
-		sh := splitName(n)
-		key := shapeKey(sh.texts)
-		if _, ok := shapes[key]; !ok {
-			shapeOrder = append(shapeOrder, key)
+		fn := cutName(n)
+		g := groups[fn.pattern]
+		if g == nil {
+			g = &group{texts: fn.texts}
+			groups[fn.pattern] = g
+			patterns = append(patterns, fn.pattern)
 		}
-		shapes[key] = append(shapes[key], sh)
+		vec := make([][]string, len(fn.nums))
+		for i, num := range fn.nums {
+			vec[i] = []string{num}
+		}
+		g.vecs = append(g.vecs, vec)
 	}
-	var groups []*group
-	for _, key := range shapeOrder {
-		list := shapes[key]
-		pos := -1
-		for p := len(list[0].nums) - 1; p >= 0 && pos < 0; p-- {
-			for _, sh := range list[1:] {
-				if sh.nums[p] != list[0].nums[p] {
-					pos = p
-					break
+	sort.Strings(patterns)
+	var out []string
+	for _, p := range patterns {
+		g := groups[p]
+		for _, vec := range foldVectors(g.vecs) {
+			var b strings.Builder
+			for i, axis := range vec {
+				b.WriteString(g.texts[i])
+				if len(axis) == 1 {
+					b.WriteString(axis[0])
+				} else {
+					b.WriteString("[" + foldNums(axis) + "]")
 				}
 			}
-		}
-		byRest := map[string]*group{}
-		for _, sh := range list {
-			if pos < 0 {
-				groups = append(groups, &group{prefix: joinShape(sh, 0, len(sh.texts))})
-				continue
-			}
-			prefix := joinShape(sh, 0, pos+1)
-			suffix := joinShape(sh, pos+1, len(sh.texts))
-			k := shapeKey([]string{prefix, suffix})
-			g := byRest[k]
-			if g == nil {
-				g = &group{prefix: prefix, suffix: suffix}
-				byRest[k] = g
-				groups = append(groups, g)
-			}
-			g.nums = append(g.nums, sh.nums[pos])
-		}
-	}
-	sort.SliceStable(groups, func(i, j int) bool {
-		a, b := groups[i], groups[j]
-		if a.prefix != b.prefix {
-			return naturalLess(a.prefix, b.prefix)
-		}
-		if a.suffix != b.suffix {
-			return naturalLess(a.suffix, b.suffix)
-		}
-		return naturalLess(firstNum(a.nums), firstNum(b.nums))
-	})
-	out := make([]string, 0, len(groups))
-	for _, g := range groups {
-		switch len(g.nums) {
-		case 0:
-			out = append(out, g.prefix)
-		case 1:
-			out = append(out, g.prefix+g.nums[0]+g.suffix)
-		default:
-			out = append(out, g.prefix+"["+foldNums(g.nums)+"]"+g.suffix)
+			b.WriteString(g.texts[len(g.texts)-1])
+			out = append(out, b.String())
 		}
 	}
 	return strings.Join(out, ",")
 }
 
-// shapeKey joins strings unambiguously (length-prefixed), whatever bytes
-// they hold.
-func shapeKey(parts []string) string {
-	var b strings.Builder
-	for _, p := range parts {
-		b.WriteString(strconv.Itoa(len(p)))
-		b.WriteByte(':')
-		b.WriteString(p)
+// foldVectors folds one pattern's distinct single-name vectors. With at
+// most one axis varying they make one vector. Otherwise, as nodeset does:
+// sort (see vecLess), then passes that merge two vectors equal on all axes
+// but one; the first passes only try each vector's next neighbours and stop
+// at the first that does not merge, then every pair is tried, until a pass
+// changes nothing.
+func foldVectors(vecs [][][]string) [][][]string {
+	if len(vecs) == 0 {
+		return nil
 	}
-	return b.String()
-}
-
-func firstNum(nums []string) string {
-	if len(nums) == 0 {
-		return ""
-	}
-	best := nums[0]
-	for _, n := range nums[1:] {
-		if numLess(n, best) {
-			best = n
+	dims := len(vecs[0])
+	varying := -1
+	for d := 0; d < dims; d++ {
+		for _, v := range vecs[1:] {
+			if v[d][0] != vecs[0][d][0] {
+				if varying >= 0 {
+					return mergeVectors(vecs)
+				}
+				varying = d
+				break
+			}
 		}
 	}
-	return best
+	one := vecs[0]
+	if varying >= 0 {
+		var nums []string
+		for _, v := range vecs {
+			nums = append(nums, v[varying][0])
+		}
+		one = append([][]string(nil), vecs[0]...)
+		one[varying] = sortedNums(nums)
+	}
+	return [][][]string{one}
 }
 
-// joinShape rebuilds texts[from:to] with the numbers between them: the
-// prefix before nums[p] is (0, p+1), the suffix after it (p+1, len(texts)).
-func joinShape(sh nameShape, from, to int) string {
-	var b strings.Builder
-	for i := from; i < to; i++ {
-		b.WriteString(sh.texts[i])
-		if i < to-1 {
-			b.WriteString(sh.nums[i])
+func mergeVectors(vecs [][][]string) [][][]string {
+	vecs = append([][][]string(nil), vecs...)
+	full := false
+	for changed := true; changed; {
+		changed = false
+		sort.SliceStable(vecs, func(i, j int) bool { return vecLess(vecs[i], vecs[j]) })
+		// Merged-away vectors are marked, not cut out, so that a pass stays
+		// linear in easy passes; the list is compacted after it.
+		gone := make([]bool, len(vecs))
+		for i := range vecs {
+			if gone[i] {
+				continue
+			}
+			for j := i + 1; j < len(vecs); j++ {
+				if gone[j] {
+					continue
+				}
+				if m, ok := mergeVec(vecs[i], vecs[j]); ok {
+					vecs[i], gone[j], changed = m, true, true
+					continue
+				}
+				if !full {
+					break
+				}
+			}
+		}
+		kept := vecs[:0]
+		for i, v := range vecs {
+			if !gone[i] {
+				kept = append(kept, v)
+			}
+		}
+		vecs = kept
+		if !changed && !full {
+			changed, full = true, true
 		}
 	}
-	return b.String()
+	return vecs
 }
 
-// numLess orders number strings by value, then shorter (unpadded) first.
+// mergeVec merges two disjoint vectors that are equal on every axis but one.
+func mergeVec(a, b [][]string) ([][]string, bool) {
+	diff := -1
+	for d := range a {
+		if !equalStrings(a[d], b[d]) {
+			if diff >= 0 {
+				return nil, false
+			}
+			diff = d
+		}
+	}
+	if diff < 0 {
+		return nil, false
+	}
+	m := append([][]string(nil), a...)
+	m[diff] = unionNums(a[diff], b[diff])
+	return m, true
+}
+
+// unionNums merges two lists sorted in numLess order.
+func unionNums(a, b []string) []string {
+	out := make([]string, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		switch {
+		case a[0] == b[0]:
+			out, a, b = append(out, a[0]), a[1:], b[1:]
+		case numLess(a[0], b[0]):
+			out, a = append(out, a[0]), a[1:]
+		default:
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return append(append(out, a...), b...)
+}
+
+// vecLess is nodeset's order of vectors: more names first, then axis by
+// axis more numbers first, lower first number, lower last number (numbers
+// compared as strings, as nodeset does); the rest only makes ties stable.
+func vecLess(a, b [][]string) bool {
+	if pa, pb := vecSize(a), vecSize(b); pa != pb {
+		return pa > pb
+	}
+	for d := range a {
+		x, y := a[d], b[d]
+		switch {
+		case len(x) != len(y):
+			return len(x) > len(y)
+		case x[0] != y[0]:
+			return x[0] < y[0]
+		case x[len(x)-1] != y[len(y)-1]:
+			return x[len(x)-1] < y[len(y)-1]
+		}
+	}
+	for d := range a {
+		for k := range a[d] {
+			if a[d][k] != b[d][k] {
+				return numLess(a[d][k], b[d][k])
+			}
+		}
+	}
+	return false
+}
+
+func vecSize(v [][]string) int {
+	n := 1
+	for _, axis := range v {
+		n *= len(axis)
+	}
+	return n
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// numLess is nodeset's order of numbers: shorter strings first, then by
+// text, so 9 < 01 < 10 < 001.
 func numLess(a, b string) bool {
-	va, _ := strconv.ParseUint(a, 10, 64)
-	vb, _ := strconv.ParseUint(b, 10, 64)
-	if va != vb {
-		return va < vb
-	}
 	if len(a) != len(b) {
 		return len(a) < len(b)
 	}
 	return a < b
 }
 
-// foldNums turns number strings into a range set body: "01-03,07". A run
-// grows while the next value is one more and prints the same way under the
-// run's padding, so ExpandNodeSet gives back exactly the same strings.
-func foldNums(nums []string) string {
-	sorted := append([]string(nil), nums...)
-	sort.Slice(sorted, func(i, j int) bool { return numLess(sorted[i], sorted[j]) })
-	type run struct {
-		first, last string
-		lastV       uint64
-		width       int
-	}
-	var runs []*run
-	for _, s := range sorted {
-		v, _ := strconv.ParseUint(s, 10, 64)
-		var into *run
-		for _, r := range runs {
-			if r.lastV+1 == v && padNum(v, r.width) == s {
-				into = r
-				break
-			}
+// sortedNums sorts numbers in numLess order and drops duplicates.
+func sortedNums(nums []string) []string {
+	out := append([]string(nil), nums...)
+	sort.Slice(out, func(i, j int) bool { return numLess(out[i], out[j]) })
+	k := 0
+	for i, n := range out {
+		if i == 0 || n != out[k-1] {
+			out[k] = n
+			k++
 		}
-		if into != nil {
-			into.last, into.lastV = s, v
+	}
+	return out[:k]
+}
+
+// foldNums turns distinct numbers into a range set body ("01-03,07") as
+// nodeset prints one: in numLess order, a run grows while the step stays
+// the same and the padding fits (a run begun zero-padded takes only
+// numbers of its length, an unpadded one only unpadded numbers). Runs of
+// step 1 print as first-last, others as single numbers; when the step
+// changes inside a run of step 2 or more, its last number begins the next
+// run with the padding rule it had. Expanding the result gives back
+// exactly the same strings.
+func foldNums(nums []string) string {
+	idx := sortedNums(nums)
+	if len(idx) == 0 {
+		return ""
+	}
+	vals := make([]uint64, len(idx))
+	for i, s := range idx {
+		vals[i], _ = strconv.ParseUint(s, 10, 64)
+	}
+	var parts []string
+	emit := func(from, to int, step uint64) {
+		if step <= 1 {
+			if from == to {
+				parts = append(parts, idx[from])
+			} else {
+				parts = append(parts, idx[from]+"-"+idx[to])
+			}
+			return
+		}
+		parts = append(parts, idx[from:to+1]...)
+	}
+	start := 0
+	padded, padLen := padWidth(idx[0]) > 0, len(idx[0])
+	step := uint64(0) // 0: the run has one number so far
+	for k := 1; k < len(idx); k++ {
+		fits := padded && len(idx[k]) == padLen || !padded && padWidth(idx[k]) == 0
+		gap := vals[k] - vals[k-1]
+		if fits && (step == 0 || gap == step) {
+			step = gap
 			continue
 		}
-		runs = append(runs, &run{first: s, last: s, lastV: v, width: padWidth(s)})
-	}
-	parts := make([]string, len(runs))
-	for i, r := range runs {
-		if r.first == r.last {
-			parts[i] = r.first
-		} else {
-			parts[i] = r.first + "-" + r.last
+		switch {
+		case step <= 1:
+			emit(start, k-1, step)
+			start, padded, padLen = k, padWidth(idx[k]) > 0, len(idx[k])
+			step = 0
+			if fits {
+				// nodeset keeps the gap as the new run's step
+				step = gap
+			}
+		case !fits:
+			emit(start, k-1, step)
+			start, padded, padLen, step = k, padWidth(idx[k]) > 0, len(idx[k]), 0
+		default:
+			if start <= k-2 {
+				emit(start, k-2, step)
+			}
+			start, step = k-1, gap
 		}
 	}
+	emit(start, len(idx)-1, step)
 	return strings.Join(parts, ",")
 }
 
@@ -504,7 +782,7 @@ func naturalLess(a, b string) bool {
 		if da != "" && db != "" {
 			if da != db {
 				if len(da) <= maxDigits && len(db) <= maxDigits {
-					return numLess(da, db)
+					return valueLess(da, db)
 				}
 				return da < db
 			}
@@ -525,4 +803,17 @@ func digitPrefix(s string) string {
 		i++
 	}
 	return s[:i]
+}
+
+// valueLess orders number strings by value, then shorter (unpadded) first.
+func valueLess(a, b string) bool {
+	va, _ := strconv.ParseUint(a, 10, 64)
+	vb, _ := strconv.ParseUint(b, 10, 64)
+	if va != vb {
+		return va < vb
+	}
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
 }

@@ -15,7 +15,8 @@ var subscriptRE = regexp.MustCompile(`^(.+)\[(-?[0-9]*)(?::(-?[0-9]*))?\]$`)
 // It speaks Ansible's pattern language (group, host, globs gpu0*, ~regex,
 // a:b union, a:!b exclusion, a:&b intersection, commas as separators too,
 // all or *, group[0] / group[1:3] subscripts) plus ClusterShell node sets
-// (gpu[01-08], gpu[01-03,07]) and Ansible ranges (gpu[01:08]). A name that
+// (gpu[01-08], gpu[01-03,07]) with their operators (node[1-9]!node6, &, ^;
+// see parsePattern) and Ansible ranges (gpu[01:08]). A name that
 // is neither a group nor a host, or a glob that matches nothing, is an
 // error naming it: a typo must not silently select nothing (or everything
 // but one host). "localhost" not in the inventory is the local machine.
@@ -41,51 +42,67 @@ func (inv *Inventory) Select(pattern string) ([]Host, error) {
 
 // SelectNames is Select returning host names.
 func (inv *Inventory) SelectNames(pattern string) ([]string, error) {
-	terms := splitPattern(pattern)
+	terms, err := parsePattern(pattern)
+	if err != nil {
+		return nil, fmt.Errorf("host pattern %q: %w", pattern, err)
+	}
 	if len(terms) == 0 {
 		return nil, fmt.Errorf("host pattern %q is empty", pattern)
 	}
-	var regular, intersect, exclude []string
+	match := func(st setStep) ([]string, error) {
+		m, err := inv.matchTerm(st.operand)
+		if err != nil {
+			return nil, err
+		}
+		names := make([]string, 0, len(m))
+		for n := range m {
+			names = append(names, n)
+		}
+		return names, nil
+	}
+	// Ansible's order: the union of the plain terms (all when there is
+	// none), then each &term, then each !term.
+	var regular, intersect, exclude [][]string
 	for _, t := range terms {
-		switch t[0] {
+		names, err := evalSetSteps(t.steps, match)
+		if err != nil {
+			return nil, fmt.Errorf("host pattern %q: %w", pattern, err)
+		}
+		switch t.prefix {
 		case '&':
-			intersect = append(intersect, t[1:])
+			intersect = append(intersect, names)
 		case '!':
-			exclude = append(exclude, t[1:])
+			exclude = append(exclude, names)
 		default:
-			regular = append(regular, t)
+			regular = append(regular, names)
 		}
 	}
 	if len(regular) == 0 {
-		regular = []string{"all"}
+		names, err := match(setStep{op: ',', operand: "all"})
+		if err != nil {
+			return nil, err
+		}
+		regular = [][]string{names}
 	}
 	selected := map[string]bool{}
-	for _, t := range regular {
-		m, err := inv.matchTerm(t)
-		if err != nil {
-			return nil, fmt.Errorf("host pattern %q: %w", pattern, err)
-		}
-		for n := range m {
+	for _, names := range regular {
+		for _, n := range names {
 			selected[n] = true
 		}
 	}
-	for _, t := range intersect {
-		m, err := inv.matchTerm(t)
-		if err != nil {
-			return nil, fmt.Errorf("host pattern %q: %w", pattern, err)
+	for _, names := range intersect {
+		in := map[string]bool{}
+		for _, n := range names {
+			in[n] = true
 		}
 		for n := range selected {
-			if !m[n] {
+			if !in[n] {
 				delete(selected, n)
 			}
 		}
 	}
-	for _, t := range exclude {
-		m, err := inv.matchTerm(t)
-		if err != nil {
-			return nil, fmt.Errorf("host pattern %q: %w", pattern, err)
-		}
-		for n := range m {
+	for _, names := range exclude {
+		for _, n := range names {
 			delete(selected, n)
 		}
 	}
@@ -101,27 +118,59 @@ func (inv *Inventory) SelectNames(pattern string) ([]string, error) {
 	return out, nil
 }
 
-// splitPattern splits on ',' and ':' outside brackets; an IPv6 address
-// (two or more colons, hex digits only) stays whole.
-func splitPattern(pattern string) []string {
-	var terms []string
+// patternTerm is one Ansible term of a pattern: its '&' or '!' prefix (0
+// for none) and the ClusterShell expression it stands for.
+type patternTerm struct {
+	prefix byte
+	steps  []setStep
+}
+
+// parsePattern cuts a pattern into Ansible terms on ',' and ':' outside
+// brackets (an IPv6 address, two or more colons and hex digits only, stays
+// whole). Inside a term ClusterShell's '!', '&' and '^' apply left to right,
+// and a plain term written after a ',' continues the plain term before it,
+// so "node[1-3],node[2-5]!node2" is the set nodeset gives. A term that
+// begins with '!' or '&' is Ansible's and stands alone: "gpus,!h100" and
+// "gpus:&serving" keep their meaning. ':' is never a ClusterShell operator,
+// so it always begins a new term. A ~regex is one operand, whatever
+// characters it holds.
+func parsePattern(pattern string) ([]patternTerm, error) {
+	var terms []patternTerm
 	for _, part := range splitOutsideBrackets(pattern, ',') {
 		part = strings.TrimSpace(part)
 		if part == "" {
 			continue
 		}
+		toks := []string{part}
 		body := strings.TrimLeft(part, "!&")
-		if strings.Count(body, ":") >= 2 && bareIPv6RE.MatchString(body) {
-			terms = append(terms, part)
-			continue
+		if strings.Count(body, ":") < 2 || !bareIPv6RE.MatchString(body) {
+			toks = splitOutsideBrackets(part, ':')
 		}
-		for _, t := range splitOutsideBrackets(part, ':') {
-			if t = strings.TrimSpace(t); t != "" && t != "!" && t != "&" {
-				terms = append(terms, t)
+		for i, tok := range toks {
+			if tok = strings.TrimSpace(tok); tok == "" || tok == "!" || tok == "&" {
+				continue
 			}
+			prefix := byte(0)
+			if tok[0] == '!' || tok[0] == '&' {
+				prefix, tok = tok[0], tok[1:]
+			}
+			var steps []setStep
+			if strings.HasPrefix(tok, "~") {
+				steps = []setStep{{op: ',', operand: tok}}
+			} else {
+				var err error
+				if steps, err = splitSetOps(tok); err != nil {
+					return nil, err
+				}
+			}
+			if last := len(terms) - 1; prefix == 0 && i == 0 && last >= 0 && terms[last].prefix == 0 {
+				terms[last].steps = append(terms[last].steps, steps...)
+				continue
+			}
+			terms = append(terms, patternTerm{prefix: prefix, steps: steps})
 		}
 	}
-	return terms
+	return terms, nil
 }
 
 // matchTerm returns the host names one term (without its &/! prefix) selects.

@@ -186,29 +186,44 @@ func hasInventoryExt(spec string) bool {
 }
 
 // hostList reads "a,b,c" or "a," (Ansible's host list). Elements may carry a
-// :port, an Ansible range (gpu[01:04]) or a node set (gpu[01-04,07]).
+// :port, an Ansible range (gpu[01:04]) or a node set (gpu[01-04,07]), and
+// ClusterShell's operators work across them as in nodeset, left to right:
+// "node[1-9]!node6," is eight hosts, not one named "node1!node6".
 func hostList(spec string) (*Inventory, error) {
 	inv := newInventory(spec, KindHostList)
-	for _, elem := range splitOutsideBrackets(spec, ',') {
-		elem = strings.TrimSpace(elem)
-		if elem == "" {
-			continue
-		}
-		names, port, err := parseListElem(elem)
+	var steps []setStep
+	for _, tok := range splitOutsideBrackets(spec, ',') {
+		st, err := splitSetOps(tok)
 		if err != nil {
 			return nil, fmt.Errorf("inventory %q: %w", spec, err)
 		}
-		for _, n := range names {
-			vars := map[string]any{}
-			if port != 0 {
-				vars["ansible_port"] = port
+		steps = append(steps, st...)
+	}
+	// A port counts where it adds names (',' and '^'), the last one written
+	// winning as with Ansible's add_host; "!a:22" removes a at any port.
+	ports := map[string]int{}
+	names, err := evalSetSteps(steps, func(st setStep) ([]string, error) {
+		names, port, err := parseListElem(st.operand)
+		if err == nil && port != 0 && (st.op == ',' || st.op == '^') {
+			for _, n := range names {
+				ports[n] = port
 			}
-			if n == "localhost" {
-				vars["ansible_connection"] = "local"
-			}
-			if err := inv.addHost("", n, vars, Pos{}, nil); err != nil {
-				return nil, fmt.Errorf("inventory %q: %w", spec, err)
-			}
+		}
+		return names, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inventory %q: %w", spec, err)
+	}
+	for _, n := range names {
+		vars := map[string]any{}
+		if p := ports[n]; p != 0 {
+			vars["ansible_port"] = p
+		}
+		if n == "localhost" {
+			vars["ansible_connection"] = "local"
+		}
+		if err := inv.addHost("", n, vars, Pos{}, nil); err != nil {
+			return nil, fmt.Errorf("inventory %q: %w", spec, err)
 		}
 	}
 	if len(inv.hostOrder) == 0 {

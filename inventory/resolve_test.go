@@ -129,6 +129,10 @@ func TestResolveOrder(t *testing.T) {
 		{"solo,", KindHostList, []string{"solo"}},
 		{"gpu[01-03,07],", KindHostList, []string{"gpu01", "gpu02", "gpu03", "gpu07"}},
 		{"w[1:3],login", KindHostList, []string{"w1", "w2", "w3", "login"}},
+		{"node[1-9]!node6,", KindHostList, []string{"node1", "node2", "node3", "node4", "node5", "node7", "node8", "node9"}},
+		{"node[1-4]&node[3-9],", KindHostList, []string{"node3", "node4"}},
+		{"node[1-3]^node[2-4],login", KindHostList, []string{"node1", "node4", "login"}},
+		{"w[1:4]!w2,", KindHostList, []string{"w1", "w3", "w4"}},
 		{"fleet2", KindSingleHost, []string{"fleet2"}},
 		{"10.0.0.9", KindSingleHost, []string{"10.0.0.9"}},
 	}
@@ -146,11 +150,21 @@ func TestResolveOrder(t *testing.T) {
 	if b.Port != 2200 {
 		t.Errorf("b: %+v", b)
 	}
+	// Ports ride on the names an operand adds; '!' removes at any port.
+	ops := mustResolve(t, "n[1-3]:2222!n2:9,n4", opts)
+	if got := ops.HostNames(); !reflect.DeepEqual(got, []string{"n1", "n3", "n4"}) {
+		t.Errorf("n[1-3]:2222!n2:9,n4 = %v", got)
+	}
+	for name, port := range map[string]int{"n1": 2222, "n3": 2222, "n4": 0} {
+		if h, _ := ops.Host(name); h.Port != port {
+			t.Errorf("%s: port %d, want %d", name, h.Port, port)
+		}
+	}
 	lh, _ := mustResolve(t, "localhost,gpu01", opts).Host("localhost")
 	if !lh.IsLocal() {
 		t.Errorf("localhost in a list: %+v", lh)
 	}
-	for _, bad := range []string{"", "no/such/file.yaml", "bad name", ",", "h[1:x],", "gpu[1:2]", "@host", "h:0", "u@"} {
+	for _, bad := range []string{"", "no/such/file.yaml", "bad name", ",", "h[1:x],", "gpu[1:2]", "n[1-3]!,", "n1!n1,", "n1,^n2,", "@host", "h:0", "u@"} {
 		if _, err := Resolve(bad, opts); err == nil {
 			t.Errorf("Resolve(%q): no error", bad)
 		}
@@ -230,6 +244,18 @@ func TestSelect(t *testing.T) {
 		{"h200[2:]", []string{"gpu03", "gpu04"}},
 		{"workers:!w[5-15/5]", []string{"w0", "w20"}},
 		{" h100 , ", []string{"node-a", "node-b", "node-c"}},
+		// ClusterShell's operators, left to right, operands being hosts or groups.
+		{"gpu[01-04]!gpu03", []string{"gpu01", "gpu02", "gpu04"}},
+		{"gpu[01-04]&serving", []string{"gpu01", "gpu02"}},
+		{"gpu[01-03]^gpu[02-04]", []string{"gpu01", "gpu04"}},
+		{"gpu[01-02],gpu[02-04]!gpu02", []string{"gpu01", "gpu03", "gpu04"}},
+		{"h200!gpu01,bastion", []string{"bastion", "gpu02", "gpu03", "gpu04"}},
+		{"gpus!h100:!gpu04", []string{"gpu01", "gpu02", "gpu03"}},
+		{"h200!serving,!gpu04", []string{"gpu03"}},
+		{"workers:gpu0[1-4]&h200!gpu02", []string{"gpu01", "gpu03", "gpu04", "w0", "w5", "w10", "w15", "w20"}},
+		{"!gpu[01-04]!gpu02:&gpus", []string{"gpu02", "node-a", "node-b", "node-c"}},
+		{"gpu[01-04]!gpu[02:03]", []string{"gpu01", "gpu04"}},
+		{"gpu[01-03,07]!gpu07", nil}, // an unknown operand is an error whatever its operator
 	}
 	for _, c := range cases {
 		got, err := inv.SelectNames(c.pattern)
@@ -248,6 +274,9 @@ func TestSelect(t *testing.T) {
 		"h200:!nosuch":       "no such host or group: nosuch",
 		"zz*":                `"zz*" matches no host or group`,
 		"gpu[01-09]":         "no such host or group: gpu[05-09]",
+		"gpu[01-04]!":        "no operand after '!'",
+		"h200:^gpu01":        "no operand before '^'",
+		"gpu01&&gpu02":       "no operand after '&'",
 		"~(":                 "regex",
 		"h200[9]":            "subscript out of range",
 		"":                   "empty",

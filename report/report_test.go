@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpush/gpush/inventory"
 )
 
 func clock() func() time.Time {
@@ -233,6 +235,28 @@ func TestIsRecords(t *testing.T) {
 		// The REPL shows records through FleetTable: the two must agree.
 		if tbl := FleetTable([]Result{{Host: "h", Status: StatusOK, Value: c.v}}, nil); (tbl != nil) != c.want {
 			t.Errorf("FleetTable(%#v) table = %v, IsRecords says %v", c.v, tbl != nil, c.want)
+		}
+	}
+}
+
+// The recap folds through inventory's node sets, so hosts that vary on
+// several numbers (a node and its IB ports) fold as nodeset -f folds them.
+func TestRecapFoldsSeveralAxes(t *testing.T) {
+	var out bytes.Buffer
+	p := New(Options{Out: &out, Fold: inventory.FoldNodeSet, Now: clock()})
+	var rs []Result
+	for _, h := range []string{"node2-ib1", "node1-ib0", "node3-ib0", "node1-ib1", "node2-ib0"} {
+		rs = append(rs, Result{Host: h, Status: StatusOK})
+	}
+	rs = append(rs, Result{Host: "node3-ib1", Status: StatusUnreachable, Error: "connection refused"})
+	for _, r := range rs {
+		p.Done(r)
+	}
+	p.Finish(rs)
+	s := out.String()
+	for _, want := range []string{"node[1-2]-ib[0-1],node3-ib0  ok", "node3-ib1"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("recap lacks %q:\n%s", want, s)
 		}
 	}
 }
