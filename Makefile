@@ -24,10 +24,10 @@ help:
 # mount is split from util-linux on Debian 12; clustershell's nodeset is
 # what inventory's node-set tests compare against).
 # Only when missing, so it is cheap.
-DEB_PACKAGES := openssh-server openssh-client sudo pdsh systemd util-linux mount clustershell
+DEB_PACKAGES := openssh-server openssh-client sudo pdsh systemd util-linux mount clustershell python3
 deps:
 	@if ! command -v sshd >/dev/null && [ ! -x /usr/sbin/sshd ] || ! command -v pdsh >/dev/null || ! command -v sudo >/dev/null \
-		|| [ ! -x /lib/systemd/systemd ] || ! command -v systemctl >/dev/null || ! command -v nsenter >/dev/null || ! command -v mount >/dev/null || ! command -v nodeset >/dev/null; then \
+		|| [ ! -x /lib/systemd/systemd ] || ! command -v systemctl >/dev/null || ! command -v nsenter >/dev/null || ! command -v mount >/dev/null || ! command -v nodeset >/dev/null || ! command -v python3 >/dev/null; then \
 		if [ "$$(id -u)" != 0 ]; then echo "make deps: run as root (apt-get install $(DEB_PACKAGES))"; exit 1; fi; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEB_PACKAGES); \
 	fi
