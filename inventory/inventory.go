@@ -434,20 +434,18 @@ func (inv *Inventory) buildHost(h *hostDef) (Host, error) {
 			return Host{}, bad(key, fmt.Errorf("become method %q is not supported (only sudo)", method))
 		}
 	}
-	// ssh sees both lists on one command line, common args first.
-	common, _, err := str("ansible_ssh_common_args")
-	if err != nil {
-		return Host{}, err
-	}
-	extra, _, err := str("ansible_ssh_extra_args")
-	if err != nil {
-		return Host{}, err
-	}
-	if _, _, err := proxyFromArgs(common); err != nil {
-		return Host{}, bad("ansible_ssh_common_args", err)
-	}
-	if out.ProxyJump, out.ProxyCommand, err = proxyFromArgs(common, extra); err != nil {
-		return Host{}, bad("ansible_ssh_extra_args", err)
+	// ssh sees these lists on one command line, in this order (Ansible's
+	// ssh plugin); an error is blamed on the first list that shows it.
+	var argLists []string
+	for _, k := range []string{"ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args"} {
+		args, _, err := str(k)
+		if err != nil {
+			return Host{}, err
+		}
+		argLists = append(argLists, args)
+		if out.ProxyJump, out.ProxyCommand, err = proxyFromArgs(argLists...); err != nil {
+			return Host{}, bad(k, err)
+		}
 	}
 	return out, nil
 }
@@ -489,7 +487,7 @@ func parseBool(v any) (bool, error) {
 const sshArgOpts = "bceilmopBDEFIJLOPQRSWw"
 
 // proxyFromArgs finds the route in ssh arguments as Ansible passes them to
-// ssh (shlex-split, ssh_common_args before ssh_extra_args): "-J bastion",
+// ssh (shlex-split; ssh_args, ssh_common_args, ssh_extra_args in order): "-J bastion",
 // "-o ProxyJump=bastion", "-o 'ProxyCommand ssh -W %h:%p bastion'",
 // "-oProxyCommand=none". As in OpenSSH 9.2 the first ProxyJump or
 // ProxyCommand given wins ("none" included, which then keeps ssh_config's

@@ -491,12 +491,15 @@ func TestProxyCommandFromInventory(t *testing.T) {
     c:
       ansible_ssh_common_args: -J j1
       ansible_ssh_extra_args: -o ProxyCommand='nc %h %p'
+    d:
+      ansible_ssh_args: -C -o ControlMaster=auto -o "ProxyCommand=nc %h %p"
+      ansible_ssh_common_args: -o ProxyJump=late
 `
 	inv, err := ParseYAML("proxy.yaml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string][2]string{"a": {"", "ssh -W %h:%p -q ops@bastion"}, "b": {"", "none"}, "c": {"j1", ""}}
+	want := map[string][2]string{"a": {"", "ssh -W %h:%p -q ops@bastion"}, "b": {"", "none"}, "c": {"j1", ""}, "d": {"", "nc %h %p"}}
 	for name, w := range want {
 		h, ok := inv.Host(name)
 		if !ok {

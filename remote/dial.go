@@ -118,6 +118,8 @@ func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error)
 				}
 				return nil, de
 			}
+			via = "ProxyCommand"
+			o.Logger.Debug("running ProxyCommand", "host", t.name, "command", cmd)
 			dialer = func(ctx context.Context, addr string) (net.Conn, error) {
 				c, err := startProxyCommand(ctx, t.name, cmd, t.host, t.port)
 				pc = c
