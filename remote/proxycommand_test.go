@@ -276,3 +276,28 @@ func TestProxyCommandHostKeyAndDeadline(t *testing.T) {
 	sidePid, _ := readInfo(t, side)
 	requireGone(t, sidePid, true)
 }
+
+func TestProxyCommandCanceled(t *testing.T) {
+	tdir := t.TempDir()
+	log, _ := testLogger(t)
+	opts := Options{KnownHostsFile: filepath.Join(tdir, "kh"), ConnectTimeout: time.Hour, AgentSocket: "none",
+		DefaultKeys: []string{}, SSHConfigFile: "none", Logger: log}
+	info := filepath.Join(tdir, "info")
+	h := inventory.Host{Name: "gpu02", Address: "127.0.0.1", Port: 22, User: "root", Connection: "ssh",
+		ProxyCommand: helperCommand(t, "proxy-sleeper", info)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := Dial(ctx, h, opts)
+		done <- err
+	}()
+	// Canceled once the command runs: the dial ends and so does the command.
+	pid, _ := readInfo(t, info)
+	cancel()
+	err := <-done
+	var de *DialError
+	if !errors.As(err, &de) || de.Stage != StageCanceled {
+		t.Fatalf("want a canceled dial, got %v", err)
+	}
+	requireGone(t, pid, false)
+}
