@@ -434,17 +434,17 @@ func (inv *Inventory) buildHost(h *hostDef) (Host, error) {
 			return Host{}, bad(key, fmt.Errorf("become method %q is not supported (only sudo)", method))
 		}
 	}
-	for _, k := range []string{"ansible_ssh_common_args", "ansible_ssh_extra_args"} {
+	// ssh sees these lists on one command line, in this order (Ansible's
+	// ssh plugin); an error is blamed on the first list that shows it.
+	var argLists []string
+	for _, k := range []string{"ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args"} {
 		args, _, err := str(k)
 		if err != nil {
 			return Host{}, err
 		}
-		jump, err := proxyJumpFromArgs(args)
-		if err != nil {
+		argLists = append(argLists, args)
+		if out.ProxyJump, out.ProxyCommand, err = proxyFromArgs(argLists...); err != nil {
 			return Host{}, bad(k, err)
-		}
-		if jump != "" {
-			out.ProxyJump = jump
 		}
 	}
 	return out, nil
@@ -482,59 +482,86 @@ func parseBool(v any) (bool, error) {
 	return false, fmt.Errorf("%s is not a boolean", showValue(v))
 }
 
-// proxyJumpFromArgs finds a jump host in ssh arguments as Ansible passes
-// them to ssh: "-J bastion", "-Jbastion", "-o ProxyJump=bastion",
-// "-o 'ProxyJump bastion'". Other options are ignored; a ProxyCommand is an
-// error because gpush cannot honour it and silently dialling directly would
-// bypass the operator's route.
-func proxyJumpFromArgs(args string) (string, error) {
-	if strings.TrimSpace(args) == "" {
-		return "", nil
-	}
-	words, err := shlexSplit(args, false)
-	if err != nil {
-		return "", err
-	}
-	jump := ""
-	for i := 0; i < len(words); i++ {
-		w := words[i]
-		var opt string
-		switch {
-		case w == "-J" || w == "-o":
-			if i+1 >= len(words) {
-				return "", fmt.Errorf("%s needs a value", w)
-			}
-			i++
-			if w == "-J" {
-				jump = words[i]
+// sshArgOpts are ssh(1)'s options that take an argument (its getopt
+// string), to read bundled flags such as "-qoProxyCommand=..." as ssh does.
+const sshArgOpts = "bceilmopBDEFIJLOPQRSWw"
+
+// proxyFromArgs finds the route in ssh arguments as Ansible passes them to
+// ssh (shlex-split; ssh_args, ssh_common_args, ssh_extra_args in order): "-J bastion",
+// "-o ProxyJump=bastion", "-o 'ProxyCommand ssh -W %h:%p bastion'",
+// "-oProxyCommand=none". As in OpenSSH 9.2 the first ProxyJump or
+// ProxyCommand given wins ("none" included, which then keeps ssh_config's
+// from applying), a second -J or a -J after a ProxyCommand is an error.
+// jump and command are "" or as written (tokens unexpanded, "none" kept);
+// at most one is set. Other options are ignored.
+func proxyFromArgs(argLists ...string) (jump, command string, err error) {
+	for _, args := range argLists {
+		if strings.TrimSpace(args) == "" {
+			continue
+		}
+		words, err := shlexSplit(args, false)
+		if err != nil {
+			return "", "", err
+		}
+		for i := 0; i < len(words); i++ {
+			w := words[i]
+			if len(w) < 2 || w[0] != '-' || w == "--" {
 				continue
 			}
-			opt = words[i]
-		case strings.HasPrefix(w, "-J"):
-			jump = w[2:]
-			continue
-		case strings.HasPrefix(w, "-o"):
-			opt = w[2:]
-		default:
-			continue
-		}
-		k, v, ok := strings.Cut(opt, "=")
-		if !ok {
-			k, v, _ = strings.Cut(strings.TrimSpace(opt), " ")
-		}
-		switch strings.ToLower(strings.TrimSpace(k)) {
-		case "proxyjump":
-			jump = strings.TrimSpace(v)
-		case "proxycommand":
-			if v = strings.TrimSpace(v); !strings.EqualFold(v, "none") {
-				return "", errors.New("ProxyCommand is not supported; use ProxyJump")
+			for j := 1; j < len(w); j++ {
+				flag := w[j]
+				if !strings.ContainsRune(sshArgOpts, rune(flag)) {
+					continue
+				}
+				val := w[j+1:]
+				if val == "" {
+					if i+1 >= len(words) {
+						return "", "", fmt.Errorf("-%c needs a value", flag)
+					}
+					i++
+					val = words[i]
+				}
+				switch flag {
+				case 'J':
+					switch {
+					case jump != "":
+						return "", "", errors.New("only a single -J option is permitted (use commas to separate hops)")
+					case command != "":
+						return "", "", errors.New("cannot specify -J with ProxyCommand")
+					}
+					if jump = strings.TrimSpace(val); jump == "" {
+						return "", "", errors.New("-J needs a value")
+					}
+				case 'o':
+					k, v := splitSSHOption(val)
+					isRoute := strings.EqualFold(k, "ProxyJump") || strings.EqualFold(k, "ProxyCommand")
+					switch {
+					case isRoute && v == "":
+						return "", "", fmt.Errorf("-o %s needs a value", k)
+					case jump != "" || command != "":
+					case strings.EqualFold(k, "ProxyJump"):
+						jump = v
+					case strings.EqualFold(k, "ProxyCommand"):
+						command = v
+					}
+				}
+				break // the rest of w was the value
 			}
 		}
 	}
-	if strings.EqualFold(jump, "none") {
-		jump = ""
+	return jump, command, nil
+}
+
+// splitSSHOption splits an ssh_config line as OpenSSH does: the keyword
+// ends at whitespace or "=", and the value starts after any run of both.
+func splitSSHOption(line string) (key, value string) {
+	line = strings.TrimLeft(line, " \t")
+	end := strings.IndexAny(line, " \t=")
+	if end < 0 {
+		return line, ""
 	}
-	return jump, nil
+	rest := strings.TrimLeft(line[end:], " \t=")
+	return line[:end], strings.TrimRight(rest, " \t\r\n")
 }
 
 // HostNames returns every host name in inventory order.

@@ -355,7 +355,8 @@ func TestErrorsNameFileAndLine(t *testing.T) {
 		{"bad.yaml", "all:\n  hosts:\n    h:\n      ansible_port: http\n", `bad.yaml:4: host h: ansible_port: "http" is not a port number`},
 		{"bad.yaml", "all:\n  hosts:\n    h:\n      ansible_connection: docker\n", `bad.yaml:4: host h: ansible_connection: connection "docker" is not supported`},
 		{"bad.yaml", "all:\n  hosts:\n    h:\n      ansible_become: maybe\n", `bad.yaml:4: host h: ansible_become: "maybe" is not a boolean`},
-		{"bad.yaml", "all:\n  hosts:\n    h:\n      ansible_ssh_common_args: -o ProxyCommand='nc %h %p'\n", "bad.yaml:4: host h: ansible_ssh_common_args: ProxyCommand is not supported"},
+		{"bad.yaml", "all:\n  hosts:\n    h:\n      ansible_ssh_common_args: -o ProxyCommand='nc %h %p' -J b\n", "bad.yaml:4: host h: ansible_ssh_common_args: cannot specify -J with ProxyCommand"},
+		{"bad.yaml", "all:\n  hosts:\n    h:\n      ansible_ssh_common_args: -J a\n      ansible_ssh_extra_args: -J b\n", "host h: ansible_ssh_extra_args: only a single -J option"},
 		{"bad.ini", "[g]\nh1\n[g:nonsense]\n", "bad.ini:3: section [g:nonsense] has an invalid type"},
 		{"bad.ini", "[g]\nh1 ansible_host\n", `bad.ini:2: host h1: expected key=value, got "ansible_host"`},
 		{"bad.ini", "[g]\nh1 x=\"open\n", "bad.ini:2: no closing quotation"},
@@ -435,25 +436,78 @@ all:
 	}
 }
 
-func TestProxyJumpFromArgs(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"-J bastion", "bastion"},
-		{"-Jops@bastion:2222", "ops@bastion:2222"},
-		{"-o ProxyJump=a,b", "a,b"},
-		{"-o 'ProxyJump jump1' -o StrictHostKeyChecking=no", "jump1"},
-		{"-oProxyJump=j", "j"},
-		{"-o ProxyJump=none", ""},
-		{"-o ServerAliveInterval=5", ""},
-		{"", ""},
+func TestProxyFromArgs(t *testing.T) {
+	tests := []struct{ in, jump, cmd string }{
+		{"-J bastion", "bastion", ""},
+		{"-Jops@bastion:2222", "ops@bastion:2222", ""},
+		{"-o ProxyJump=a,b", "a,b", ""},
+		{"-o 'ProxyJump jump1' -o StrictHostKeyChecking=no", "jump1", ""},
+		{"-oProxyJump=j", "j", ""},
+		{"-o ProxyJump=none", "none", ""},
+		{"-o ServerAliveInterval=5", "", ""},
+		{"", "", ""},
+		// Quotes as shlex reads them; the value is the rest of the line.
+		{`-o ProxyCommand='ssh -W %h:%p -q ops@bastion'`, "", "ssh -W %h:%p -q ops@bastion"},
+		{`-o "ProxyCommand nc -X connect -x proxy:3128 %h %p"`, "", "nc -X connect -x proxy:3128 %h %p"},
+		{`-o 'ProxyCommand = ssh -o Foo=bar -W %h:%p b'`, "", "ssh -o Foo=bar -W %h:%p b"},
+		{`-oProxyCommand="aws ssm start-session --target %h"`, "", "aws ssm start-session --target %h"},
+		{`-o proxycommand=none -o ProxyJump=j`, "", "none"},
+		// Bundled flags, as ssh's getopt reads them.
+		{`-qoProxyCommand=nc\ %h\ %p`, "", "nc %h %p"},
+		{`-CJ j1 -p 22`, "j1", ""},
+		// The first of ProxyJump and ProxyCommand wins.
+		{`-o ProxyJump=j -o ProxyCommand=nc`, "j", ""},
+		{`-J j -o ProxyCommand=nc`, "j", ""},
+		{`-o ProxyCommand=nc -o ProxyCommand=other -o ProxyJump=j`, "", "nc"},
+		// -i takes a value: "-oProxyCommand" here is a key file name.
+		{`-i -oProxyCommand=x`, "", ""},
 	}
 	for _, tt := range tests {
-		got, err := proxyJumpFromArgs(tt.in)
-		if err != nil || got != tt.want {
-			t.Errorf("proxyJumpFromArgs(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		jump, cmd, err := proxyFromArgs(tt.in)
+		if err != nil || jump != tt.jump || cmd != tt.cmd {
+			t.Errorf("proxyFromArgs(%q) = %q, %q, %v; want %q, %q", tt.in, jump, cmd, err, tt.jump, tt.cmd)
 		}
 	}
-	if _, err := proxyJumpFromArgs("-J"); err == nil {
-		t.Error("-J without value: no error")
+	// Common args come first on ssh's command line.
+	if jump, cmd, err := proxyFromArgs("-o ProxyCommand=first", "-o ProxyCommand=second"); err != nil || jump != "" || cmd != "first" {
+		t.Errorf("common then extra: %q %q %v", jump, cmd, err)
+	}
+	for _, in := range []string{"-J", "-J ''", "-o ProxyCommand=", "-o", "-J a -J b", "-o ProxyJump=a -J b", "-o ProxyCommand=none -J b", "-o 'ProxyCommand unclosed"} {
+		if _, _, err := proxyFromArgs(in); err == nil {
+			t.Errorf("proxyFromArgs(%q): no error", in)
+		}
+	}
+}
+
+func TestProxyCommandFromInventory(t *testing.T) {
+	src := `all:
+  vars:
+    ansible_ssh_common_args: "-o StrictHostKeyChecking=no"
+  hosts:
+    a:
+      ansible_ssh_common_args: -o ProxyCommand='ssh -W %h:%p -q ops@bastion'
+    b:
+      ansible_ssh_extra_args: -oProxyCommand=none
+    c:
+      ansible_ssh_common_args: -J j1
+      ansible_ssh_extra_args: -o ProxyCommand='nc %h %p'
+    d:
+      ansible_ssh_args: -C -o ControlMaster=auto -o "ProxyCommand=nc %h %p"
+      ansible_ssh_common_args: -o ProxyJump=late
+`
+	inv, err := ParseYAML("proxy.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2]string{"a": {"", "ssh -W %h:%p -q ops@bastion"}, "b": {"", "none"}, "c": {"j1", ""}, "d": {"", "nc %h %p"}}
+	for name, w := range want {
+		h, ok := inv.Host(name)
+		if !ok {
+			t.Fatalf("no host %s", name)
+		}
+		if h.ProxyJump != w[0] || h.ProxyCommand != w[1] {
+			t.Errorf("%s: ProxyJump %q ProxyCommand %q; want %q %q", name, h.ProxyJump, h.ProxyCommand, w[0], w[1])
+		}
 	}
 }
 

@@ -52,6 +52,9 @@ type target struct {
 	// identitiesOnly offers only keys, never the agent's others.
 	identitiesOnly bool
 	isHop          bool
+	// proxyCommand carries the first connection (see proxycommand.go);
+	// orig is the name it knows as %n.
+	proxyCommand, orig string
 }
 
 func (t target) addr() string { return net.JoinHostPort(t.host, strconv.Itoa(t.port)) }
@@ -77,8 +80,13 @@ func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error)
 	if final.user == "" {
 		final.user = localUser()
 	}
+	final.proxyCommand, final.orig = proxyCommandOf(h.ProxyCommand), h.Name
 	var hops []target
 	if strings.TrimSpace(h.ProxyJump) != "" && !strings.EqualFold(strings.TrimSpace(h.ProxyJump), "none") {
+		if final.proxyCommand != "" {
+			return nil, &DialError{Host: h.Name, Addr: final.addr(), Stage: StageConfig,
+				Err: errors.New("both ProxyJump and ProxyCommand are set; OpenSSH would use only the first given")}
+		}
 		for _, spec := range strings.Split(h.ProxyJump, ",") {
 			t, err := parseHop(strings.TrimSpace(spec), o)
 			if err != nil {
@@ -100,7 +108,24 @@ func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error)
 	var via string
 	for _, t := range append(hops, final) {
 		var dialer func(ctx context.Context, addr string) (net.Conn, error)
-		if len(clients) == 0 {
+		var pc *proxyConn
+		if len(clients) == 0 && t.proxyCommand != "" {
+			cmd, err := expandProxyCommand(t.proxyCommand, t.name, t.host, t.port, t.user, t.orig)
+			if err != nil {
+				de := &DialError{Host: h.Name, Addr: t.addr(), Stage: StageConfig, Err: err}
+				if t.isHop {
+					de.Hop = t.name
+				}
+				return nil, de
+			}
+			via = "ProxyCommand"
+			o.Logger.Debug("running ProxyCommand", "host", t.name, "command", cmd)
+			dialer = func(ctx context.Context, addr string) (net.Conn, error) {
+				c, err := startProxyCommand(ctx, t.name, cmd, t.host, t.port)
+				pc = c
+				return c, err
+			}
+		} else if len(clients) == 0 {
 			var nd net.Dialer
 			dialer = func(ctx context.Context, addr string) (net.Conn, error) {
 				return nd.DialContext(ctx, "tcp", addr)
@@ -113,6 +138,13 @@ func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error)
 		}
 		c, wc, err := dialOne(ctx, t, via, dialer, hk, o)
 		if err != nil {
+			if pc != nil && err.Stage != StageCanceled {
+				if stage, why := pc.explain(err.Err); stage != "" {
+					err.Stage, err.Err = stage, why
+				} else {
+					err.Err = why
+				}
+			}
 			closeAll()
 			err.Host = h.Name
 			if t.isHop {
@@ -166,6 +198,9 @@ func parseHop(spec string, o Options) (target, error) {
 		t.host, t.port, t.user = hop.Address, hop.Port, hop.User
 		t.keys = append(t.keys, hop.IdentityFiles...)
 		t.identitiesOnly = hop.IdentitiesOnly
+		// Used only for the first hop: later ones go through the one
+		// before, as with OpenSSH's -J.
+		t.proxyCommand, t.orig = proxyCommandOf(hop.ProxyCommand), host
 	}
 	if t.port == 0 {
 		t.port = 22
