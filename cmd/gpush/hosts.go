@@ -34,6 +34,11 @@ func selectHosts(c *cli.Context) (*inventory.Inventory, []inventory.Host, error)
 	if err != nil {
 		return nil, nil, usagef("--inventory %s: %w", spec, err)
 	}
+	// What Ansible only warns about (a typo'd "hostz:" drops its hosts) is
+	// said, on stderr, before anything runs.
+	for _, w := range inv.Warnings {
+		fmt.Fprintf(c.App.ErrWriter, "gpush: warning: %s\n", termsafe.String(w))
+	}
 	pattern := c.String("limit")
 	if pattern == "" {
 		pattern = "all"

@@ -322,3 +322,20 @@ func TestRunConvertsHostVars(t *testing.T) {
 		t.Errorf("-e over a bad host var: exit %d\n%s", code, stdout)
 	}
 }
+
+// Inventory warnings (a typo'd key drops its hosts in Ansible too) are
+// printed, naming file and line, and the run still goes on.
+func TestInventoryWarningsPrinted(t *testing.T) {
+	dir := t.TempDir()
+	inv := filepath.Join(dir, "typo.yaml")
+	if err := os.WriteFile(inv, []byte("all:\n  children:\n    gpus:\n      hostz:\n        gpu01:\n  hosts:\n    localhost:\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := gpush(t, "hosts", "-i", inv)
+	if code != 0 {
+		t.Fatalf("exit %d: %s %s", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "gpush: warning: ") || !strings.Contains(stderr, "typo.yaml:4") || !strings.Contains(stderr, `"hostz"`) {
+		t.Errorf("stderr %q lacks the warning for hostz at typo.yaml:4", stderr)
+	}
+}
