@@ -3,6 +3,7 @@ package helper
 import (
 	"bufio"
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -56,7 +57,7 @@ func (s *scanner) readMaps(path string) []string {
 	}
 	defer f.Close()
 	var devs []string
-	sc := bufio.NewScanner(&limitedReader{f: f, left: maxMapsBytes})
+	sc := bufio.NewScanner(io.LimitReader(f, maxMapsBytes))
 	sc.Buffer(make([]byte, 0, 64<<10), 64<<10)
 	for sc.Scan() {
 		line := sc.Bytes()
@@ -69,24 +70,6 @@ func (s *scanner) readMaps(path string) []string {
 		}
 	}
 	return devs
-}
-
-// limitedReader stops at left bytes.
-type limitedReader struct {
-	f    *os.File
-	left int64
-}
-
-func (r *limitedReader) Read(p []byte) (int, error) {
-	if r.left <= 0 {
-		return 0, os.ErrDeadlineExceeded
-	}
-	if int64(len(p)) > r.left {
-		p = p[:r.left]
-	}
-	n, err := r.f.Read(p)
-	r.left -= int64(n)
-	return n, err
 }
 
 // markMapped makes each holder that nvidia-smi does not list (listed) but

@@ -2,8 +2,9 @@ package gpu
 
 import (
 	"fmt"
+	"maps"
 	"path"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -442,7 +443,7 @@ func (r *freeRun) notFreed(row *freeRow, why string) {
 	if len(row.killed) > 0 {
 		for _, s := range r.m.h.Respawners().List() {
 			for _, c := range s.Children {
-				if containsInt(row.killed, c) && s.Why != "" && !strings.Contains(why, s.Why) {
+				if slices.Contains(row.killed, c) && s.Why != "" && !strings.Contains(why, s.Why) {
 					why += "; " + s.Why
 					break
 				}
@@ -450,15 +451,6 @@ func (r *freeRun) notFreed(row *freeRow, why string) {
 		}
 	}
 	row.reason = why
-}
-
-func containsInt(xs []int, x int) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // settleFreed: while something may restart a worker, a GPU counts as
@@ -591,19 +583,10 @@ func intsText(xs []int, sep string) string {
 }
 
 func appendNew(xs []int, x int) []int {
-	for _, v := range xs {
-		if v == x {
-			return xs
-		}
+	if slices.Contains(xs, x) {
+		return xs
 	}
 	return append(xs, x)
 }
 
-func sortedKeys(m map[int][]int) []int {
-	out := make([]int, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Ints(out)
-	return out
-}
+func sortedKeys(m map[int][]int) []int { return slices.Sorted(maps.Keys(m)) }
