@@ -106,6 +106,7 @@ func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error)
 		}
 	}
 	var via string
+	var proxy *proxyConn // the ProxyCommand under the first hop
 	for _, t := range append(hops, final) {
 		var dialer func(ctx context.Context, addr string) (net.Conn, error)
 		var pc *proxyConn
@@ -153,10 +154,13 @@ func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error)
 			return nil, err
 		}
 		clients = append(clients, c)
+		if pc != nil {
+			proxy = pc
+		}
 		last = wc
 		via = t.name
 	}
-	sc := newSSHConn(h, clients[len(clients)-1], clients[:len(clients)-1], last.heard, o)
+	sc := newSSHConn(h, clients[len(clients)-1], clients[:len(clients)-1], last.heard, proxy, o)
 	return sc, nil
 }
 

@@ -34,9 +34,10 @@ const (
 	proxyExitGrace = time.Second
 )
 
-// ProxyCommandError is a ProxyCommand that exited during the handshake:
-// its exit status and what it wrote to stderr, which say why far better
-// than the closed connection the SSH client saw (Err).
+// ProxyCommandError is a ProxyCommand that exited by itself, during the
+// handshake or later in the session: its exit status and what it wrote to
+// stderr, which say why far better than the closed connection the SSH
+// client saw (Err).
 type ProxyCommandError struct {
 	Host     string // inventory name (or the jump host as written)
 	ExitCode int    // -1 when a signal ended it
@@ -311,6 +312,23 @@ func (c *proxyConn) explain(err error) (stage string, out error) {
 		pe.Err = errors.Join(err, c.waitEr)
 	}
 	return StageProxyCommand, pe
+}
+
+// lostWhy says why a session carried by c ended while gpush still used it:
+// the command's exit status and stderr when it failed by itself (a session
+// manager's token expired, a bastion went down), or err with the stderr it
+// wrote. An exit status of 0 is no failure of its own: err is the cause.
+func (c *proxyConn) lostWhy(err error) error {
+	c.Close()
+	_, why := c.explain(err)
+	var pe *ProxyCommandError
+	if errors.As(why, &pe) && pe.ExitCode == 0 && pe.Signal == "" {
+		if msg := strings.TrimSpace(pe.Stderr); msg != "" {
+			return fmt.Errorf("%w (ProxyCommand stderr: %s)", err, quoteStderr(msg))
+		}
+		return err
+	}
+	return why
 }
 
 // capTail keeps the latest limit bytes written to it.

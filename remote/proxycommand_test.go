@@ -23,7 +23,10 @@ import (
 // TestProxyHelperProcess is not a test: run as this test binary with
 // "-- proxy-helper HOST PORT INFOFILE [WORDS...]" it is a tiny nc (TCP to
 // HOST:PORT over stdin/stdout) that writes its pid and WORDS to INFOFILE;
-// with "-- proxy-sleeper INFOFILE" it writes its pid and sleeps.
+// with "-- proxy-sleeper INFOFILE" it writes its pid and sleeps; with
+// "-- proxy-dier HOST PORT INFOFILE STOPFILE" it relays like proxy-helper
+// until STOPFILE exists, then complains on stderr and exits 3 (a session
+// manager whose token expired mid-session).
 func TestProxyHelperProcess(t *testing.T) {
 	args := flag.Args()
 	if len(args) < 2 {
@@ -35,6 +38,18 @@ func TestProxyHelperProcess(t *testing.T) {
 		time.Sleep(time.Hour)
 		os.Exit(0)
 	case "proxy-helper":
+	case "proxy-dier":
+		stop := args[4]
+		go func() {
+			for {
+				if _, err := os.Stat(stop); err == nil {
+					fmt.Fprintln(os.Stderr, "proxy-dier: session token expired")
+					os.Exit(3)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+		args = args[:4]
 	default:
 		return
 	}
@@ -162,6 +177,30 @@ func TestProxyCommandCarriesSSH(t *testing.T) {
 	// It ignores EOF on stdin: only Close's signal ends it, and Close
 	// reaps it (no zombie left).
 	c.Close()
+	requireGone(t, pid, false)
+}
+
+// A ProxyCommand that dies mid-session: the lost connection is explained
+// by its exit status and stderr, not only "EOF".
+func TestProxyCommandDiesMidSession(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t, sshd.Options{})
+	info, stop := filepath.Join(e.tdir, "info"), filepath.Join(e.tdir, "stop")
+	e.host.ProxyCommand = helperCommand(t, "proxy-dier", "%h", "%p", info, stop)
+	c := e.dial(t)
+	if res, err := c.Run(context.Background(), []string{"echo", "up"}, RunOptions{}); err != nil || string(res.Stdout) != "up\n" {
+		t.Fatalf("run before the proxy dies: %v %+v", err, res)
+	}
+	pid, _ := readInfo(t, info)
+	if err := os.WriteFile(stop, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	<-c.dead
+	_, err := c.Run(context.Background(), []string{"echo", "again"}, RunOptions{})
+	if !errors.Is(err, ErrConnectionLost) {
+		t.Fatalf("run after the proxy died: %v, want ErrConnectionLost", err)
+	}
+	mustContain(t, err.Error(), "ProxyCommand for h1 exited 3", "session token expired")
 	requireGone(t, pid, false)
 }
 

@@ -23,8 +23,11 @@ type sshConn struct {
 	host   inventory.Host
 	client *ssh.Client
 	hops   []*ssh.Client
-	o      Options
-	log    *slog.Logger
+	// proxy is the ProxyCommand carrying the connection, if any: when it
+	// dies, its exit status and stderr say why the session was lost.
+	proxy *proxyConn
+	o     Options
+	log   *slog.Logger
 
 	sftpMu sync.Mutex
 	sftp   *sftp.Client
@@ -41,13 +44,20 @@ type sshConn struct {
 
 // newSSHConn wraps a logged-in client; heard says when the server last
 // sent anything (for the keepalive).
-func newSSHConn(h inventory.Host, client *ssh.Client, hops []*ssh.Client, heard func() time.Time, o Options) *sshConn {
-	c := &sshConn{host: h, client: client, hops: hops, o: o, log: o.Logger.With("host", h.Name),
+func newSSHConn(h inventory.Host, client *ssh.Client, hops []*ssh.Client, heard func() time.Time, proxy *proxyConn, o Options) *sshConn {
+	c := &sshConn{host: h, client: client, hops: hops, proxy: proxy, o: o, log: o.Logger.With("host", h.Name),
 		dead: make(chan struct{})}
 	go func() {
 		err := client.Wait()
 		if err == nil {
 			err = errors.New("the server closed the connection")
+		}
+		select {
+		case <-c.dead: // gpush closed it: nothing to explain
+		default:
+			if proxy != nil {
+				err = proxy.lostWhy(err)
+			}
 		}
 		c.markDead(err)
 		// The jump connections only served this one.
