@@ -72,10 +72,11 @@ func isWordByte(c byte) bool {
 		c == '_' || c == '.' || c == '-' || c == ':' || c == '%' || c >= 0x80
 }
 
-// parseTemplate cuts msg at its numbers. host (the line's own host name,
-// may be empty) becomes the host mark where it is a whole word. A NUL in
-// msg is replaced (it would collide with the host mark).
-func parseTemplate(msg, host string) template {
+// parseTemplate cuts msg at its numbers (none when numbers is false).
+// host (the line's own host name, may be empty) becomes the host mark
+// where it is a whole word. A NUL in msg is replaced (it would collide
+// with the host mark).
+func parseTemplate(msg, host string, numbers bool) template {
 	msg = strings.ReplaceAll(msg, "\x00", "\uFFFD")
 	var t template
 	var text strings.Builder
@@ -103,7 +104,7 @@ func parseTemplate(msg, host string) template {
 			text.WriteString(hostMark + tail)
 			continue
 		}
-		if num, unit, ok := splitNumber(word); ok {
+		if num, unit, ok := splitNumber(word); ok && numbers {
 			t.text = append(t.text, text.String())
 			text.Reset()
 			t.nums = append(t.nums, num)
@@ -239,12 +240,7 @@ func (g *lineGroup) render() string {
 }
 
 func newHostLine(host, level, msg string, numbers bool) hostLine {
-	var t template
-	if numbers {
-		t = parseTemplate(msg, host)
-	} else {
-		t = template{text: []string{strings.ReplaceAll(msg, "\x00", "\uFFFD")}}
-	}
+	t := parseTemplate(msg, host, numbers)
 	return hostLine{level: level, t: t, key: level + "\x00" + t.key()}
 }
 

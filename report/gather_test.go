@@ -50,12 +50,12 @@ func TestParseTemplate(t *testing.T) {
 		{"", "-", "-"},
 		{"", "5.x 5.", "5.x <5>."},
 	} {
-		got := showTemplate(parseTemplate(c.msg, c.host))
+		got := showTemplate(parseTemplate(c.msg, c.host, true))
 		if got != c.want {
 			t.Errorf("parseTemplate(%q, host %q)\n got %q\nwant %q", c.msg, c.host, got, c.want)
 		}
 		// Rendering one line's own numbers gives the line back.
-		tp := parseTemplate(c.msg, c.host)
+		tp := parseTemplate(c.msg, c.host, true)
 		if back := tp.render([][]number{tp.nums}, c.host); back != c.msg {
 			t.Errorf("render(parse(%q)) = %q", c.msg, back)
 		}
@@ -63,16 +63,16 @@ func TestParseTemplate(t *testing.T) {
 }
 
 func TestParseTemplateKey(t *testing.T) {
-	a := parseTemplate("killed pid 4410 after 0.8 s", "")
-	b := parseTemplate("killed pid 4433 after 1.2 s", "")
-	c := parseTemplate("killed pid 4433 after 1.2 ms", "")
+	a := parseTemplate("killed pid 4410 after 0.8 s", "", true)
+	b := parseTemplate("killed pid 4433 after 1.2 s", "", true)
+	c := parseTemplate("killed pid 4433 after 1.2 ms", "", true)
 	if a.key() != b.key() {
 		t.Error("lines that differ only in numbers must share a key")
 	}
 	if a.key() == c.key() {
 		t.Error("a different unit is a different line")
 	}
-	if parseTemplate("x\x00y", "").key() == parseTemplate("x"+hostMark+"y", "").key() {
+	if parseTemplate("x\x00y", "", true).key() == parseTemplate("x"+hostMark+"y", "", true).key() {
 		t.Error("a NUL in a message must not pass for the host mark")
 	}
 }
