@@ -32,10 +32,17 @@ const scaleHosts = 300
 // varies is chosen from the host's number so that the test knows every
 // line: 1 to 3 kill lines (n % 3), a pid and a time from n % 6 and n % 2,
 // a warning on every 7th host, and a line naming the host itself.
+//
+// With probe=false no host is dialled: 300 SSH sessions cost about a
+// minute of CPU on the 2-core CI machine (sshd's side: ~0.25 s a session,
+// bench/README.md), so only the first run pays them; the later runs test
+// the output modes at 300 hosts through the same CLI and runner.
 const scaleScript = `-- 300-host output test (e2e/scale_output_test.go)
+-- @var probe bool run one command over SSH first (default: true)
 local n = tonumber(host.name:match("%d+$"))
-local r = ssh.run({"sh", "-c", "exit 3"})
-log.info("probe exited %d on %d GPUs", r.code, 4)
+local code = 3
+if vars.probe then code = ssh.run({"sh", "-c", "exit 3"}).code end
+log.info("probe exited %d on %d GPUs", code, 4)
 for k = 0, n % 3 do
   log.info("GPU %d: killed pid %d after %.1f s", k, 4000 + (n % 6) * 4 + k, 0.5 + (n % 2) * 0.3)
 end
@@ -235,72 +242,122 @@ func TestScaleOutput(t *testing.T) {
 		requireContains(t, r.stdout, "RECAP ok=300 failed=0 unreachable=0")
 	})
 
-	t.Run("by output -B", func(t *testing.T) {
-		start := time.Now()
-		r, _ := gpushScale(t, l, false, "run", script, "-B", "--forks", "100")
-		t.Logf("-B run: %v", time.Since(start).Round(time.Millisecond))
-		keepOutput(t, "scale-B.txt", r)
-		if r.code != 0 {
-			t.Fatalf("exit %d, want 0", r.code)
-		}
-		// The hosts of each distinct whole output.
-		wantBlocks := map[string][]string{}
-		for _, h := range hosts {
-			var b []string
-			for _, x := range want[h] {
-				b = append(b, x.level+" "+strings.ReplaceAll(x.text, h, "{host}"))
+	for _, mode := range []struct {
+		name, file string
+		flags      []string
+		numbers    bool
+	}{
+		{"by output -B", "scale-B.txt", []string{"-B"}, false},
+		{"by output with numbers -b -B", "scale-bB.txt", []string{"-b", "-B"}, true},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			start := time.Now()
+			args := append([]string{"run", script, "--forks", "100", "-e", "probe=false"}, mode.flags...)
+			r, _ := gpushScale(t, l, false, args...)
+			t.Logf("%v run: %v", mode.flags, time.Since(start).Round(time.Millisecond))
+			keepOutput(t, mode.file, r)
+			if r.code != 0 {
+				t.Fatalf("exit %d, want 0", r.code)
 			}
-			k := strings.Join(b, "\n")
-			wantBlocks[k] = append(wantBlocks[k], h)
-		}
-		gathered, _, _ := strings.Cut(r.stdout, "\nRECAP")
-		blocks := strings.Split(gathered, "---------------\n")
-		if blocks[0] != "" {
-			t.Fatalf("output does not start with a header:\n%s", gathered)
-		}
-		blocks = blocks[1:]
-		if len(blocks)%2 != 0 {
-			t.Fatalf("headers and bodies do not pair (%d parts)", len(blocks))
-		}
-		seen, prev := map[string]bool{}, math.MaxInt
-		for i := 0; i < len(blocks); i += 2 {
-			head := strings.TrimSuffix(blocks[i], "\n")
-			setText, count, _ := strings.Cut(head, " (")
-			set, err := inventory.ExpandNodeSet(setText)
-			if err != nil {
-				t.Fatalf("header %q: %v", head, err)
+			checkBlocks(t, r.stdout, hosts, want, mode.numbers)
+		})
+	}
+}
+
+// checkBlocks checks clush -b's layout: a header (node set, count) over
+// each distinct whole output, the most hosts first, every host in exactly
+// one block whose body is its own output; with numbers, outputs that
+// differ only in numbers are one block, each number showing its hosts'
+// values.
+func checkBlocks(t *testing.T, stdout string, hosts []string, want map[string][]scaleLine, numbers bool) {
+	t.Helper()
+	// The host's own lines as a block shows them: its name as {host}.
+	own := func(h string, numbered bool) []string {
+		var b []string
+		for _, x := range want[h] {
+			text := strings.ReplaceAll(x.text, h, "{host}")
+			if numbered {
+				text = shape(text)
 			}
-			if count != "" && count != fmt.Sprintf("%d)", len(set)) || count == "" && len(set) != 1 {
-				t.Errorf("header %q: %d hosts", head, len(set))
+			b = append(b, x.level+" "+text)
+		}
+		return b
+	}
+	wantBlocks := map[string][]string{}
+	for _, h := range hosts {
+		k := strings.Join(own(h, numbers), "\n")
+		wantBlocks[k] = append(wantBlocks[k], h)
+	}
+	gathered, _, _ := strings.Cut(stdout, "\nRECAP")
+	blocks := strings.Split(gathered, "---------------\n")
+	if blocks[0] != "" {
+		t.Fatalf("output does not start with a header:\n%s", gathered)
+	}
+	blocks = blocks[1:]
+	if len(blocks)%2 != 0 {
+		t.Fatalf("headers and bodies do not pair (%d parts)", len(blocks))
+	}
+	seen, prev := map[string]bool{}, math.MaxInt
+	for i := 0; i < len(blocks); i += 2 {
+		head := strings.TrimSuffix(blocks[i], "\n")
+		setText, count, _ := strings.Cut(head, " (")
+		set, err := inventory.ExpandNodeSet(setText)
+		if err != nil {
+			t.Fatalf("header %q: %v", head, err)
+		}
+		if count != "" && count != fmt.Sprintf("%d)", len(set)) || count == "" && len(set) != 1 {
+			t.Errorf("header %q: %d hosts", head, len(set))
+		}
+		if len(set) > prev {
+			t.Errorf("header %q: %d hosts after a block of %d (clush: the most hosts first)", head, len(set), prev)
+		}
+		prev = len(set)
+		body := strings.Split(strings.TrimSuffix(blocks[i+1], "\n"), "\n")
+		if len(set) == 1 {
+			for j := range body {
+				body[j] = strings.ReplaceAll(body[j], set[0], "{host}")
 			}
-			if len(set) > prev {
-				t.Errorf("header %q: %d hosts after a block of %d (clush: the most hosts first)", head, len(set), prev)
+		}
+		for _, h := range set {
+			if seen[h] {
+				t.Errorf("%s in two blocks", h)
 			}
-			prev = len(set)
-			body := strings.TrimSuffix(strings.TrimSuffix(blocks[i+1], "\n"), "\n")
-			// A block's body is exactly each of its hosts' whole output.
-			for _, h := range set {
-				k := strings.ReplaceAll(body, "{host}", h)
-				var b []string
-				for _, x := range want[h] {
-					b = append(b, x.level+" "+x.text)
+			seen[h] = true
+			mine := own(h, false)
+			if !numbers {
+				if !slices.Equal(body, mine) {
+					t.Errorf("%s in block %q:\n%s\nwant:\n%s", h, head, strings.Join(body, "\n"), strings.Join(mine, "\n"))
 				}
-				if k != strings.Join(b, "\n") {
-					t.Errorf("%s in block %q:\n%s\nwant:\n%s", h, head, body, strings.Join(b, "\n"))
-				}
-				if seen[h] {
-					t.Errorf("%s in two blocks", h)
-				}
-				seen[h] = true
+				continue
+			}
+			var shapes []string
+			for _, b := range body {
+				shapes = append(shapes, shape(b))
+			}
+			if m := own(h, true); !slices.Equal(shapes, m) {
+				t.Errorf("%s in block %q:\n%s\nwant (numbers as #):\n%s", h, head, strings.Join(body, "\n"), strings.Join(m, "\n"))
 			}
 		}
-		if len(seen) != len(hosts) {
-			t.Errorf("%d hosts in the blocks, want %d", len(seen), len(hosts))
+		if numbers {
+			// Line j of the body stands for line j of each host's output.
+			for j, b := range body {
+				var theirs []string
+				for _, h := range set {
+					if o := own(h, false); j < len(o) {
+						theirs = append(theirs, o[j])
+					}
+				}
+				checkNumbers(t, b, theirs)
+			}
 		}
-		if n := len(blocks) / 2; n != len(wantBlocks) {
-			t.Errorf("%d blocks, want %d distinct outputs", n, len(wantBlocks))
-		}
-	})
+	}
+	if len(seen) != len(hosts) {
+		t.Errorf("%d hosts in the blocks, want %d", len(seen), len(hosts))
+	}
+	if n := len(blocks) / 2; n != len(wantBlocks) {
+		t.Errorf("%d blocks, want %d distinct outputs", n, len(wantBlocks))
+	}
+	t.Logf("%d hosts in %d blocks", len(seen), len(blocks)/2)
 }
 
 // gpushScale runs gpush as gpush() does, with a bound fit for 300 hosts on
