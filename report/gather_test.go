@@ -360,3 +360,49 @@ func TestByOutputMatchesClubak(t *testing.T) {
 		t.Errorf("gpush -B:\n%s\nclubak -b:\n%s", got, want)
 	}
 }
+
+// A line cut at its numbers and put back with its own numbers is the line;
+// lines of one key render alike (same count of numbers).
+func FuzzParseTemplate(f *testing.F) {
+	for _, s := range []string{"killed pid 4410 after 0.8 s", "gpu017: GPU 2: 10240MiB -3 0x1f 1.2.3", "5. -", "a:1:2 [0,2]"} {
+		f.Add(s, "gpu017")
+	}
+	f.Fuzz(func(t *testing.T, msg, host string) {
+		if strings.ContainsRune(msg, 0) || strings.ContainsRune(host, 0) {
+			return
+		}
+		tp := parseTemplate(msg, host, true)
+		if len(tp.text) != len(tp.nums)+1 {
+			t.Fatalf("%q: %d texts for %d numbers", msg, len(tp.text), len(tp.nums))
+		}
+		if back := tp.render([][]number{tp.nums}, host); back != msg {
+			t.Fatalf("render(parse(%q)) = %q", msg, back)
+		}
+		for _, n := range tp.nums {
+			if _, unit, ok := splitNumber(n.text); !ok || unit != "" {
+				t.Fatalf("%q: number %q does not read back", msg, n.text)
+			}
+		}
+	})
+}
+
+// Gathering 10,000 hosts' lines (the merge is linear in the lines times
+// the templates offered at each step).
+func BenchmarkMergeLines(b *testing.B) {
+	var specs []string
+	for i := 1; i <= 10000; i++ {
+		s := fmt.Sprintf("gpu%05d: connected in %d ms; ", i, 10+i%7)
+		if i%7 == 0 {
+			s += fmt.Sprintf("GPU %d: %d MiB still used; ", i%4, 512*(i%3+1))
+		}
+		for g := 0; g < 1+i%3; g++ {
+			s += fmt.Sprintf("GPU %d: killed pid %d after 0.%d s; ", g, 4000+i, i%9)
+		}
+		specs = append(specs, s+"done")
+	}
+	hosts, seqs := lines(specs...)
+	b.ResetTimer()
+	for b.Loop() {
+		mergeLines(hosts, seqs)
+	}
+}
