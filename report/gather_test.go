@@ -406,3 +406,26 @@ func BenchmarkMergeLines(b *testing.B) {
 		mergeLines(hosts, seqs)
 	}
 }
+
+// A message of several lines (a tool's output) gathers as one, each of
+// its lines prefixed; the host's own name folds in -B too.
+func TestGatherMultiLineAndHostName(t *testing.T) {
+	var out bytes.Buffer
+	p := New(Options{Out: &out, Gather: true, Fold: inventory.FoldNodeSet, Now: clock()})
+	p.Event(Event{Host: "h1", Level: "info", Message: "nvidia-smi:\n0, 10240 MiB\n"})
+	p.Event(Event{Host: "h2", Level: "info", Message: "nvidia-smi:\n0, 512 MiB\n"})
+	p.Finish(nil)
+	if want := "h[1-2] (2) | INFO nvidia-smi:\nh[1-2] (2) | INFO 0, [512,10240] MiB\n"; !strings.HasPrefix(out.String(), want) {
+		t.Errorf("gathered:\n%s\nwant:\n%s", out.String(), want)
+	}
+	out.Reset()
+	p = New(Options{Out: &out, ByOutput: true, Fold: inventory.FoldNodeSet, Now: clock()})
+	for _, h := range []string{"h1", "h2", "h3"} {
+		p.Event(Event{Host: h, Level: "info", Message: h + ": up"})
+	}
+	p.Event(Event{Host: "h4", Level: "info", Message: "h4: down"})
+	p.Finish(nil)
+	if want := "---------------\nh[1-3] (3)\n---------------\nINFO {host}: up\n---------------\nh4\n---------------\nINFO h4: down\n"; !strings.HasPrefix(out.String(), want) {
+		t.Errorf("-B:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
