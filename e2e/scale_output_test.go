@@ -425,7 +425,7 @@ func checkProgress(t *testing.T, term string) {
 	if len(draws) < 3 {
 		t.Fatalf("progress drawn %d times, want several:\n%q", len(draws)-1, term)
 	}
-	var first string
+	var first, last string
 	named := 0
 	for _, d := range draws[1:] {
 		if d == "" {
@@ -434,6 +434,7 @@ func checkProgress(t *testing.T, term string) {
 		if first == "" {
 			first = d
 		}
+		last = d
 		if !strings.HasPrefix(d, "[") || !strings.Contains(d, "/300] ok=") {
 			t.Errorf("not a progress line: %q", d)
 		}
@@ -450,5 +451,5 @@ func checkProgress(t *testing.T, term string) {
 	if draws[len(draws)-1] != "" {
 		t.Errorf("the progress line is left on the terminal: %q", draws[len(draws)-1])
 	}
-	t.Logf("progress: %d draws, %d naming waiting hosts; first %q", len(draws)-1, named, first)
+	t.Logf("progress: %d draws, %d naming waiting hosts; first %q, last %q", len(draws)-1, named, first, last)
 }

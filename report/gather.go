@@ -99,7 +99,7 @@ func parseTemplate(msg, host string, numbers bool) template {
 		}
 		if host != "" && (word == host || word+tail == host) {
 			if word+tail == host {
-				word, tail = word+tail, ""
+				tail = "" // a host name may end in '.' itself
 			}
 			text.WriteString(hostMark + tail)
 			continue

@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strings"
@@ -427,5 +428,42 @@ func TestGatherMultiLineAndHostName(t *testing.T) {
 	p.Finish(nil)
 	if want := "---------------\nh[1-3] (3)\n---------------\nINFO {host}: up\n---------------\nh4\n---------------\nINFO h4: down\n"; !strings.HasPrefix(out.String(), want) {
 		t.Errorf("-B:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
+// Random hosts' outputs from a few templates, crossed orders included:
+// every line lands in exactly one group, in its host's order, and a group
+// holds at most one line of a host.
+func TestMergeLinesRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	steps := []string{"stop %d", "killed pid %d", "GPU %d freed", "warn %d MiB", "done"}
+	for round := 0; round < 200; round++ {
+		var specs []string
+		for h := 0; h < 1+rng.IntN(12); h++ {
+			var parts []string
+			for k := 0; k < rng.IntN(8); k++ {
+				s := steps[rng.IntN(len(steps))]
+				if strings.Contains(s, "%d") {
+					s = fmt.Sprintf(s, rng.IntN(5))
+				}
+				parts = append(parts, s)
+			}
+			specs = append(specs, fmt.Sprintf("h%d:%s", h, strings.Join(parts, ";")))
+		}
+		hosts, seqs := lines(specs...)
+		gs := mergeLines(hosts, seqs)
+		keepsOrder(t, hosts, seqs, gs)
+		for _, g := range gs {
+			seen := map[string]bool{}
+			for _, h := range g.hosts {
+				if seen[h] {
+					t.Fatalf("round %d: %s twice in %q", round, h, g.render())
+				}
+				seen[h] = true
+			}
+		}
+		if t.Failed() {
+			t.Fatalf("round %d: %v", round, specs)
+		}
 	}
 }
