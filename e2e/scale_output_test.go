@@ -425,7 +425,7 @@ func checkProgress(t *testing.T, term string) {
 	if len(draws) < 3 {
 		t.Fatalf("progress drawn %d times, want several:\n%q", len(draws)-1, term)
 	}
-	var first, last string
+	var first, last, lastNamed string
 	named := 0
 	for _, d := range draws[1:] {
 		if d == "" {
@@ -443,6 +443,7 @@ func checkProgress(t *testing.T, term string) {
 		}
 		if strings.Contains(d, " waiting: lab") {
 			named++
+			lastNamed = d
 		}
 	}
 	if named == 0 {
@@ -451,5 +452,5 @@ func checkProgress(t *testing.T, term string) {
 	if draws[len(draws)-1] != "" {
 		t.Errorf("the progress line is left on the terminal: %q", draws[len(draws)-1])
 	}
-	t.Logf("progress: %d draws, %d naming waiting hosts; first %q, last %q", len(draws)-1, named, first, last)
+	t.Logf("progress: %d draws, %d naming waiting hosts; first %q, last naming hosts %q, last %q", len(draws)-1, named, first, lastNamed, last)
 }
