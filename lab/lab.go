@@ -90,6 +90,8 @@ type Binaries struct {
 // Options tunes Start.
 type Options struct {
 	// Hosts is the number of lab hosts (default 1), named lab01, lab02, ...
+	// (lab001 ... from 100 hosts on: one width, so that they fold as one
+	// node set).
 	Hosts int
 	// Dir holds everything (sshd, keys, devices, inventory); required.
 	Dir string
@@ -238,12 +240,13 @@ func Start(ctx context.Context, o Options) (l *Lab, err error) {
 	}
 	l.ClientKey = l.SSHD.ClientKeyPath
 	l.setupCgroups()
+	width := max(2, len(strconv.Itoa(o.Hosts)))
 	for i := 0; i < o.Hosts; i++ {
 		sc := o.Scenario
 		if o.HostScenario != nil {
 			sc = o.HostScenario(i)
 		}
-		h, err := l.layoutHost(fmt.Sprintf("lab%02d", i+1), sc)
+		h, err := l.layoutHost(fmt.Sprintf("lab%0*d", width, i+1), sc)
 		if err != nil {
 			return l, err
 		}

@@ -93,13 +93,24 @@ type Options struct {
 	Progress bool
 	// ProgressAfter is how long a run must last before progress shows.
 	ProgressAfter time.Duration
-	// Gather holds per-host lines and prints them at the end, each distinct
-	// line once with the node set of the hosts that printed it.
+	// Gather (-b) holds per-host lines and prints them at the end: lines
+	// that differ only in their numbers once, with the node set and count
+	// of the hosts that printed them and each number's values, every
+	// host's lines in its own order (see gather.go).
 	Gather bool
+	// ByOutput (-B, clush -b's layout) holds per-host lines and prints
+	// each distinct whole output once under a header naming its hosts.
+	ByOutput bool
 	// Verbose shows debug lines.
 	Verbose bool
 	// Total is the number of hosts, for progress.
 	Total int
+	// Hosts are the run's host names: the progress line names those not
+	// done yet ("waiting: gpu[017,204]"). Empty: counts only.
+	Hosts []string
+	// Width is the terminal's width, for the progress line (nil or <= 0:
+	// 80 columns).
+	Width func() int
 	// Fold turns host names into a node set ("gpu[01-14]"); nil joins with commas.
 	Fold func([]string) string
 	// Now is the clock (tests).
@@ -115,16 +126,10 @@ type Printer struct {
 	mu        sync.Mutex
 	start     time.Time
 	events    map[string][]Event
-	lines     []gathered // Gather mode, in first-seen order
-	lineIdx   map[string]int
 	done      int
 	counts    map[string]int
 	progress  bool // a progress line is on screen
-}
-
-type gathered struct {
-	level, msg string
-	hosts      []string
+	wait      waiting
 }
 
 // New returns a Printer.
@@ -138,7 +143,7 @@ func New(o Options) *Printer {
 	if o.Err == nil {
 		o.Err = io.Discard
 	}
-	return &Printer{o: o, out: termsafe.NewWriter(o.Out, o.Color), errw: termsafe.NewWriter(o.Err, o.Color), start: o.Now(), events: map[string][]Event{}, lineIdx: map[string]int{}, counts: map[string]int{}}
+	return &Printer{o: o, out: termsafe.NewWriter(o.Out, o.Color), errw: termsafe.NewWriter(o.Err, o.Color), start: o.Now(), events: map[string][]Event{}, counts: map[string]int{}, wait: newWaiting(o.Hosts)}
 }
 
 // Event prints (or gathers) one host line.
@@ -152,16 +157,8 @@ func (p *Printer) Event(e Event) {
 	if p.o.JSON {
 		return
 	}
-	if p.o.Gather {
-		k := e.Level + "\x00" + e.Message
-		i, ok := p.lineIdx[k]
-		if !ok {
-			i = len(p.lines)
-			p.lineIdx[k] = i
-			p.lines = append(p.lines, gathered{level: e.Level, msg: e.Message})
-		}
-		p.lines[i].hosts = append(p.lines[i].hosts, e.Host)
-		return
+	if p.o.Gather || p.o.ByOutput {
+		return // printed by Finish, from p.events
 	}
 	p.clearProgress()
 	p.hostLines(e.Host, e.Level, e.Message)
@@ -185,6 +182,7 @@ func (p *Printer) Done(r Result) {
 	defer p.mu.Unlock()
 	p.done++
 	p.counts[r.Status]++
+	p.wait.finish(r.Host)
 	p.drawProgress()
 }
 
@@ -234,9 +232,7 @@ func (p *Printer) Finish(rs []Result) {
 		}
 		return
 	}
-	for _, g := range p.lines {
-		p.hostLines(p.o.Fold(g.hosts), g.level, g.msg)
-	}
+	p.printGathered()
 	if t := FleetTable(rs, p.o.Fold); t != nil {
 		p.out.Line()
 		t.Write(p.out)

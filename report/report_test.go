@@ -92,7 +92,7 @@ func TestGatherFoldsEqualLines(t *testing.T) {
 	}
 	p.Finish(nil)
 	s := out.String()
-	if !strings.Contains(s, "{gpu01+gpu02+gpu03} | INFO freed 2 GPUs\n{gpu02} | ERROR GPU 1 not freed\n") {
+	if !strings.Contains(s, "{gpu01+gpu02+gpu03} (3) | INFO freed 2 GPUs\n{gpu02} | ERROR GPU 1 not freed\n") {
 		t.Errorf("not gathered:\n%s", s)
 	}
 }

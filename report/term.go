@@ -56,13 +56,15 @@ func (p *Printer) level(l string) termsafe.Safe {
 }
 
 // drawProgress rewrites the progress line on Err; callers hold p.mu.
-func (p *Printer) drawProgress() {
+func (p *Printer) drawProgress() { p.redraw(false) }
+
+// redraw draws the progress line once the run has lasted ProgressAfter;
+// force refolds the waiting hosts even within waitRefresh.
+func (p *Printer) redraw(force bool) {
 	if !p.o.Progress || p.o.Now().Sub(p.start) < p.o.ProgressAfter {
 		return
 	}
-	p.errw.Print(termsafe.EraseLine(), termsafe.Dataf("[%d/%d] ok=%d failed=%d unreachable=%d %s",
-		p.done, p.o.Total, p.counts[StatusOK], p.counts[StatusFailed], p.counts[StatusUnreachable],
-		fmtDur(p.o.Now().Sub(p.start))))
+	p.errw.Print(termsafe.EraseLine(), termsafe.Data(p.progressLine(force)))
 	p.progress = true
 }
 
@@ -74,10 +76,25 @@ func (p *Printer) clearProgress() {
 	}
 }
 
-// Tick redraws the progress line (call it periodically during long runs so
-// the elapsed time moves while no host finishes).
+// Tick redraws the progress line: call it every ProgressTick so that the
+// line shows within a second and its clock moves while no host finishes.
 func (p *Printer) Tick() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.drawProgress()
+	p.redraw(true)
+}
+
+// TermWidth returns a function reporting f's width in columns (0 when f is
+// not a terminal), asked at each redraw so that a resize is followed.
+func TermWidth(f *os.File) func() int {
+	return func() int {
+		if f == nil {
+			return 0
+		}
+		w, _, err := term.GetSize(int(f.Fd()))
+		if err != nil {
+			return 0
+		}
+		return w
+	}
 }

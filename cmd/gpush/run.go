@@ -35,7 +35,8 @@ func runCommand() *cli.Command {
 			"--lua-memory (or the host var gpush_lua_memory): past it the host fails \"memory limit\".",
 		Flags: append(fleetFlags("hosts run at once", "per-host time limit (0: none)"),
 			&cli.BoolFlag{Name: "json", Usage: "one JSON object per host (JSON lines) on stdout"},
-			&cli.BoolFlag{Name: "gather", Aliases: []string{"b"}, Usage: "print each distinct host line once at the end, with the hosts that printed it"},
+			&cli.BoolFlag{Name: "gather", Aliases: []string{"b"}, Usage: "at the end, print lines that differ only in numbers once, with their hosts, their count and the numbers' values ([0,2-3] exact, [0.8..1.2] lowest to highest); each host's lines stay in its order"},
+			&cli.BoolFlag{Name: "by-output", Aliases: []string{"B", "dshbak"}, Usage: "at the end, print each distinct whole host output once under a header naming its hosts, as clush -b does (with -b, outputs that differ only in numbers are one)"},
 			&cli.StringFlag{Name: "lua-memory", Value: "256MiB", Usage: "bound on each host's Lua data (the host var " + lua.MemoryVar + " overrides it)", EnvVars: []string{"GPUSH_LUA_MEMORY"}},
 		),
 		Action: runRun,
@@ -82,8 +83,11 @@ func runRun(c *cli.Context) error {
 		JSON:          c.Bool("json"),
 		Color:         !c.Bool("json") && outF != nil && report.UseColor(outF),
 		Progress:      errF != nil && report.IsTerminal(errF),
-		ProgressAfter: 2 * time.Second,
+		ProgressAfter: report.ProgressDelay,
 		Gather:        c.Bool("gather"),
+		ByOutput:      c.Bool("by-output"),
+		Hosts:         progressHosts(hosts),
+		Width:         report.TermWidth(errF),
 		Verbose:       c.Bool("verbose"),
 		Total:         len(hosts),
 		Fold:          inventory.FoldNodeSet,
@@ -98,7 +102,7 @@ func runRun(c *cli.Context) error {
 	defer signal.Stop(sigs)
 	tickCtx, stopTick := context.WithCancel(context.Background())
 	defer stopTick()
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(report.ProgressTick)
 	defer tick.Stop()
 	go func() {
 		for {
@@ -204,4 +208,13 @@ func toReport(r lua.HostResult) report.Result {
 		}
 	}
 	return out
+}
+
+// progressHosts are the names the progress line waits on.
+func progressHosts(hs []inventory.Host) []string {
+	names := make([]string, len(hs))
+	for i, h := range hs {
+		names[i] = h.Name
+	}
+	return names
 }
