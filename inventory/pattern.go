@@ -20,10 +20,14 @@ var subscriptRE = regexp.MustCompile(`^(.+)\[(-?[0-9]*)(?::(-?[0-9]*))?\]$`)
 // is neither a group nor a host, or a glob that matches nothing, is an
 // error naming it: a typo must not silently select nothing (or everything
 // but one host). "localhost" not in the inventory is the local machine.
+// A selected host with a HostErr fails the whole selection, naming each.
 func (inv *Inventory) Select(pattern string) ([]Host, error) {
 	names, err := inv.SelectNames(pattern)
 	if err != nil {
 		return nil, err
+	}
+	if err := inv.selectedErr(names); err != nil {
+		return nil, fmt.Errorf("host pattern %q: %w", pattern, err)
 	}
 	out := make([]Host, 0, len(names))
 	for _, n := range names {

@@ -68,9 +68,14 @@ func Resolve(spec string, opts Options) (*Inventory, error) {
 	}
 	inv.Warnings = append(inv.Warnings, warnings...)
 	for _, name := range inv.hostOrder {
+		if inv.hostErrs[name] != nil {
+			continue // its own settings are already bad: ssh_config cannot fix them
+		}
 		h := inv.resolved[name]
 		if err := sc.complete(&h); err != nil {
-			return nil, fmt.Errorf("inventory %s: host %s: %w", inv.Source, name, err)
+			// This host only: Select refuses it if the pattern picks it.
+			inv.setHostErr(name, fmt.Errorf("inventory %s: host %s: %w", inv.Source, name, err))
+			continue
 		}
 		inv.resolved[name] = h
 	}
