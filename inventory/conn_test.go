@@ -1,8 +1,10 @@
 package inventory
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -217,3 +219,59 @@ func TestVaultInConnectionVar(t *testing.T) {
 		t.Errorf("ciphertext used as the address: %q", h.Address)
 	}
 }
+
+func TestListConnectionsAndNonFinite(t *testing.T) {
+	inv := mustYAML(t, "j.yaml", `all:
+  hosts:
+    v6: {ansible_host: "fe80::1%eth0", ansible_ssh_user: ops, big: .inf, small: -.inf, odd: .nan, l: [.inf, 1]}
+    plain: {ansible_port: 2200, ansible_ssh_private_key_file: /k/id, ansible_become: yes}
+    me: {ansible_connection: ansible.builtin.local}
+    bad: {ansible_connection: network_cli}
+`)
+	data, err := inv.List(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	for _, want := range []string{`"big": Infinity,`, `"small": -Infinity`, `"odd": NaN,`, "    Infinity,\n"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("List lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "gpush-nonfinite") {
+		t.Errorf("a placeholder was left in:\n%s", s)
+	}
+	// The rest parses once Python's tokens are numbers again.
+	var got struct {
+		Meta struct {
+			Gpush struct {
+				Connections map[string]Connection `json:"connections"`
+			} `json:"gpush"`
+		} `json:"_meta"`
+	}
+	if err := json.Unmarshal(pythonTokensAsZero(data), &got); err != nil {
+		t.Fatalf("%v\n%s", err, s)
+	}
+	c := got.Meta.Gpush.Connections
+	if v := c["v6"]; v.Address != "fe80::1%eth0" || v.Port != 22 || v.User != "ops" || v.Dial != "[fe80::1%eth0]:22" || v.Connection != "ssh" {
+		t.Errorf("v6: %+v", v)
+	}
+	if p := c["plain"]; p.Dial != "plain:2200" || !p.Become || strings.Join(p.IdentityFiles, ",") != "/k/id" || p.User == "" {
+		t.Errorf("plain: %+v", p)
+	}
+	if m := c["me"]; m.Connection != "local" || m.Dial != "" || m.Port != 0 {
+		t.Errorf("me: %+v", m)
+	}
+	if b := c["bad"]; !strings.Contains(b.Error, "network_cli") {
+		t.Errorf("bad: %+v", b)
+	}
+}
+
+// pythonTokensAsZero turns the Infinity, -Infinity and NaN values that List
+// writes (one to a line, as a value or a list item) into 0, for json.Valid
+// and json.Unmarshal.
+func pythonTokensAsZero(data []byte) []byte {
+	return pyTokenRE.ReplaceAll(data, []byte("${1}0${3}"))
+}
+
+var pyTokenRE = regexp.MustCompile(`(?m)(: |^\s*)(-?Infinity|NaN)(,?)$`)

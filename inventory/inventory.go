@@ -404,9 +404,11 @@ func (inv *Inventory) buildHost(h *hostDef) (Host, error) {
 	if err != nil {
 		return out, err
 	}
-	if out.Connection, err = connectionPlugin(conn); err != nil {
+	plugin, err := connectionPlugin(conn)
+	if err != nil {
 		return out, bad(key, err)
 	}
+	out.Connection = plugin
 	if _, ok := vars["ansible_become"]; ok {
 		v, err := cv.resolved("ansible_become")
 		if err != nil {
