@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,6 +107,56 @@ x.y
 		sort.Strings(got)
 		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("%q: gpush %v, %v; ansible %v", pattern, got, err, want)
+		}
+	}
+}
+
+// TestZonedIPv6ListAgreesWithAnsible: a host list of addresses with zones
+// gives the hosts and ports ansible-inventory gives, and a pattern naming
+// one selects it.
+func TestZonedIPv6ListAgreesWithAnsible(t *testing.T) {
+	bin := needAnsible(t, "ansible-inventory")
+	spec := "fe80::1%eth0,[fe80::2%eth1]:2222,10.0.0.1"
+	home := t.TempDir()
+	cmd := exec.Command(bin, "-i", spec, "--list")
+	cmd.Env = append(os.Environ(), "HOME="+home, "ANSIBLE_LOCAL_TEMP="+filepath.Join(home, "tmp"), "ANSIBLE_CONFIG="+filepath.Join(home, "none.cfg"))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("ansible-inventory: %v", err)
+	}
+	var ref struct {
+		Meta struct {
+			Hostvars map[string]map[string]any `json:"hostvars"`
+		} `json:"_meta"`
+		Ungrouped struct {
+			Hosts []string `json:"hosts"`
+		} `json:"ungrouped"`
+	}
+	if err := json.Unmarshal(out, &ref); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	inv, err := Resolve(spec, Options{SSHConfigFiles: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := inv.HostNames(); !reflect.DeepEqual(got, ref.Ungrouped.Hosts) {
+		t.Errorf("hosts %v, ansible-inventory %v", got, ref.Ungrouped.Hosts)
+	}
+	for _, name := range ref.Ungrouped.Hosts {
+		h, _ := inv.Host(name)
+		want := 0
+		if p, ok := ref.Meta.Hostvars[name]["ansible_port"].(float64); ok {
+			want = int(p)
+		}
+		if h.Port != want || h.Address != name {
+			t.Errorf("%s: address %q port %d, want port %d", name, h.Address, h.Port, want)
+		}
+	}
+	// With ':' an IPv6 address is ambiguous (Ansible too): commas separate.
+	for pattern, want := range map[string]string{"fe80::2%eth1": "fe80::2%eth1", "fe80::2%eth1,10.0.0.1": "fe80::2%eth1,10.0.0.1",
+		"all,!fe80::1%eth0": "fe80::2%eth1,10.0.0.1"} {
+		if got, err := inv.SelectNames(pattern); err != nil || strings.Join(got, ",") != want {
+			t.Errorf("SelectNames(%q) = %v, %v; want %s", pattern, got, err, want)
 		}
 	}
 }

@@ -154,7 +154,7 @@ func parsePattern(pattern string) ([]patternTerm, error) {
 		}
 		toks := []string{part}
 		body := strings.TrimLeft(part, "!&")
-		if strings.Count(body, ":") < 2 || !bareIPv6RE.MatchString(body) {
+		if strings.Count(body, ":") < 2 || !bareIPv6RE.MatchString(body) && !isZonedIPv6(body) {
 			toks = splitOutsideBrackets(part, ':')
 		}
 		for i, tok := range toks {

@@ -241,6 +241,16 @@ func hostList(spec string) (*Inventory, error) {
 }
 
 func parseListElem(elem string) ([]string, int, error) {
+	if addr, port, ok := splitZonedIPv6(elem); ok {
+		p := 0
+		if port != "" {
+			var err error
+			if p, err = parsePort(port); err != nil {
+				return nil, 0, fmt.Errorf("host %q: bad port: %w", elem, err)
+			}
+		}
+		return []string{addr}, p, nil
+	}
 	names, port, err := parseHostPattern(elem, true)
 	if err != nil {
 		return nil, 0, err

@@ -22,3 +22,14 @@ func TestHostsBadHostOnlyWhenSelected(t *testing.T) {
 		t.Errorf("all, sw1 selected: exit %d\n%s%s", code, out, stderr)
 	}
 }
+
+func TestHostsIPv6ZoneWithPort(t *testing.T) {
+	code, out, stderr := gpush(t, "hosts", "-i", "[fe80::2%eth1]:2222,fe80::1%eth0,")
+	if code != 0 || !strings.Contains(out, "[fe80::2%eth1]:2222") || !strings.Contains(out, "fe80::1%eth0 ") {
+		t.Errorf("exit %d\n%s%s", code, out, stderr)
+	}
+	code, out, stderr = gpush(t, "hosts", "-i", "[fe80::2%eth1]:2222,", "--json")
+	if code != 0 || !strings.Contains(out, `"dial": "[fe80::2%eth1]:2222"`) {
+		t.Errorf("--json: exit %d\n%s%s", code, out, stderr)
+	}
+}
