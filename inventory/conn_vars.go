@@ -29,8 +29,8 @@ const maxHostErrs = 5
 
 // selectedErr fails when one of the selected hosts has a HostErr, naming
 // the first few and counting the rest.
-func (inv *Inventory) selectedErr(names []string) error {
-	var msgs []string
+func (inv *Inventory) selectedErr(pattern string, names []string) error {
+	var msgs, hosts []string
 	bad := 0
 	for _, n := range names {
 		err := inv.hostErrs[n]
@@ -40,13 +40,14 @@ func (inv *Inventory) selectedErr(names []string) error {
 		bad++
 		if len(msgs) < maxHostErrs {
 			msgs = append(msgs, err.Error())
+			hosts = append(hosts, n)
 		}
 	}
 	switch {
 	case bad == 0:
 		return nil
 	case bad == 1:
-		return fmt.Errorf("a selected host cannot be reached: %s (leave it out with --limit '...:!HOST')", msgs[0])
+		return fmt.Errorf("a selected host cannot be reached: %s (to leave it out: --limit '%s,!%s')", msgs[0], pattern, hosts[0])
 	}
 	more := ""
 	if bad > len(msgs) {
@@ -133,8 +134,9 @@ func isVault(v any) bool {
 }
 
 // jinjaRefRE is a plain variable reference, the only template gpush
-// resolves: {{ name }}, spaces optional.
-var jinjaRefRE = regexp.MustCompile(`\{\{-?\s*([A-Za-z_][A-Za-z0-9_]*)\s*-?\}\}`)
+// resolves: {{ name }}, spaces optional. {{- name -}} trims the text
+// around it, so it is refused rather than half done.
+var jinjaRefRE = regexp.MustCompile(`\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}`)
 
 // maxTemplateDepth bounds chains of references (a -> b -> c ...).
 const maxTemplateDepth = 32

@@ -29,7 +29,7 @@ func (inv *Inventory) Select(pattern string) ([]Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := inv.selectedErr(names); err != nil {
+	if err := inv.selectedErr(pattern, names); err != nil {
 		return nil, fmt.Errorf("host pattern %q: %w", pattern, err)
 	}
 	out := make([]Host, 0, len(names))
