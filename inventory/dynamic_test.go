@@ -181,7 +181,7 @@ func TestScriptErrors(t *testing.T) {
 			data := filepath.Join(dir, "out.json")
 			writeFile(t, data, c.out)
 			inv := writeScript(t, dir, "inv.sh", "#!/bin/sh\ncat "+data+"\n")
-			_, err := Resolve(inv, scriptOpts(t))
+			err := resolveSelect(inv, scriptOpts(t))
 			if err == nil {
 				t.Fatal("no error")
 			}

@@ -54,6 +54,9 @@ type Inventory struct {
 	hostOrder  []string
 	// resolved holds the final Host of each name in hostOrder.
 	resolved map[string]Host
+	// hostErrs holds why a host cannot be reached (bad connection vars,
+	// ssh_config completion failing); such a host is still listed.
+	hostErrs map[string]error
 }
 
 type group struct {
@@ -212,7 +215,9 @@ func (inv *Inventory) finalize() error {
 	for _, name := range inv.hostOrder {
 		h, err := inv.buildHost(inv.hosts[name])
 		if err != nil {
-			return err
+			// One host's bad connection settings must not stop the others
+			// from being listed or reached: Select refuses it if picked.
+			inv.setHostErr(name, err)
 		}
 		inv.resolved[name] = h
 	}
@@ -361,93 +366,109 @@ func (inv *Inventory) effectiveVars(h *hostDef) (map[string]any, map[string]Pos,
 }
 
 // buildHost turns a host definition into a Host with the connection
-// settings its ansible_* vars give. ssh_config completion comes later.
+// settings its ansible_* vars give. ssh_config completion comes later. On
+// an error the Host still has its name, groups and vars (for listings); the
+// error is the host's own (see HostErr), never the inventory's.
 func (inv *Inventory) buildHost(h *hostDef) (Host, error) {
 	vars, pos, groups := inv.effectiveVars(h)
 	out := Host{Name: h.name, Connection: "ssh", Groups: groups, Vars: vars}
-	bad := func(key string, err error) error {
-		return fmt.Errorf("%s: host %s: %s: %w", pos[key], h.name, key, err)
-	}
-	str := func(keys ...string) (string, string, error) {
-		for _, k := range keys {
-			v, ok := vars[k]
-			if !ok || v == nil {
-				continue
-			}
-			switch t := v.(type) {
-			case string:
-				return t, k, nil
-			case int, int64, uint64, float64:
-				return fmt.Sprint(t), k, nil
-			default:
-				return "", k, bad(k, fmt.Errorf("want a string, got %s", showValue(v)))
-			}
-		}
-		return "", "", nil
-	}
+	cv := connVars{host: h.name, vars: vars, pos: pos}
+	bad := cv.bad
 	var err error
-	if out.Address, _, err = str("ansible_host", "ansible_ssh_host"); err != nil {
-		return Host{}, err
+	// Where both are set the ansible_ssh_* form wins: the ssh plugin lists
+	// it last among each option's vars, and the last one found is used
+	// (checked with ansible -vvv, Ansible 2.14).
+	if out.Address, _, err = cv.str("ansible_ssh_host", "ansible_host"); err != nil {
+		return out, err
 	}
-	port, key, err := str("ansible_port", "ansible_ssh_port")
+	port, key, err := cv.str("ansible_ssh_port", "ansible_port")
 	if err != nil {
-		return Host{}, err
+		return out, err
 	}
 	if port != "" {
 		if out.Port, err = parsePort(port); err != nil {
-			return Host{}, bad(key, err)
+			return out, bad(key, err)
 		}
 	}
-	if out.User, _, err = str("ansible_user", "ansible_ssh_user"); err != nil {
-		return Host{}, err
+	if out.User, _, err = cv.str("ansible_ssh_user", "ansible_user"); err != nil {
+		return out, err
 	}
-	keyFile, _, err := str("ansible_ssh_private_key_file", "ansible_private_key_file")
+	keyFile, _, err := cv.str("ansible_ssh_private_key_file", "ansible_private_key_file")
 	if err != nil {
-		return Host{}, err
+		return out, err
 	}
 	if keyFile != "" {
 		out.IdentityFiles = []string{keyFile}
 	}
-	conn, key, err := str("ansible_connection")
+	conn, key, err := cv.str("ansible_connection")
 	if err != nil {
-		return Host{}, err
+		return out, err
 	}
-	switch conn {
-	case "", "ssh", "smart", "paramiko", "paramiko_ssh":
-		out.Connection = "ssh"
-	case "local":
-		out.Connection = "local"
-	default:
-		return Host{}, bad(key, fmt.Errorf("connection %q is not supported (only ssh and local)", conn))
+	plugin, err := connectionPlugin(conn)
+	if err != nil {
+		return out, bad(key, err)
 	}
-	if v, ok := vars["ansible_become"]; ok {
+	out.Connection = plugin
+	if _, ok := vars["ansible_become"]; ok {
+		v, err := cv.resolved("ansible_become")
+		if err != nil {
+			return out, err
+		}
 		if out.Become, err = parseBool(v); err != nil {
-			return Host{}, bad("ansible_become", err)
+			return out, bad("ansible_become", err)
 		}
 	}
 	if out.Become {
-		method, key, err := str("ansible_become_method")
+		method, key, err := cv.str("ansible_become_method")
 		if err != nil {
-			return Host{}, err
+			return out, err
 		}
-		if method != "" && method != "sudo" {
-			return Host{}, bad(key, fmt.Errorf("become method %q is not supported (only sudo)", method))
+		if method != "" && method != "sudo" && method != "ansible.builtin.sudo" {
+			return out, bad(key, fmt.Errorf("become method %q is not supported (only sudo)", method))
 		}
 	}
 	// ssh sees these lists on one command line, in this order (Ansible's
 	// ssh plugin); an error is blamed on the first list that shows it.
 	var argLists []string
 	for _, k := range []string{"ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args"} {
-		args, _, err := str(k)
+		args, _, err := cv.str(k)
 		if err != nil {
-			return Host{}, err
+			return out, err
 		}
 		argLists = append(argLists, args)
 		if out.ProxyJump, out.ProxyCommand, err = proxyFromArgs(argLists...); err != nil {
-			return Host{}, bad(k, err)
+			return out, bad(k, err)
 		}
 	}
 	return out, nil
+}
+
+// connectionPlugin maps ansible_connection to gpush's two transports.
+// Ansible resolves ansible.builtin.X and ansible.legacy.X to its own X; any
+// other plugin (network_cli, docker, a collection's) speaks a protocol gpush
+// does not, so the host cannot be reached rather than being dialled by ssh.
+func connectionPlugin(name string) (string, error) {
+	short := name
+	for _, ns := range []string{"ansible.builtin.", "ansible.legacy."} {
+		if rest, ok := strings.CutPrefix(name, ns); ok {
+			short = rest
+		}
+	}
+	switch short {
+	case "":
+		if name == "" {
+			return "ssh", nil
+		}
+	case "ssh", "paramiko", "paramiko_ssh":
+		return "ssh", nil
+	case "smart":
+		if short == name {
+			return "ssh", nil
+		}
+	case "local":
+		return "local", nil
+	}
+	return "", fmt.Errorf("connection plugin %q is not supported: gpush speaks only ssh and local (also as ansible.builtin.ssh, ansible.builtin.local)", name)
 }
 
 func parsePort(s string) (int, error) {

@@ -12,23 +12,32 @@ import (
 // List renders hosts like `ansible-inventory --list`: every group that
 // holds one of them with its direct hosts and children, and each host's
 // effective vars under _meta.hostvars. nil hosts means every host. The
-// JSON has no trailing newline.
+// JSON has no trailing newline. It is a superset of Ansible's: each host's
+// effective connection (ConnectionOf) is under _meta.gpush.connections.
+// Non-finite floats are written Infinity, -Infinity and NaN, as Python's
+// json module (so ansible-inventory) writes them.
 func (inv *Inventory) List(hosts []Host) ([]byte, error) {
 	if hosts == nil {
 		hosts = inv.Hosts()
 	}
+	nf, err := newNonFinite()
+	if err != nil {
+		return nil, fmt.Errorf("inventory %s: %w", inv.Source, err)
+	}
 	selected := map[string]bool{}
 	hostvars := map[string]any{}
+	conns := map[string]Connection{}
 	for _, h := range hosts {
 		selected[h.Name] = true
 		vars := h.Vars
 		if vars == nil {
 			vars = map[string]any{}
 		}
-		hostvars[h.Name] = vars
+		hostvars[h.Name] = nf.replace(vars)
+		conns[h.Name] = inv.ConnectionOf(h)
 	}
 	keep := inv.groupsWith(selected)
-	out := map[string]any{"_meta": map[string]any{"hostvars": hostvars}}
+	out := map[string]any{"_meta": map[string]any{"hostvars": hostvars, "gpush": map[string]any{"connections": conns}}}
 	for _, name := range inv.groupOrder {
 		if !keep[name] {
 			continue
@@ -60,7 +69,7 @@ func (inv *Inventory) List(hosts []Host) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inventory %s: rendering the host list: %w", inv.Source, err)
 	}
-	return data, nil
+	return nf.pythonFloats(data), nil
 }
 
 // groupsWith returns the groups holding one of the selected hosts, directly

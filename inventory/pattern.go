@@ -8,8 +8,11 @@ import (
 	"strings"
 )
 
-// subscriptRE is Ansible's group subscript: group[0], group[-1], group[1:3], group[2:].
-var subscriptRE = regexp.MustCompile(`^(.+)\[(-?[0-9]*)(?::(-?[0-9]*))?\]$`)
+// subscriptRE is Ansible's subscript (PATTERN_WITH_SUBSCRIPT, 2.14):
+// gpus[0], gpus[-1], gpus[1:3], gpus[2:]. [:2] and [-1:] are not
+// subscripts there, and [1-3] (removed from Ansible, a warning) is a node
+// set here.
+var subscriptRE = regexp.MustCompile(`^(.+)\[(?:(-?[0-9]+)|([0-9]+):([0-9]*))\]$`)
 
 // Select returns the hosts a --limit pattern selects, in inventory order.
 // It speaks Ansible's pattern language (group, host, globs gpu0*, ~regex,
@@ -20,10 +23,14 @@ var subscriptRE = regexp.MustCompile(`^(.+)\[(-?[0-9]*)(?::(-?[0-9]*))?\]$`)
 // is neither a group nor a host, or a glob that matches nothing, is an
 // error naming it: a typo must not silently select nothing (or everything
 // but one host). "localhost" not in the inventory is the local machine.
+// A selected host with a HostErr fails the whole selection, naming each.
 func (inv *Inventory) Select(pattern string) ([]Host, error) {
 	names, err := inv.SelectNames(pattern)
 	if err != nil {
 		return nil, err
+	}
+	if err := inv.selectedErr(pattern, names); err != nil {
+		return nil, fmt.Errorf("host pattern %q: %w", pattern, err)
 	}
 	out := make([]Host, 0, len(names))
 	for _, n := range names {
@@ -49,8 +56,9 @@ func (inv *Inventory) SelectNames(pattern string) ([]string, error) {
 	if len(terms) == 0 {
 		return nil, fmt.Errorf("host pattern %q is empty", pattern)
 	}
+	hostFirst := false
 	match := func(st setStep) ([]string, error) {
-		m, err := inv.matchTerm(st.operand)
+		m, err := inv.matchTerm(st.operand, hostFirst)
 		if err != nil {
 			return nil, err
 		}
@@ -64,6 +72,9 @@ func (inv *Inventory) SelectNames(pattern string) ([]string, error) {
 	// none), then each &term, then each !term.
 	var regular, intersect, exclude [][]string
 	for _, t := range terms {
+		// As in Ansible, a plain term that is a host's name is that host,
+		// even where a group has the same name; &web and !web mean the group.
+		hostFirst = t.prefix == 0
 		names, err := evalSetSteps(t.steps, match)
 		if err != nil {
 			return nil, fmt.Errorf("host pattern %q: %w", pattern, err)
@@ -143,7 +154,7 @@ func parsePattern(pattern string) ([]patternTerm, error) {
 		}
 		toks := []string{part}
 		body := strings.TrimLeft(part, "!&")
-		if strings.Count(body, ":") < 2 || !bareIPv6RE.MatchString(body) {
+		if strings.Count(body, ":") < 2 || !bareIPv6RE.MatchString(body) && !isZonedIPv6(body) {
 			toks = splitOutsideBrackets(part, ':')
 		}
 		for i, tok := range toks {
@@ -173,9 +184,14 @@ func parsePattern(pattern string) ([]patternTerm, error) {
 	return terms, nil
 }
 
-// matchTerm returns the host names one term (without its &/! prefix) selects.
-func (inv *Inventory) matchTerm(t string) (map[string]bool, error) {
+// matchTerm returns the host names one term (without its &/! prefix)
+// selects. hostFirst: a host of that exact name wins over everything else.
+func (inv *Inventory) matchTerm(t string, hostFirst bool) (map[string]bool, error) {
 	out := map[string]bool{}
+	if hostFirst && inv.hosts[t] != nil {
+		out[t] = true
+		return out, nil
+	}
 	addGroup := func(g string) {
 		names, _ := inv.GroupHosts(g)
 		for _, n := range names {
@@ -206,10 +222,9 @@ func (inv *Inventory) matchTerm(t string) (map[string]bool, error) {
 		}
 		return out, nil
 	}
-	if m := subscriptRE.FindStringSubmatch(t); m != nil && inv.groups[m[1]] != nil {
-		isRange := strings.Contains(t[len(m[1]):], ":")
-		if m[2] != "" || isRange {
-			return inv.subscript(m[1], m[2], m[3], isRange)
+	if m := subscriptRE.FindStringSubmatch(t); m != nil {
+		if hosts := inv.ansibleMatches(m[1]); len(hosts) > 0 {
+			return subscript(t, hosts, m[2], m[3], m[4])
 		}
 	}
 	if strings.ContainsAny(t, "[]") {
@@ -268,42 +283,124 @@ func (inv *Inventory) matchTerm(t string) (map[string]bool, error) {
 	return out, nil
 }
 
-// subscript applies group[i] or group[i:j] (inclusive, as Ansible's code
-// does; negative indices count from the end) to a group's hosts.
-func (inv *Inventory) subscript(groupName, from, to string, isRange bool) (map[string]bool, error) {
-	hosts, _ := inv.GroupHosts(groupName)
-	n := len(hosts)
-	index := func(s string, def int) (int, error) {
-		if s == "" {
-			return def, nil
+// ansibleMatches lists what Ansible's _enumerate_matches gives a pattern
+// before its subscript is applied, duplicates and order included: the hosts
+// of each group it matches (in inventory order of the groups, each group's
+// hosts as Group.get_hosts orders them), then, if no group matched or the
+// pattern has a glob or '.', the hosts it matches.
+func (inv *Inventory) ansibleMatches(expr string) []string {
+	var out []string
+	matched := false
+	for _, g := range inv.groupOrder {
+		if ok, _ := path.Match(expr, g); ok {
+			matched = true
+			out = append(out, inv.ansibleGroupHosts(g)...)
 		}
+	}
+	if !matched || strings.ContainsAny(expr, ".?*[") {
+		for _, h := range inv.hostOrder {
+			if ok, _ := path.Match(expr, h); ok {
+				out = append(out, h)
+			}
+		}
+	}
+	return out
+}
+
+// ansibleGroupHosts is Ansible's Group.get_hosts order: the group's own
+// hosts, then its children's, then theirs, breadth first, each host once.
+// Ansible walks the levels below the children from a Python set, so there
+// the order of sibling groups is not fixed; this takes them in the order
+// they were found (parent by parent, children as written).
+func (inv *Inventory) ansibleGroupHosts(name string) []string {
+	g := inv.groups[name]
+	order := []*group{g}
+	seen := map[string]bool{name: true}
+	for _, c := range g.children {
+		if !seen[c] {
+			seen[c] = true
+			order = append(order, inv.groups[c])
+		}
+	}
+	level := order[1:]
+	for len(level) > 0 {
+		var next []*group
+		for _, p := range level {
+			for _, c := range p.children {
+				if !seen[c] {
+					seen[c] = true
+					next = append(next, inv.groups[c])
+				}
+			}
+		}
+		order = append(order, next...)
+		level = next
+	}
+	var out []string
+	in := map[string]bool{}
+	for _, grp := range order {
+		for _, h := range grp.hosts {
+			if !in[h] {
+				in[h] = true
+				out = append(out, h)
+			}
+		}
+	}
+	return out
+}
+
+// subscript applies [idx] or [from:to] to hosts as Ansible's
+// _apply_subscript does: Python indexing and slicing, to inclusive, an
+// empty to meaning the last, and to of 0 meaning [from] alone. Where
+// Ansible selects nothing (out of range, from after to) gpush fails
+// instead, saying so: a typo must not silently select nothing.
+func subscript(pattern string, hosts []string, idx, from, to string) (map[string]bool, error) {
+	n := len(hosts)
+	oob := func() error {
+		return fmt.Errorf("%s: subscript out of range (the pattern matches %d hosts)", pattern, n)
+	}
+	atoi := func(s string) (int, error) {
 		i, err := strconv.Atoi(s)
 		if err != nil {
-			return 0, err
+			return 0, fmt.Errorf("%s: subscript %q: %w", pattern, s, err)
+		}
+		return i, nil
+	}
+	var picked []string
+	if to != "" && strings.Trim(to, "0") == "" {
+		idx = from // Python's "if end:" is false for 0
+	}
+	if idx != "" {
+		i, err := atoi(idx)
+		if err != nil {
+			return nil, err
 		}
 		if i < 0 {
 			i += n
 		}
-		return i, nil
-	}
-	start, err := index(from, 0)
-	if err != nil {
-		return nil, fmt.Errorf("%s[%s]: %w", groupName, from, err)
-	}
-	end := start
-	if isRange {
-		if end, err = index(to, n-1); err != nil {
-			return nil, fmt.Errorf("%s[%s:%s]: %w", groupName, from, to, err)
+		if i < 0 || i >= n {
+			return nil, oob()
 		}
-	}
-	if start < 0 || start >= n || end < start {
-		return nil, fmt.Errorf("%s: subscript out of range (the group has %d hosts)", groupName, n)
-	}
-	if end >= n {
-		end = n - 1
+		picked = hosts[i : i+1]
+	} else {
+		start, err := atoi(from)
+		if err != nil {
+			return nil, err
+		}
+		end := n - 1
+		if to != "" {
+			if end, err = atoi(to); err != nil {
+				return nil, err
+			}
+		}
+		end = min(end+1, n)
+		if start >= end {
+			return nil, oob()
+		}
+		picked = hosts[start:end]
 	}
 	out := map[string]bool{}
-	for _, h := range hosts[start : end+1] {
+	for _, h := range picked {
 		out[h] = true
 	}
 	return out, nil

@@ -68,9 +68,14 @@ func Resolve(spec string, opts Options) (*Inventory, error) {
 	}
 	inv.Warnings = append(inv.Warnings, warnings...)
 	for _, name := range inv.hostOrder {
+		if inv.hostErrs[name] != nil {
+			continue // its own settings are already bad: ssh_config cannot fix them
+		}
 		h := inv.resolved[name]
 		if err := sc.complete(&h); err != nil {
-			return nil, fmt.Errorf("inventory %s: host %s: %w", inv.Source, name, err)
+			// This host only: Select refuses it if the pattern picks it.
+			inv.setHostErr(name, fmt.Errorf("inventory %s: host %s: %w", inv.Source, name, err))
+			continue
 		}
 		inv.resolved[name] = h
 	}
@@ -236,6 +241,16 @@ func hostList(spec string) (*Inventory, error) {
 }
 
 func parseListElem(elem string) ([]string, int, error) {
+	if addr, port, ok := splitZonedIPv6(elem); ok {
+		p := 0
+		if port != "" {
+			var err error
+			if p, err = parsePort(port); err != nil {
+				return nil, 0, fmt.Errorf("host %q: bad port: %w", elem, err)
+			}
+		}
+		return []string{addr}, p, nil
+	}
 	names, port, err := parseHostPattern(elem, true)
 	if err != nil {
 		return nil, 0, err

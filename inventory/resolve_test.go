@@ -182,7 +182,7 @@ func TestResolveBadSSHConfig(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config")
 	writeFile(t, cfg, "Host x\n  Port notaport\n")
-	_, err := Resolve("x", Options{SSHConfigFiles: []string{cfg}, HomeDir: dir})
+	err := resolveSelect("x", Options{SSHConfigFiles: []string{cfg}, HomeDir: dir})
 	if err == nil || !strings.Contains(err.Error(), cfg) {
 		t.Errorf("want an error naming %s, got %v", cfg, err)
 	}
@@ -190,10 +190,10 @@ func TestResolveBadSSHConfig(t *testing.T) {
 	// settings it would decide, even in the system-wide file.
 	sys := filepath.Join(dir, "system_config")
 	writeFile(t, sys, "Match host other exec \"true\"\n  User x\nMatch exec \"true\"\n  ForwardAgent yes\n")
-	if _, err := Resolve("x", Options{SSHConfigFiles: []string{sys}, HomeDir: dir}); err != nil {
+	if err := resolveSelect("x", Options{SSHConfigFiles: []string{sys}, HomeDir: dir}); err != nil {
 		t.Errorf("x is not decided by the Match exec block: %v", err)
 	}
-	if _, err := Resolve("other", Options{SSHConfigFiles: []string{sys}, HomeDir: dir}); err == nil || !strings.Contains(err.Error(), sys) || !strings.Contains(err.Error(), "Match exec") {
+	if err := resolveSelect("other", Options{SSHConfigFiles: []string{sys}, HomeDir: dir}); err == nil || !strings.Contains(err.Error(), sys) || !strings.Contains(err.Error(), "Match exec") {
 		t.Errorf("want an error naming %s and Match exec, got %v", sys, err)
 	}
 	// The system-wide file, unreadable, is skipped with a warning.
@@ -331,4 +331,15 @@ func TestGroupAndHostVarsDirs(t *testing.T) {
 	if _, err := Resolve(filepath.Join(dir, "hosts.ini"), noSSH); err == nil || !strings.Contains(err.Error(), "gpu01.yml:1") {
 		t.Errorf("list as host_vars file: %v", err)
 	}
+}
+
+// resolveSelect is Resolve then Select("all"): an ssh_config completion
+// failure is the host's error, given when it is selected.
+func resolveSelect(spec string, opts Options) error {
+	inv, err := Resolve(spec, opts)
+	if err != nil {
+		return err
+	}
+	_, err = inv.Select("all")
+	return err
 }

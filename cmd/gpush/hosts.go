@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -83,7 +84,8 @@ func hostsRun(c *cli.Context) error {
 		for _, h := range hosts {
 			addr := h.Address
 			if h.Port != 0 {
-				addr += ":" + strconv.Itoa(h.Port)
+				// [fe80::1%eth0]:2222: the port cannot be read as part of an IPv6 address.
+				addr = net.JoinHostPort(addr, strconv.Itoa(h.Port))
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", h.Name, addr, h.User, h.Connection, strings.Join(h.Groups, ","))
 		}
