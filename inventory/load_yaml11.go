@@ -112,7 +112,10 @@ func (d *yaml11) value(n *yaml.Node, depth int) (any, error) {
 		if t := d.explicitTag(n); t != "" && t != tagMap && t != tagUnsafe {
 			return nil, d.errf(n, "tag %s on a mapping is not supported", t)
 		}
-		v, _, err = d.mapping(n, depth)
+		var m map[string]any
+		if m, _, err = d.mapping(n, depth); err == nil {
+			v = d.jsonObject(m, n)
+		}
 	case yaml.DocumentNode:
 		if len(n.Content) == 0 {
 			return nil, nil
@@ -128,6 +131,22 @@ func (d *yaml11) value(n *yaml.Node, depth int) (any, error) {
 		d.memo[n] = v
 	}
 	return v, nil
+}
+
+// jsonObject is what Ansible's JSON decoder makes of its two marker
+// objects: {"__ansible_vault": s} is vault data, {"__ansible_unsafe": s}
+// a string.
+func (d *yaml11) jsonObject(m map[string]any, n *yaml.Node) any {
+	if !d.jsonMode || len(m) != 1 {
+		return m
+	}
+	if s, ok := m["__ansible_vault"].(string); ok {
+		return VaultValue{Ciphertext: s, At: Pos{d.file, n.Line}}
+	}
+	if s, ok := m["__ansible_unsafe"].(string); ok {
+		return s
+	}
+	return m
 }
 
 // explicitTag is the tag written in the file, "" if none.

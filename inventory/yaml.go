@@ -225,6 +225,10 @@ func (y yamlLoader) group(name, parent string, n, keyNode *yaml.Node, depth int)
 	at := y.pos(keyNode)
 	n = deref(n)
 	if !isNull(n) && n.Kind != yaml.MappingNode {
+		if parent != "" {
+			// Ansible then fails adding an unknown child: the file is refused.
+			return y.errf(keyNode, "group %s: not a valid group definition (want a mapping with hosts, vars and children, got %s), so it cannot be a child of %s", name, kindName(n), parent)
+		}
 		// Ansible skips it with a warning, and then does not know the group.
 		y.inv.warnf(at, "skipping group %s: expected a mapping with hosts, vars and children, got %s", name, kindName(n))
 		return nil
