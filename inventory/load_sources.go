@@ -354,7 +354,11 @@ func singleHost(spec string, opts Options, tried []string) (*Inventory, error) {
 		vars["ansible_user"], name = u, h
 	}
 	names, port, err := parseHostPattern(name, false)
-	if err != nil || len(names) != 1 || !hostNameRE.MatchString(names[0]) {
+	if isZonedIPv6(name) {
+		// fe80::1%eth0: a link-local address with its interface.
+		names, port, err = []string{name}, "", nil
+	}
+	if err != nil || len(names) != 1 || !hostNameRE.MatchString(names[0]) && !isZonedIPv6(names[0]) {
 		return nil, fmt.Errorf("inventory %s: no such file, no inventory/%s.{yaml,yml,ini}, and not a host name", spec, spec)
 	}
 	name = names[0]
@@ -377,6 +381,14 @@ func singleHost(spec string, opts Options, tried []string) (*Inventory, error) {
 		return nil, err
 	}
 	return inv, nil
+}
+
+var zoneRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+
+func isZonedIPv6(s string) bool {
+	addr, zone, ok := strings.Cut(s, "%")
+	ip := net.ParseIP(addr)
+	return ok && ip != nil && ip.To4() == nil && zoneRE.MatchString(zone)
 }
 
 // lookupTimeout bounds the DNS check of a bare --inventory word.

@@ -2,8 +2,11 @@ package inventory
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -350,4 +353,123 @@ func asStrings(v any) []string {
 		}
 	}
 	return out
+}
+
+// Every one of these files makes ansible-inventory 2.14 fail the source
+// ("Unable to parse"); gpush refuses them with an error naming the place.
+func TestLoadErrorsAsAnsible(t *testing.T) {
+	for _, c := range []struct{ spec, want string }{
+		{"errors/prio-abc.ini", `prio-abc.ini:4: group g: ansible_group_priority: "abc" is not an integer`},
+		{"errors/prio-list.ini", "prio-list.ini:4: group g: ansible_group_priority: [1] is not an integer"},
+		{"errors/tag.yml", "tag.yml:3: tag !foo is not supported"},
+		{"errors/value.yml", `value.yml:3: could not determine a constructor for the value "="`},
+		{"errors/child.yml", "child.yml:3: group c: not a valid group definition"},
+		{"errors/groupbool.yml", "groupbool.yml:1: group name yes must be a string (YAML 1.1 reads it as a boolean)"},
+		{"errors/hostint.yml", "hostint.yml:3: host name 1 must be a string (YAML 1.1 reads it as a number)"},
+		{"errors/hostslist.yml", "hostslist.yml:2: group g: hosts must be a mapping, got a list"},
+		{"errors/hostval.yml", `hostval.yml:3: host h1: expected a mapping of variables, got "5"`},
+		{"errors/baddate.yml", `baddate.yml:3: "2001-02-30": day is out of range for month`},
+		{"errors/vl/inv.ini", "group_vars/g.yml:1: a vars file must be a mapping of variables, got a list"},
+		{"errors/vf/inv.ini", "group_vars/g.yml: the file is vault-encrypted"},
+	} {
+		spec := filepath.Join("testdata", "load", c.spec)
+		_, err := ResolveAll([]string{spec}, noSSH)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one with %q", c.spec, err, c.want)
+		}
+		if testing.Short() {
+			continue
+		}
+		if _, err := exec.LookPath("ansible-inventory"); err != nil && os.Getenv("CI") != "true" {
+			continue
+		}
+		if out := ansibleFails(t, spec); out == "" {
+			t.Errorf("%s: ansible-inventory parsed it; gpush's refusal is no longer Ansible's", c.spec)
+		}
+	}
+}
+
+// ansibleFails returns ansible-inventory's complaint when it cannot parse
+// spec, "" when it can.
+func ansibleFails(t *testing.T, spec string) string {
+	t.Helper()
+	home := t.TempDir()
+	cmd := exec.Command("ansible-inventory", "--list", "-i", spec)
+	cmd.Env = append(os.Environ(), "HOME="+home, "ANSIBLE_LOCAL_TEMP="+filepath.Join(home, "l"),
+		"ANSIBLE_REMOTE_TEMP="+filepath.Join(home, "r"), "ANSIBLE_NOCOLOR=1", "ANSIBLE_CONFIG="+filepath.Join(home, "none.cfg"))
+	out, err := cmd.CombinedOutput()
+	if err != nil || bytes.Contains(out, []byte("Unable to parse")) {
+		return string(out) + fmt.Sprint(err)
+	}
+	return ""
+}
+
+func TestSingleWordInventory(t *testing.T) {
+	opts, _ := sshOpts(t)
+	var asked []string
+	opts.LookupHost = func(_ context.Context, host string) ([]string, error) {
+		asked = append(asked, host)
+		if host == "resolves" {
+			return []string{"192.0.2.7"}, nil
+		}
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	// Known to ssh_config (a HostName), an address, localhost, or resolving: one host.
+	for _, spec := range []string{"gpu01", "admin@gpu01:2299", "10.0.0.9", "fe80::1%eth0", "localhost", "resolves", "ops@resolves"} {
+		inv, err := Resolve(spec, opts)
+		if err != nil || inv.Kind != KindSingleHost || len(inv.HostNames()) != 1 {
+			t.Errorf("Resolve(%q) = %v, %v: want one host", spec, inv, err)
+		}
+	}
+	if !reflect.DeepEqual(asked, []string{"resolves", "resolves"}) {
+		t.Errorf("DNS was asked about %q, want only the names ssh_config does not know", asked)
+	}
+	// Anything else is far more likely a misspelt inventory name.
+	_, err := Resolve("nosuch", opts)
+	for _, want := range []string{"no inventory found", filepath.Join(opts.WorkDir, "inventory", "nosuch") + ".{yaml,yml,ini}",
+		filepath.Join(opts.ConfigDir, "inventory", "nosuch") + ".{yaml,yml,ini}", "-i 'nosuch,'"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Resolve(nosuch) = %v, want it to say %q", err, want)
+		}
+	}
+	// The real resolver: a name under .invalid never resolves (RFC 6761).
+	opts.LookupHost = nil
+	if _, err := Resolve("nosuch.invalid", opts); err == nil || !strings.Contains(err.Error(), "no inventory found") {
+		t.Errorf("Resolve(nosuch.invalid) = %v, want no inventory found", err)
+	}
+}
+
+func TestResolveAllMergeRules(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.ini"), filepath.Join(dir, "b.ini")
+	writeFile(t, a, "[g]\nh1 ansible_host=10.0.0.1 k=a\n")
+	writeFile(t, b, "[g]\nh1 ansible_host=10.0.0.1 k=b\n[g:vars]\nansible_group_priority=3\n")
+	inv, err := ResolveAll([]string{a, b}, noSSH)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := inv.Host("h1")
+	// Only a changed ansible_* var is warned about; k changes quietly.
+	if h.Vars["k"] != "b" || h.Address != "10.0.0.1" || len(inv.Warnings) != 0 {
+		t.Errorf("h1 %+v, warnings %q", h, inv.Warnings)
+	}
+	if inv.groups["g"].priority != 3 {
+		t.Errorf("priority from the second source lost: %d", inv.groups["g"].priority)
+	}
+	// Inside one file a host var given two values stays an error.
+	writeFile(t, a, "[g]\nh1 ansible_host=10.0.0.1\n[x]\nh1 ansible_host=10.0.0.2\n")
+	if _, err := ResolveAll([]string{a}, noSSH); err == nil || !strings.Contains(err.Error(), "conflicts with") {
+		t.Errorf("one file, two ansible_host values: %v", err)
+	}
+	if _, err := ResolveAll(nil, noSSH); err == nil {
+		t.Error("ResolveAll(nil): no error")
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(empty, "notes.txt"), "h1\n")
+	if _, err := ResolveAll([]string{empty}, noSSH); err == nil || !strings.Contains(err.Error(), "holds no inventory file") {
+		t.Errorf("a folder of ignored files: %v", err)
+	}
 }
