@@ -184,6 +184,11 @@ func (d *yaml11) resolveTag(n *yaml.Node) string {
 		}
 		return tagStr
 	}
+	// PyYAML picks resolvers by the first character; most names and
+	// addresses need no pattern at all.
+	if s != "" && !strings.ContainsRune("yYnNtTfFoO-+0123456789.~<=", rune(s[0])) {
+		return tagStr
+	}
 	switch {
 	case y11Bool.MatchString(s):
 		return tagBool
