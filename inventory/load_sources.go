@@ -140,13 +140,22 @@ func loadDir(dir string, opts Options, depth int) ([]*Inventory, error) {
 	}
 	sort.Strings(names)
 	var out []*Inventory
+	notes := newInventory(dir, KindFile) // carries warnings only
 	for _, n := range names {
+		p := filepath.Join(dir, n)
 		if dirIgnored.MatchString(n) {
+			if strings.HasSuffix(n, ".ini") {
+				// Surprising but Ansible's default: say it, since its hosts
+				// are then missing.
+				notes.warnf(Pos{File: p}, "skipped: Ansible ignores .ini files inside an inventory folder (INVENTORY_IGNORE_EXTS); rename it without the extension, or give it with its own -i")
+			}
 			continue
 		}
-		p := filepath.Join(dir, n)
 		st, err := os.Stat(p)
 		if err != nil {
+			if _, lerr := os.Lstat(p); lerr == nil {
+				return nil, fmt.Errorf("inventory %s: a broken symlink (Ansible cannot parse it either): %w", p, err)
+			}
 			return nil, fmt.Errorf("inventory %s: %w", dir, err)
 		}
 		if st.IsDir() {
@@ -162,6 +171,9 @@ func loadDir(dir string, opts Options, depth int) ([]*Inventory, error) {
 			return nil, err
 		}
 		out = append(out, part)
+	}
+	if len(notes.Warnings) > 0 && len(out) > 0 {
+		out = append(out, notes)
 	}
 	return out, nil
 }

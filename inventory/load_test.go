@@ -130,7 +130,7 @@ var loadCases = []loadCase{
 			"g3": {"gv": "script", "hv": 1.0, "v": "dir-group_vars"},
 			"s1": {"from": "script", "gv": "script", "v": "dir-group_vars"},
 		},
-		warnings: []string{"host g1: ansible_host = \"10.0.0.2\" overrides \"10.0.0.1\""},
+		warnings: []string{"host g1: ansible_host = \"10.0.0.2\" overrides \"10.0.0.1\"", "03-skip.ini: skipped: Ansible ignores .ini files"},
 	},
 	{
 		name:  "several",
