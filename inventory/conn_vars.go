@@ -3,7 +3,6 @@ package inventory
 import (
 	"fmt"
 	"net"
-	"reflect"
 	"regexp"
 	"strings"
 )
@@ -116,8 +115,7 @@ var errVault = fmt.Errorf("encrypted with ansible-vault; gpush does not decrypt 
 // isVault tells an ansible-vault value in any of the forms it reaches us:
 // the ciphertext as text (a !vault tag read as a plain scalar), the
 // {"__ansible_vault": ...} that ansible-inventory --list and inventory
-// scripts print, or the loader's own vault type (matched by name so that
-// this file does not depend on when that type lands).
+// scripts print, or the YAML loader's VaultValue.
 func isVault(v any) bool {
 	switch t := v.(type) {
 	case string:
@@ -125,12 +123,10 @@ func isVault(v any) bool {
 	case map[string]any:
 		_, ok := t["__ansible_vault"]
 		return ok
+	case VaultValue, *VaultValue:
+		return true
 	}
-	rt := reflect.TypeOf(v)
-	for rt != nil && rt.Kind() == reflect.Pointer {
-		rt = rt.Elem()
-	}
-	return rt != nil && rt.Name() == "VaultValue"
+	return false
 }
 
 // jinjaRefRE is a plain variable reference, the only template gpush

@@ -84,7 +84,9 @@ func parseINIInto(inv *Inventory, file string, data []byte) error {
 			if !ok || k == "" {
 				return fmt.Errorf("%s: [%s:vars]: expected key=value, got %q", at, groupName, line)
 			}
-			inv.setGroupVar(groupName, k, parseINIValue(strings.TrimSpace(v)), at)
+			if err := inv.setGroupVarChecked(groupName, k, parseINIValue(strings.TrimSpace(v)), at); err != nil {
+				return err
+			}
 		case "children":
 			words, err := shlexSplit(line, true)
 			if err != nil {

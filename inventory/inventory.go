@@ -3,6 +3,7 @@ package inventory
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"sort"
 	"strconv"
@@ -57,6 +58,19 @@ type Inventory struct {
 	// hostErrs holds why a host cannot be reached (bad connection vars,
 	// ssh_config completion failing); such a host is still listed.
 	hostErrs map[string]error
+	// sources counts the group_vars/ host_vars/ layers applied (one per
+	// inventory source, in order): a later source's files win.
+	sources int
+	// loadErr is the first error setGroupVar could not return.
+	loadErr error
+}
+
+// varSet is the vars one source's group_vars/ or host_vars/ files give a
+// group or host.
+type varSet struct {
+	src  int
+	vars map[string]any
+	pos  map[string]Pos
 }
 
 type group struct {
@@ -70,6 +84,13 @@ type group struct {
 	hosts    []string
 	hostSet  map[string]bool // hosts as a set: groups of 100k hosts must load fast
 	depth    int
+	// plug are the group_vars/ files' vars, by source: they rank above
+	// every inventory file's group vars.
+	plug []varSet
+	// priority is ansible_group_priority as the inventory source set it
+	// (hasPriority false: Ansible's default, 1).
+	priority    int
+	hasPriority bool
 }
 
 type hostDef struct {
@@ -79,6 +100,8 @@ type hostDef struct {
 	varPos map[string]Pos
 	// groups are the groups the host is listed in directly.
 	groups []string
+	// plug are the host_vars/ files' vars, by source.
+	plug []varSet
 }
 
 func newInventory(source string, kind Kind) *Inventory {
@@ -119,11 +142,61 @@ func (inv *Inventory) addChild(parent, child string, at Pos) {
 	c.parents = append(c.parents, parent)
 }
 
+// setGroupVar sets a group var from an inventory source; an error (a bad
+// ansible_group_priority) is kept for the loader to return.
 func (inv *Inventory) setGroupVar(name, key string, val any, at Pos) {
+	if err := inv.setGroupVarChecked(name, key, val, at); err != nil && inv.loadErr == nil {
+		inv.loadErr = err
+	}
+}
+
+// setGroupVarChecked is Ansible's Group.set_variable: a later definition
+// replaces an earlier one, and ansible_group_priority is not a var but the
+// group's priority, int() of the value (Ansible fails the source when
+// int() fails).
+func (inv *Inventory) setGroupVarChecked(name, key string, val any, at Pos) error {
 	g := inv.group(name, at)
-	// Like Ansible, a later definition of a group var replaces an earlier one.
+	if key == "ansible_group_priority" {
+		p, err := pyInt(val)
+		if err != nil {
+			return fmt.Errorf("%s: group %s: ansible_group_priority: %w (Ansible refuses this source too)", at, name, err)
+		}
+		g.priority, g.hasPriority = p, true
+		return nil
+	}
 	g.vars[key] = val
 	g.varPos[key] = at
+	return nil
+}
+
+// pyInt is Python's int() on a value from an inventory source.
+func pyInt(v any) (int, error) {
+	switch t := v.(type) {
+	case bool:
+		if t {
+			return 1, nil
+		}
+		return 0, nil
+	case int:
+		return t, nil
+	case int64:
+		return int(t), nil
+	case float64:
+		if math.IsInf(t, 0) || math.IsNaN(t) || math.Abs(t) > 1<<62 {
+			return 0, fmt.Errorf("%v is not an integer", t)
+		}
+		return int(t), nil
+	case string:
+		s := strings.TrimSpace(t)
+		digits := strings.TrimLeft(s, "+-")
+		if len(s)-len(digits) <= 1 && digits != "" && digits[0] != '_' && digits[len(digits)-1] != '_' && !strings.Contains(digits, "__") {
+			if n, err := strconv.Atoi(s[:len(s)-len(digits)] + strings.ReplaceAll(digits, "_", "")); err == nil {
+				return n, nil
+			}
+		}
+		return 0, fmt.Errorf("%s is not an integer", strconv.Quote(t))
+	}
+	return 0, fmt.Errorf("%s is not an integer", showValue(v))
 }
 
 // addHost lists host in group (created as needed) and sets its host vars.
@@ -323,21 +396,28 @@ func (inv *Inventory) ancestors(h *hostDef) []*group {
 	return out
 }
 
+// groupPriority is the group's ansible_group_priority as its inventory
+// source set it. Like Ansible, a group_vars/ file cannot set it: there it
+// is an ordinary var.
 func groupPriority(g *group) int {
-	switch v := g.vars["ansible_group_priority"].(type) {
-	case int:
-		return v
-	case string:
-		if n, err := strconv.Atoi(v); err == nil {
-			return n
-		}
+	if g.hasPriority {
+		return g.priority
 	}
 	return 1
 }
 
-// effectiveVars merges group vars by (depth, ansible_group_priority, name),
-// Ansible's order, then host vars on top. Top-level keys replace, as with
-// Ansible's default hash_behaviour.
+// effectiveVars merges a host's vars in Ansible's layers (VariableManager,
+// default precedence), each later one winning:
+//
+//  1. the all group's vars from the inventory files
+//  2. the other groups' vars from the inventory files
+//  3. group_vars/all files (per source, in order)
+//  4. the other groups' group_vars/ files (per source, then group order)
+//  5. the host's vars from the inventory files
+//  6. host_vars/ files (per source)
+//
+// Inside a layer groups go by (depth, ansible_group_priority, name).
+// Top-level keys replace, as with Ansible's default hash_behaviour.
 func (inv *Inventory) effectiveVars(h *hostDef) (map[string]any, map[string]Pos, []string) {
 	groups := inv.ancestors(h)
 	sort.Slice(groups, func(i, j int) bool {
@@ -351,15 +431,39 @@ func (inv *Inventory) effectiveVars(h *hostDef) (map[string]any, map[string]Pos,
 		return a.name < b.name
 	})
 	vars, pos := map[string]any{}, map[string]Pos{}
-	names := make([]string, 0, len(groups))
-	for _, g := range groups {
-		names = append(names, g.name)
-		for k, v := range g.vars {
-			vars[k], pos[k] = v, g.varPos[k]
+	put := func(m map[string]any, p map[string]Pos) {
+		for k, v := range m {
+			vars[k], pos[k] = v, p[k]
 		}
 	}
-	for k, v := range h.vars {
-		vars[k], pos[k] = v, h.varPos[k]
+	all := inv.groups["all"]
+	names := make([]string, 0, len(groups))
+	others := make([]*group, 0, len(groups))
+	for _, g := range groups {
+		names = append(names, g.name)
+		if g != all {
+			others = append(others, g)
+		}
+	}
+	put(all.vars, all.varPos)
+	for _, g := range others {
+		put(g.vars, g.varPos)
+	}
+	for _, vs := range all.plug {
+		put(vs.vars, vs.pos)
+	}
+	for src := 0; src < inv.sources; src++ {
+		for _, g := range others {
+			for _, vs := range g.plug {
+				if vs.src == src {
+					put(vs.vars, vs.pos)
+				}
+			}
+		}
+	}
+	put(h.vars, h.varPos)
+	for _, vs := range h.plug {
+		put(vs.vars, vs.pos)
 	}
 	sort.Strings(names)
 	return vars, pos, names

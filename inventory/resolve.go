@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -25,6 +24,12 @@ type Options struct {
 	HomeDir string
 	// Script bounds an inventory script's runs (see LoadScript).
 	Script ScriptOptions
+	// LookupHost checks that a bare --inventory word resolves before it is
+	// taken as one host (nil: net.DefaultResolver.LookupHost).
+	LookupHost func(ctx context.Context, host string) ([]string, error)
+
+	// specs, set by ResolveAll, are all the --inventory values to merge.
+	specs []string
 }
 
 const systemSSHConfig = "/etc/ssh/ssh_config"
@@ -82,97 +87,20 @@ func Resolve(spec string, opts Options) (*Inventory, error) {
 	return inv, nil
 }
 
+// resolveSpec loads what Resolve was given (every spec, for ResolveAll).
 func resolveSpec(spec string, opts Options) (*Inventory, error) {
-	if st, err := os.Stat(spec); err == nil && !st.IsDir() {
-		if script, err := IsScript(spec); err != nil {
-			return nil, err
-		} else if script {
-			return LoadScript(context.Background(), spec, opts.Script)
-		}
-		return Load(spec)
-	} else if err == nil && st.IsDir() {
-		return nil, fmt.Errorf("inventory %s: is a directory (give an inventory file)", spec)
+	specs := opts.specs
+	if specs == nil {
+		specs = []string{spec}
 	}
-	if !strings.ContainsAny(spec, `/\,`) {
-		dirs := []string{}
-		wd := opts.WorkDir
-		if wd == "" {
-			wd, _ = os.Getwd()
-		}
-		if wd != "" {
-			dirs = append(dirs, filepath.Join(wd, "inventory"))
-		}
-		cd := opts.ConfigDir
-		if cd == "" {
-			if ucd, err := os.UserConfigDir(); err == nil {
-				cd = filepath.Join(ucd, "gpush")
-			}
-		}
-		if cd != "" {
-			dirs = append(dirs, filepath.Join(cd, "inventory"))
-		}
-		for _, d := range dirs {
-			for _, ext := range inventoryExts {
-				p := filepath.Join(d, spec+ext)
-				st, err := os.Stat(p)
-				if err == nil && !st.IsDir() {
-					return Load(p)
-				}
-				if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, fs.ErrPermission) {
-					return nil, fmt.Errorf("inventory %s: %w", spec, err)
-				}
-			}
-		}
-	}
-	if strings.Contains(spec, ",") {
-		return hostList(spec)
-	}
-	if strings.ContainsAny(spec, `/\`) || hasInventoryExt(spec) {
-		// Meant as a file: saying it is "not a host name" would mislead.
-		return nil, fmt.Errorf("inventory %s: no such file", spec)
-	}
-	// One host, written as for ssh: [user@]host[:port].
-	vars := map[string]any{}
-	name := spec
-	if u, h, ok := strings.Cut(name, "@"); ok && u != "" && !strings.ContainsAny(u, ":@") {
-		vars["ansible_user"], name = u, h
-	}
-	names, port, err := parseHostPattern(name, false)
-	if err != nil || len(names) != 1 || !hostNameRE.MatchString(names[0]) {
-		return nil, fmt.Errorf("inventory %s: no such file, no inventory/%s.{yaml,yml,ini}, and not a host name", spec, spec)
-	}
-	name = names[0]
-	if port != "" {
-		vars["ansible_port"] = parseINIValue(port)
-	}
-	if name == "localhost" {
-		vars["ansible_connection"] = "local"
-	}
-	inv := newInventory(spec, KindSingleHost)
-	if err := inv.addHost("", name, vars, Pos{}, nil); err != nil {
-		return nil, err
-	}
-	if err := inv.finalize(); err != nil {
-		return nil, err
-	}
-	return inv, nil
+	return loadAll(specs, opts)
 }
 
-// Load reads an inventory file: .yaml, .yml and .json as YAML, anything
-// else as INI (as Ansible's plugins decide), plus group_vars/ and host_vars/
+// Load reads an inventory file (see parseFile for how its format is
+// picked), plus group_vars/ and host_vars/
 // beside it. No ssh_config completion (Resolve does that).
 func Load(path string) (*Inventory, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("inventory: %w", err)
-	}
-	inv := newInventory(path, KindFile)
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".yaml", ".yml", ".json":
-		err = parseYAMLInto(inv, path, data)
-	default:
-		err = parseINIInto(inv, path, data)
-	}
+	inv, err := parseFile(path)
 	if err != nil {
 		return nil, err
 	}

@@ -133,7 +133,6 @@ func TestResolveOrder(t *testing.T) {
 		{"node[1-4]&node[3-9],", KindHostList, []string{"node3", "node4"}},
 		{"node[1-3]^node[2-4],login", KindHostList, []string{"node1", "node4", "login"}},
 		{"w[1:4]!w2,", KindHostList, []string{"w1", "w3", "w4"}},
-		{"fleet2", KindSingleHost, []string{"fleet2"}},
 		{"10.0.0.9", KindSingleHost, []string{"10.0.0.9"}},
 	}
 	for _, c := range cases {
@@ -190,10 +189,10 @@ func TestResolveBadSSHConfig(t *testing.T) {
 	// settings it would decide, even in the system-wide file.
 	sys := filepath.Join(dir, "system_config")
 	writeFile(t, sys, "Match host other exec \"true\"\n  User x\nMatch exec \"true\"\n  ForwardAgent yes\n")
-	if err := resolveSelect("x", Options{SSHConfigFiles: []string{sys}, HomeDir: dir}); err != nil {
+	if err := resolveSelect("x,", Options{SSHConfigFiles: []string{sys}, HomeDir: dir}); err != nil {
 		t.Errorf("x is not decided by the Match exec block: %v", err)
 	}
-	if err := resolveSelect("other", Options{SSHConfigFiles: []string{sys}, HomeDir: dir}); err == nil || !strings.Contains(err.Error(), sys) || !strings.Contains(err.Error(), "Match exec") {
+	if err := resolveSelect("other,", Options{SSHConfigFiles: []string{sys}, HomeDir: dir}); err == nil || !strings.Contains(err.Error(), sys) || !strings.Contains(err.Error(), "Match exec") {
 		t.Errorf("want an error naming %s and Match exec, got %v", sys, err)
 	}
 	// The system-wide file, unreadable, is skipped with a warning.

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,47 +24,62 @@ func ParseYAML(file string, data []byte) (*Inventory, error) {
 }
 
 func parseYAMLInto(inv *Inventory, file string, data []byte) error {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil // an empty file is an empty inventory
-		}
-		return fmt.Errorf("%s: %w", file, err)
+	root, err := yamlRoot(file, data)
+	if err != nil || root == nil {
+		return err
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("%s:%d: more than one YAML document", file, extra.Line)
-	}
-	root := deref(&doc)
-	if root.Kind == yaml.DocumentNode {
-		if len(root.Content) == 0 {
-			return nil
-		}
-		root = deref(root.Content[0])
-	}
-	y := yamlLoader{inv: inv, file: file}
+	y := yamlLoader{inv: inv, file: file, d: newYAML11(file, json.Valid(data), inv.warnf)}
 	if isNull(root) {
 		return nil
 	}
 	if root.Kind != yaml.MappingNode {
 		return y.errf(root, "the top level must be a mapping of group names, got %s", kindName(root))
 	}
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		name, err := y.key(root.Content[i])
+	top, err := y.pairs(root)
+	if err != nil {
+		return err
+	}
+	for _, p := range top {
+		name, err := y.name(p.k, "group")
 		if err != nil {
 			return err
 		}
-		if err := y.group(name, "", root.Content[i+1], root.Content[i], 0); err != nil {
+		if err := y.group(name, "", p.v, p.k, 0); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// yamlRoot parses one YAML document and returns its top node (nil for an
+// empty file).
+func yamlRoot(file string, data []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil // an empty file is an empty inventory
+		}
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%s:%d: more than one YAML document", file, extra.Line)
+	}
+	root := deref(&doc)
+	if root.Kind == yaml.DocumentNode {
+		if len(root.Content) == 0 {
+			return nil, nil
+		}
+		root = deref(root.Content[0])
+	}
+	return root, nil
+}
+
 type yamlLoader struct {
 	inv  *Inventory
 	file string
+	d    *yaml11
 }
 
 func (y yamlLoader) pos(n *yaml.Node) Pos { return Pos{y.file, n.Line} }
@@ -79,8 +95,18 @@ func deref(n *yaml.Node) *yaml.Node {
 	return n
 }
 
+// isNull is true for an empty node or a scalar YAML 1.1 reads as null.
 func isNull(n *yaml.Node) bool {
-	return n.Kind == 0 || n.Kind == yaml.ScalarNode && n.Tag == "!!null"
+	if n.Kind == 0 {
+		return true
+	}
+	if n.Kind != yaml.ScalarNode {
+		return false
+	}
+	if n.Style&yaml.TaggedStyle != 0 {
+		return n.Tag == tagNull
+	}
+	return isPlain(n) && y11Null.MatchString(n.Value)
 }
 
 func kindName(n *yaml.Node) string {
@@ -96,16 +122,100 @@ func kindName(n *yaml.Node) string {
 	}
 }
 
-// key returns a mapping key as a string; group and host names must be scalars.
-func (y yamlLoader) key(n *yaml.Node) (string, error) {
-	n = deref(n)
-	if n.Kind != yaml.ScalarNode || n.Value == "" {
-		return "", y.errf(n, "expected a name, got %s", kindName(n))
+// pair is one entry of a mapping: the key node (for its line and value)
+// and the value node.
+type pair struct {
+	key  string
+	keyV any
+	k, v *yaml.Node
+}
+
+// pairs lists a mapping's entries as PyYAML builds the dict: a repeated
+// key keeps its first place and its last value, with Ansible's warning.
+func (y yamlLoader) pairs(n *yaml.Node) ([]pair, error) {
+	var out []pair
+	index := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		kn := n.Content[i]
+		if dk := deref(kn); dk.Kind != yaml.ScalarNode {
+			return nil, y.errf(kn, "expected a name, got %s", kindName(dk))
+		}
+		kv, err := y.d.value(kn, 0)
+		if err != nil {
+			return nil, err
+		}
+		name, id, err := y.d.keyString(kv, kn)
+		if err != nil {
+			return nil, err
+		}
+		if j, ok := index[id]; ok {
+			y.inv.warnf(y.pos(kn), "found a duplicate mapping key (%s); using the last value only", name)
+			out[j].v = deref(n.Content[i+1])
+			continue
+		}
+		index[id] = len(out)
+		out = append(out, pair{name, kv, deref(kn), deref(n.Content[i+1])})
 	}
-	return n.Value, nil
+	return out, nil
+}
+
+// name is a group or host name key: Ansible wants a string, and says so
+// for a key YAML 1.1 reads as a number, a boolean or null.
+func (y yamlLoader) name(kn *yaml.Node, what string) (string, error) {
+	v, err := y.d.value(kn, 0)
+	if err != nil {
+		return "", err
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", y.errf(kn, "%s name %s must be a string (YAML 1.1 reads it as %s): quote it", what, kn.Value, yamlTypeName(v))
+	}
+	if s == "" {
+		return "", y.errf(kn, "empty %s name", what)
+	}
+	return s, nil
+}
+
+func yamlTypeName(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case int, float64:
+		return "a number"
+	case VaultValue:
+		return "a vault value"
+	default:
+		return fmt.Sprintf("%T", v)
+	}
 }
 
 const maxYAMLDepth = 200
+
+// section reads a group's hosts, vars or children entry as Ansible does: a
+// single string s means {s: null}; anything but a mapping or null is an
+// error. The returned node is nil for null.
+func (y yamlLoader) section(group, key string, n *yaml.Node) ([]pair, error) {
+	if isNull(n) {
+		return nil, nil
+	}
+	if n.Kind == yaml.ScalarNode {
+		v, err := y.d.value(n, 0)
+		if err != nil {
+			return nil, err
+		}
+		s, ok := v.(string)
+		if !ok {
+			return nil, y.errf(n, "group %s: %s must be a mapping, got %s", group, key, kindName(n))
+		}
+		return []pair{{key: s, keyV: s, k: n, v: &yaml.Node{}}}, nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, y.errf(n, "group %s: %s must be a mapping, got %s", group, key, kindName(n))
+	}
+	return y.pairs(n)
+}
 
 // group loads one group's mapping; parent is "" for top-level groups.
 func (y yamlLoader) group(name, parent string, n, keyNode *yaml.Node, depth int) error {
@@ -113,6 +223,16 @@ func (y yamlLoader) group(name, parent string, n, keyNode *yaml.Node, depth int)
 		return y.errf(keyNode, "group %s: children nested deeper than %d levels", name, maxYAMLDepth)
 	}
 	at := y.pos(keyNode)
+	n = deref(n)
+	if !isNull(n) && n.Kind != yaml.MappingNode {
+		if parent != "" {
+			// Ansible then fails adding an unknown child: the file is refused.
+			return y.errf(keyNode, "group %s: not a valid group definition (want a mapping with hosts, vars and children, got %s), so it cannot be a child of %s", name, kindName(n), parent)
+		}
+		// Ansible skips it with a warning, and then does not know the group.
+		y.inv.warnf(at, "skipping group %s: expected a mapping with hosts, vars and children, got %s", name, kindName(n))
+		return nil
+	}
 	y.inv.group(name, at)
 	if parent != "" {
 		if name == parent {
@@ -120,81 +240,72 @@ func (y yamlLoader) group(name, parent string, n, keyNode *yaml.Node, depth int)
 		}
 		y.inv.addChild(parent, name, at)
 	}
-	n = deref(n)
 	if isNull(n) {
 		return nil
 	}
-	if n.Kind != yaml.MappingNode {
-		return y.errf(n, "group %s: expected a mapping with hosts, vars and children, got %s", name, kindName(n))
+	entries, err := y.pairs(n)
+	if err != nil {
+		return err
 	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, err := y.key(n.Content[i])
-		if err != nil {
-			return err
+	sections := map[string][]pair{}
+	for _, e := range entries {
+		switch e.key {
+		case "hosts", "vars", "children":
+			if sections[e.key], err = y.section(name, e.key, e.v); err != nil {
+				return err
+			}
 		}
-		v := deref(n.Content[i+1])
-		switch k {
+	}
+	for _, e := range entries {
+		switch e.key {
 		case "hosts":
-			if err := y.hosts(name, v); err != nil {
+			if err := y.hosts(name, sections[e.key]); err != nil {
 				return err
 			}
 		case "vars":
-			vars, err := y.vars(v, "group "+name+" vars")
-			if err != nil {
-				return err
-			}
-			for _, vk := range sortedKeys(vars) {
-				y.inv.setGroupVar(name, vk, vars[vk], y.pos(varLine(v, vk)))
-			}
-		case "children":
-			if isNull(v) {
-				continue
-			}
-			if v.Kind != yaml.MappingNode {
-				return y.errf(v, "group %s: children must be a mapping of group names, got %s", name, kindName(v))
-			}
-			for j := 0; j+1 < len(v.Content); j += 2 {
-				child, err := y.key(v.Content[j])
+			for _, v := range sections[e.key] {
+				val, err := y.d.value(v.v, 1)
 				if err != nil {
 					return err
 				}
-				if err := y.group(child, name, v.Content[j+1], v.Content[j], depth+1); err != nil {
+				if err := y.inv.setGroupVarChecked(name, v.key, val, y.pos(v.k)); err != nil {
+					return err
+				}
+			}
+		case "children":
+			for _, c := range sections[e.key] {
+				child, err := y.name(c.k, "group")
+				if err != nil {
+					return err
+				}
+				if err := y.group(child, name, c.v, c.k, depth+1); err != nil {
 					return err
 				}
 			}
 		default:
-			// Ansible skips unknown keys with a warning; so do we.
-			y.inv.warnf(y.pos(n.Content[i]), "group %s: skipping unexpected key %q (only hosts, vars and children are valid)", name, k)
+			// Ansible skips unknown keys with a warning; so do we (an empty
+			// one too, which Ansible skips silently: a typo'd hostz: must
+			// not drop hosts unsaid).
+			y.inv.warnf(y.pos(e.k), "group %s: skipping unexpected key %q (only hosts, vars and children are valid)", name, e.key)
 		}
 	}
 	return nil
 }
 
-func (y yamlLoader) hosts(groupName string, n *yaml.Node) error {
-	if isNull(n) {
-		return nil
-	}
-	if n.Kind != yaml.MappingNode {
-		return y.errf(n, "group %s: hosts must be a mapping of host names, got %s", groupName, kindName(n))
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		pat, err := y.key(n.Content[i])
+func (y yamlLoader) hosts(groupName string, entries []pair) error {
+	for _, e := range entries {
+		pat, err := y.name(e.k, "host")
 		if err != nil {
 			return err
 		}
-		at := y.pos(n.Content[i])
+		at := y.pos(e.k)
 		names, port, err := parseHostPattern(pat, false)
 		if err != nil {
 			return fmt.Errorf("%s: %w", at, err)
 		}
-		vn := deref(n.Content[i+1])
-		vars, err := y.vars(vn, "host "+pat)
+		vars, varAt, err := y.vars(e.v, "host "+pat)
 		if err != nil {
 			return err
-		}
-		varAt := map[string]Pos{}
-		for k := range vars {
-			varAt[k] = y.pos(varLine(vn, k))
 		}
 		if port != "" {
 			vars["ansible_port"] = parseINIValue(port)
@@ -208,63 +319,13 @@ func (y yamlLoader) hosts(groupName string, n *yaml.Node) error {
 	return nil
 }
 
-// vars decodes a mapping of variables into plain Go values.
-func (y yamlLoader) vars(n *yaml.Node, what string) (map[string]any, error) {
+// vars builds a mapping of variables, with each one's line.
+func (y yamlLoader) vars(n *yaml.Node, what string) (map[string]any, map[string]Pos, error) {
 	if isNull(n) {
-		return map[string]any{}, nil
+		return map[string]any{}, map[string]Pos{}, nil
 	}
 	if n.Kind != yaml.MappingNode {
-		return nil, y.errf(n, "%s: expected a mapping of variables, got %s", what, kindName(n))
+		return nil, nil, y.errf(n, "%s: expected a mapping of variables, got %s", what, kindName(n))
 	}
-	var raw any
-	if err := n.Decode(&raw); err != nil {
-		return nil, fmt.Errorf("%s: %s: %w", y.pos(n), what, err)
-	}
-	m, ok := normalizeYAML(raw).(map[string]any)
-	if !ok {
-		return nil, y.errf(n, "%s: expected a mapping of variables", what)
-	}
-	return m, nil
-}
-
-// varLine finds the key node of a variable, for its line number.
-func varLine(m *yaml.Node, key string) *yaml.Node {
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if deref(m.Content[i]).Value == key {
-			return m.Content[i]
-		}
-	}
-	return m
-}
-
-// normalizeYAML turns map[any]any (non-string keys) into map[string]any so
-// that every value can be rendered as JSON and handed to Lua.
-func normalizeYAML(v any) any {
-	switch t := v.(type) {
-	case map[string]any:
-		for k, x := range t {
-			t[k] = normalizeYAML(x)
-		}
-		return t
-	case map[any]any:
-		m := make(map[string]any, len(t))
-		for k, x := range t {
-			m[pyStrYAML(k)] = normalizeYAML(x)
-		}
-		return m
-	case []any:
-		for i, x := range t {
-			t[i] = normalizeYAML(x)
-		}
-		return t
-	default:
-		return v
-	}
-}
-
-func pyStrYAML(k any) string {
-	if k == nil {
-		return "null"
-	}
-	return fmt.Sprint(k)
+	return y.d.mapping(n, 1)
 }

@@ -27,11 +27,12 @@ func hostsCommand() *cli.Command {
 
 // selectHosts resolves -i and applies --limit; errors name the argument.
 func selectHosts(c *cli.Context) (*inventory.Inventory, []inventory.Host, error) {
-	spec := c.String("inventory")
+	specs := c.StringSlice("inventory")
+	spec := strings.Join(specs, " ")
 	if spec == "" {
 		return nil, nil, usagef("--inventory (-i) is required (a file, inventory/NAME or \"host1,host2\")")
 	}
-	inv, err := inventory.Resolve(spec, inventory.Options{})
+	inv, err := inventory.ResolveAll(specs, inventory.Options{})
 	if err != nil {
 		return nil, nil, usagef("--inventory %s: %w", spec, err)
 	}

@@ -80,7 +80,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 // inventoryFlags are shared by run and hosts.
 func inventoryFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "inventory", Aliases: []string{"i"}, Usage: "inventory file, inventory/NAME, \"h1,h2\" or one host", EnvVars: []string{"GPUSH_INVENTORY"}},
+		// Repeatable, merged in order as Ansible merges several -i; never
+		// split on commas (the app disables the separator): "a,b," is one host list.
+		&cli.StringSliceFlag{Name: "inventory", Aliases: []string{"i"}, Usage: "inventory file or folder, inventory/NAME, \"h1,h2,\" or one host; repeat to merge", EnvVars: []string{"GPUSH_INVENTORY"}},
 		&cli.StringFlag{Name: "limit", Aliases: []string{"l"}, Usage: "host pattern (groups, globs, node sets, !exclude, &intersect)"},
 	}
 }
