@@ -282,22 +282,31 @@ func fit(t *report.Table, width int) []string {
 		}
 	}
 	var cut []string
-	for tableWidth(t) > width {
+	// Bounded: a cell of escaped control characters may not shrink by a
+	// cut of its runes.
+	for round := 0; round < 4*len(t.Columns) && tableWidth(t) > width; round++ {
+		// The widest column that can still give: never below its header or
+		// minCell, and never the host column.
 		widths := colWidths(t)
-		wide := 0
-		for i, w := range widths {
-			if w > widths[wide] {
-				wide = i
+		wide, floor := -1, 0
+		for i := 1; i < len(widths); i++ {
+			f := max(minCell, utf8.RuneCountInString(termsafe.String(t.Columns[i])))
+			if widths[i] > f && (wide < 0 || widths[i] > widths[wide]) {
+				wide, floor = i, f
 			}
 		}
-		limit := max(minCell, widths[wide]-(tableWidth(t)-width))
-		if limit >= widths[wide] {
+		if wide < 0 {
 			break // every column is as narrow as it gets
 		}
+		limit := max(floor, widths[wide]-(tableWidth(t)-width))
 		for _, row := range t.Rows {
-			if wide < len(row) && utf8.RuneCountInString(row[wide]) > limit {
-				rs := []rune(row[wide])
-				row[wide] = string(rs[:limit-1]) + "…"
+			// Cut what will show: the cell escaped (Write's escaping of it
+			// again changes nothing, it is printable).
+			if wide >= len(row) {
+				continue
+			}
+			if c := []rune(termsafe.String(row[wide])); len(c) > limit {
+				row[wide] = string(c[:limit-1]) + "…"
 			}
 		}
 		if len(cut) == 0 || cut[len(cut)-1] != t.Columns[wide] {
