@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	glua "github.com/yuin/gopher-lua"
 	"github.com/yuin/gopher-lua/parse"
@@ -55,6 +57,7 @@ type Fleet struct {
 	rank     map[string]int // inventory order, for hosts opened later
 	names    []string
 	sessions map[string]*Session
+	dropped  []HostResult // abandoned by EvalEach, for DropLost
 }
 
 // OpenFleet opens a Session on every host (dir as for NewSession) and
@@ -144,10 +147,12 @@ func (f *Fleet) Check() bool { return f.opts.Check }
 func (f *Fleet) Forks() int { return f.forks }
 
 // DropLost closes and removes the sessions whose connection failed (a call
-// found the host gone) and returns them as unreachable results, so that a
-// REPL can list them as left out until Reconnect.
+// found the host gone) and returns them as unreachable results, with the
+// hosts EvalEach abandoned (failed), so that a REPL can list them as left
+// out until Reconnect.
 func (f *Fleet) DropLost() []HostResult {
-	var lost []HostResult
+	lost := f.dropped
+	f.dropped = nil
 	kept := f.names[:0]
 	for _, n := range f.names {
 		s := f.sessions[n]
@@ -199,34 +204,95 @@ func (f *Fleet) Eval(ctx context.Context, hosts []string, code string) []EvalRes
 
 // EvalEach is Eval calling each (when not nil) with every host's result as
 // soon as it is known, from the hosts' goroutines (for a progress line).
+//
+// Once ctx ends, a host gets the fleet's StopGrace to stop; one that does
+// not (stuck in a builtin that cannot be interrupted) is abandoned: its
+// result says so, its session leaves the fleet (DropLost reports it) and is
+// closed when the builtin returns. The others' results stand.
 func (f *Fleet) EvalEach(ctx context.Context, hosts []string, code string, each func(EvalResult)) []EvalResult {
 	if hosts == nil {
 		hosts = f.names
 	}
+	var mu sync.Mutex
 	out := make([]EvalResult, len(hosts))
+	finished := make([]bool, len(hosts))
+	abandoned := false
 	for i, h := range hosts {
 		out[i].Host = h
 	}
-	done := func(i int) {
+	set := func(i int, vs []any, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if abandoned {
+			return
+		}
+		out[i].Values, out[i].Err, finished[i] = vs, err, true
 		if each != nil {
 			each(out[i])
 		}
 	}
-	fanOut(ctx, len(hosts), f.forks, func(i int) {
-		defer done(i)
-		h := hosts[i]
-		s := f.sessions[h]
-		if s == nil {
-			out[i].Err = fmt.Errorf("host %s is not open in this REPL", h)
-			return
+	all := make(chan struct{})
+	go func() {
+		defer close(all)
+		fanOut(ctx, len(hosts), f.forks, func(i int) {
+			s := f.sessions[hosts[i]]
+			if s == nil {
+				set(i, nil, fmt.Errorf("host %s is not open in this REPL", hosts[i]))
+				return
+			}
+			vs, err := s.eval(ctx, code)
+			set(i, vs, err)
+		}, func(i int) {
+			set(i, nil, &Interrupted{ctx.Err()})
+		})
+	}()
+	select {
+	case <-all:
+		return out
+	case <-ctx.Done():
+	}
+	grace := f.opts.StopGrace
+	if grace <= 0 {
+		grace = DefaultStopGrace
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-all:
+		return out
+	case <-t.C:
+	}
+	mu.Lock()
+	abandoned = true
+	res := append([]EvalResult(nil), out...)
+	stuck := map[string]bool{}
+	for i, h := range hosts {
+		if !finished[i] {
+			res[i].Values, res[i].Err = nil, errAbandoned
+			stuck[h] = true
 		}
-		out[i].Values, out[i].Err = s.eval(ctx, code)
-	}, func(i int) {
-		defer done(i)
-		out[i].Err = &Interrupted{ctx.Err()}
-	})
-	return out
+	}
+	mu.Unlock()
+	kept := f.names[:0]
+	for _, n := range f.names {
+		if !stuck[n] {
+			kept = append(kept, n)
+			continue
+		}
+		s := f.sessions[n]
+		delete(f.sessions, n)
+		f.dropped = append(f.dropped, HostResult{Host: n, Status: StatusFailed, Error: errAbandoned.Error() + " (its session is closed)"})
+		go func() {
+			<-all
+			s.Close()
+		}()
+	}
+	f.names = kept
+	return res
 }
+
+// errAbandoned is the result of a host that did not stop within the grace.
+var errAbandoned = errors.New("interrupted; did not stop: abandoned")
 
 // Close closes every session.
 func (f *Fleet) Close() error {

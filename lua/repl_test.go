@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpush/gpush/helper"
 	"github.com/gpush/gpush/modules"
@@ -338,5 +339,46 @@ func TestFleetLostReconnect(t *testing.T) {
 	want := []Group{{Hosts: []string{"gpu01", "gpu03"}, Text: "kept\ttrue\t2"}, {Hosts: []string{"gpu02"}, Text: "nil\ttrue\t2"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("after Reconnect:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// A host stuck in a builtin after Ctrl-C is abandoned once the grace is
+// over: the others' results stand, the stuck session leaves the fleet and
+// is closed when the builtin returns, and Reconnect brings the host back.
+func TestFleetAbandonStuck(t *testing.T) {
+	entered, release, finished := armBlocker()
+	f, hosts := newFleet("fine", "stuck")
+	fl, _ := OpenFleet(t.Context(), hosts, "", Options{Dial: f.dial, StopGrace: 50 * time.Millisecond})
+	defer fl.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	fineDone := make(chan struct{})
+	go func() { <-entered; <-fineDone; cancel() }()
+	rs := fl.EvalEach(ctx, nil, "if host.name == 'stuck' then testblock.block() end; return host.name", func(r EvalResult) {
+		if r.Host == "fine" {
+			close(fineDone)
+		}
+	})
+	if rs[0].Err != nil || FormatValues(rs[0].Values) != "fine" {
+		t.Errorf("fine: %+v", rs[0])
+	}
+	if rs[1].Err == nil || rs[1].Err.Error() != "interrupted; did not stop: abandoned" {
+		t.Errorf("stuck: %+v", rs[1])
+	}
+	lost := fl.DropLost()
+	if len(lost) != 1 || lost[0].Host != "stuck" || lost[0].Status != StatusFailed || !strings.Contains(lost[0].Error, "abandoned") {
+		t.Errorf("DropLost: %+v", lost)
+	}
+	if got := fl.Hosts(); !reflect.DeepEqual(got, []string{"fine"}) {
+		t.Errorf("hosts %v", got)
+	}
+	close(release)
+	<-finished
+	f.conns["stuck"] = modulestest.NewConn("stuck", modulestest.NewGPUHost("stuck", 2))
+	if still := fl.Reconnect(t.Context(), hosts); len(still) != 0 {
+		t.Fatalf("Reconnect: %+v", still)
+	}
+	if got := Gather(fl.Eval(t.Context(), nil, "host.name ~= nil")); len(got) != 1 || len(got[0].Hosts) != 2 || got[0].Text != "true" {
+		t.Errorf("after Reconnect: %+v", got)
 	}
 }

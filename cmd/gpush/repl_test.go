@@ -598,6 +598,13 @@ func TestReplTerminalFleetView(t *testing.T) {
 	tm.expect("gpush lab[01-03]> ")
 
 	// .doc: the module's reference; .hosts: forks and check mode.
+	// print lines come untagged, log lines with their level.
+	tm.send("print('plain ' .. host.name); log.warn('careful')\r")
+	tm.expect("lab01 | plain lab01\r\n")
+	tm.expect("lab01 | WARN careful\r\n")
+	tm.send("print('again')\r")
+	tm.lacks("INFO", "gpush lab[01-03]> ")
+
 	tm.send(".doc gpu\r")
 	tm.expect("## gpu.holders([filter]) -> list of holders")
 	tm.send(".doc nosuch\r")

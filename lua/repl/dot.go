@@ -154,8 +154,9 @@ func firstLine(doc string) string {
 	return ""
 }
 
-// reconnect tries the hosts left out again: fresh sessions (a lost host's
-// globals are gone), in check mode if the fleet is.
+// reconnect tries the hosts left out again (unreachable, lost, or
+// abandoned stuck in a call): fresh sessions, so a host's globals are gone,
+// in check mode if the fleet is.
 func (r *repl) reconnect(root context.Context) {
 	if len(r.left) == 0 {
 		r.scr.line(termsafe.Data("no host is left out"))
@@ -164,7 +165,7 @@ func (r *repl) reconnect(root context.Context) {
 	var hosts []inventory.Host
 	var keep []lua.HostResult // a bad host var: reconnecting cannot help
 	for _, h := range r.left {
-		if h.Status != lua.StatusUnreachable {
+		if r.badVars[h.Host] {
 			keep = append(keep, h)
 			continue
 		}
@@ -179,6 +180,7 @@ func (r *repl) reconnect(root context.Context) {
 	still := r.fleet.Reconnect(ctx, hosts)
 	prog.stop()
 	r.untrack(cancel)
+	r.noteBadVars(still)
 	failed := map[string]bool{}
 	for _, h := range still {
 		failed[h.Host] = true

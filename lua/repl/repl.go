@@ -93,8 +93,11 @@ type repl struct {
 	all, cur []string // open hosts; the selection
 	limit    string   // the .limit pattern, "" for all
 	left     []lua.HostResult
-	scr      *screen
-	color    bool
+	// badVars are the hosts left out because their vars are wrong (not
+	// because of the network): .reconnect cannot help them.
+	badVars map[string]bool
+	scr     *screen
+	color   bool
 	// interactive: stdin is a terminal (line editor, prompt, progress).
 	interactive bool
 	width       int // terminal columns for tables; 0: no limit
@@ -114,7 +117,7 @@ func Run(ctx context.Context, c Config) (int, error) {
 	inF, _ := in.(*os.File)
 	outF, _ := c.Out.(*os.File)
 	errF, _ := c.Err.(*os.File)
-	r := &repl{cfg: c, byName: map[string]inventory.Host{},
+	r := &repl{cfg: c, byName: map[string]inventory.Host{}, badVars: map[string]bool{},
 		color:       outF != nil && report.UseColor(outF),
 		interactive: inF != nil && report.IsTerminal(inF),
 	}
@@ -162,6 +165,7 @@ func Run(ctx context.Context, c Config) (int, error) {
 	r.untrack(dcancel)
 	defer fleet.Close()
 	r.fleet, r.left = fleet, left
+	r.noteBadVars(left)
 	r.all = fleet.Hosts()
 	r.cur = r.all
 	r.showLeftOut(left, "")
@@ -363,6 +367,14 @@ func (r *repl) eval(root context.Context, code string) {
 		r.left = append(r.left, lost...)
 		r.setOpen(r.fleet.Hosts())
 		r.showLeftOut(lost, "; .reconnect to try again")
+	}
+}
+
+func (r *repl) noteBadVars(rs []lua.HostResult) {
+	for _, h := range rs {
+		if h.Status == lua.StatusFailed {
+			r.badVars[h.Host] = true
+		}
 	}
 }
 
