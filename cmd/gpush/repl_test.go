@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -205,15 +206,36 @@ func (tm *term) output() string {
 	return tm.buf.String()
 }
 
-// expect waits for want to appear after what earlier expects consumed. The
-// deadline only guards against a hang; nothing here measures speed.
+// ansiSeq matches the terminal control sequences the line editor and the
+// progress line write (CSI: cursor moves, erase, colours).
+var ansiSeq = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]`)
+
+// screen is the output as text, control sequences stripped.
+func (tm *term) screen() string { return ansiSeq.ReplaceAllString(tm.output(), "") }
+
+// expect waits for want to appear on the screen (control sequences
+// stripped) after what earlier expects consumed. The deadline only guards
+// against a hang; nothing here measures speed.
 func (tm *term) expect(want string) {
+	tm.t.Helper()
+	tm.expectIn(want, tm.screen)
+}
+
+// expectRaw waits for want in the bytes as written (colours included),
+// anywhere: offsets in them are not the screen's, so it leaves those alone.
+func (tm *term) expectRaw(want string) {
+	tm.t.Helper()
+	seen := tm.seen
+	tm.seen = 0
+	tm.expectIn(want, tm.output)
+	tm.seen = seen
+}
+
+func (tm *term) expectIn(want string, text func() string) {
 	tm.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		tm.mu.Lock()
-		out := tm.buf.String()
-		tm.mu.Unlock()
+		out := text()
 		if i := strings.Index(out[tm.seen:], want); i >= 0 {
 			tm.seen += i + len(want)
 			return
@@ -236,7 +258,7 @@ func (tm *term) lacks(want, upTo string) {
 	tm.t.Helper()
 	from := tm.seen
 	tm.expect(upTo)
-	if seg := tm.output()[from:tm.seen]; strings.Contains(seg, want) {
+	if seg := tm.screen()[from:tm.seen]; strings.Contains(seg, want) {
 		tm.t.Errorf("unexpected %q in:\n%s", want, seg)
 	}
 }
@@ -384,7 +406,7 @@ func TestReplTerminalColor(t *testing.T) {
 	tm := startTerm(t, []string{"HOME=" + t.TempDir(), "XDG_CACHE_HOME=" + t.TempDir()}, "repl", "-i", inv, "--limit", "lab01")
 	tm.expect("gpush lab01> ")
 	tm.send("error('red')\r")
-	tm.expect("\x1b[31merror: <string>:1: red\x1b[0m")
+	tm.expectRaw("\x1b[31merror: <string>:1: red\x1b[0m")
 	tm.send(".exit\r")
 	tm.wait()
 }
