@@ -34,7 +34,8 @@ a global set by one line is there for the next, on each host.
 An expression shows its value (the line is tried as "return <line>" first);
 input that is not a complete chunk yet (an open "do", "function", "{" or
 string) continues on the next line. Equal results are shown once, with the
-hosts that gave them ("lab[01-04]: 4"); lists of records (gpu.mem(),
+hosts that gave them ("lab[01-04]: 4"; errors that differ only by the
+host's own name too, shown as <host>); lists of records (gpu.mem(),
 gpu.holders()) and the record lists inside a result (gpu.kill's results) as
 fleet tables, one row per record, gathered across hosts. print() lines stream
 as "host | text", log.* lines as "host | LEVEL text".

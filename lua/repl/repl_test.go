@@ -251,3 +251,30 @@ func TestFitEnds(t *testing.T) {
 		t.Errorf("columns %v", tb.Columns)
 	}
 }
+
+func TestGatherHostNames(t *testing.T) {
+	items := []inlineItem{
+		{"lab1", "error: gpu.mem: lab1: probe: timed out", "31"},
+		{"lab10", "error: gpu.mem: lab10: probe: timed out", "31"},
+		{"lab2", "error: gpu.mem: lab2: refused", "31"},
+		{"lab3", "lab3", ""},
+		{"lab4", "lab4", ""},
+		{"lab5", "error: lab50 is not lab5", "31"},
+	}
+	got := gather(items)
+	want := []inlineGroup{
+		{[]string{"lab1", "lab10"}, "error: gpu.mem: <host>: probe: timed out", "31"},
+		// Alone, an error keeps the name as it was.
+		{[]string{"lab2"}, "error: gpu.mem: lab2: refused", "31"},
+		// Values are never masked.
+		{[]string{"lab3"}, "lab3", ""},
+		{[]string{"lab4"}, "lab4", ""},
+		{[]string{"lab5"}, "error: lab50 is not lab5", "31"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("gather:\n got %q\nwant %q", got, want)
+	}
+	if got := maskHost("lab5: lab50 lab5-x xlab5 lab5", "lab5"); got != "<host>: lab50 lab5-x xlab5 <host>" {
+		t.Errorf("maskHost: %q", got)
+	}
+}

@@ -234,12 +234,22 @@ type inlineGroup struct {
 	text, color string
 }
 
+// hostMark stands for a host's own name in an error gathered across hosts.
+const hostMark = "<host>"
+
 // gather groups equal texts (errors apart from values) in first-seen order.
+// Errors that differ only by the host's own name ("lab01: probe: ...") are
+// one group, the name shown as <host>; values never are (host.name must
+// show each name).
 func gather(items []inlineItem) []inlineGroup {
 	var out []inlineGroup
 	idx := map[string]int{}
 	for _, it := range items {
-		k := it.color + "\x00" + it.text
+		text := it.text
+		if it.color == "31" {
+			text = maskHost(text, it.host)
+		}
+		k := it.color + "\x00" + text
 		i, ok := idx[k]
 		if !ok {
 			i = len(out)
@@ -247,8 +257,39 @@ func gather(items []inlineItem) []inlineGroup {
 			out = append(out, inlineGroup{text: it.text, color: it.color})
 		}
 		out[i].hosts = append(out[i].hosts, it.host)
+		if len(out[i].hosts) == 2 {
+			out[i].text = text // more than one host: the masked form
+		}
 	}
 	return out
+}
+
+// maskHost replaces host where it stands as a name of its own (not inside
+// a longer name: lab1 in lab10 stays).
+func maskHost(s, host string) string {
+	if host == "" {
+		return s
+	}
+	var b strings.Builder
+	for {
+		i := strings.Index(s, host)
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		end := i + len(host)
+		if (i == 0 || !nameByte(s[i-1])) && (end == len(s) || !nameByte(s[end])) {
+			b.WriteString(s[:i])
+			b.WriteString(hostMark)
+		} else {
+			b.WriteString(s[:end])
+		}
+		s = s[end:]
+	}
+}
+
+func nameByte(c byte) bool {
+	return c == '-' || c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
 
 // minCell is the narrowest a cut column gets.
