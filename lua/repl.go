@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	glua "github.com/yuin/gopher-lua"
 	"github.com/yuin/gopher-lua/parse"
@@ -50,8 +52,12 @@ func Incomplete(code string) bool {
 // order. Its methods are safe for one caller at a time.
 type Fleet struct {
 	forks    int
+	dir      string
+	opts     Options
+	rank     map[string]int // inventory order, for hosts opened later
 	names    []string
 	sessions map[string]*Session
+	dropped  []HostResult // abandoned by EvalEach, for DropLost
 }
 
 // OpenFleet opens a Session on every host (dir as for NewSession) and
@@ -64,11 +70,21 @@ func OpenFleet(ctx context.Context, hosts []inventory.Host, dir string, o Option
 	if forks <= 0 {
 		forks = DefaultForks
 	}
+	f := &Fleet{forks: forks, dir: dir, opts: o, rank: map[string]int{}, sessions: map[string]*Session{}}
+	for i, h := range hosts {
+		f.rank[h.Name] = i
+	}
+	return f, f.open(ctx, hosts)
+}
+
+// open connects sessions on hosts and adds them to the fleet, returning
+// those that could not be opened.
+func (f *Fleet) open(ctx context.Context, hosts []inventory.Host) []HostResult {
 	sessions := make([]*Session, len(hosts))
 	errs := make([]HostResult, len(hosts))
-	fanOut(ctx, len(hosts), forks, func(i int) {
+	fanOut(ctx, len(hosts), f.forks, func(i int) {
 		h := hosts[i]
-		s, err := NewSession(h, dir, o)
+		s, err := NewSession(h, f.dir, f.opts)
 		if err != nil {
 			errs[i] = HostResult{Host: h.Name, Status: StatusFailed, Error: err.Error()}
 			return
@@ -82,7 +98,6 @@ func OpenFleet(ctx context.Context, hosts []inventory.Host, dir string, o Option
 	}, func(i int) {
 		errs[i] = HostResult{Host: hosts[i].Name, Status: StatusUnreachable, Error: "interrupted"}
 	})
-	f := &Fleet{forks: forks, sessions: map[string]*Session{}}
 	var bad []HostResult
 	for i, s := range sessions {
 		if s == nil {
@@ -92,7 +107,66 @@ func OpenFleet(ctx context.Context, hosts []inventory.Host, dir string, o Option
 		f.names = append(f.names, hosts[i].Name)
 		f.sessions[hosts[i].Name] = s
 	}
-	return f, bad
+	sort.SliceStable(f.names, func(i, j int) bool { return f.order(f.names[i]) < f.order(f.names[j]) })
+	return bad
+}
+
+func (f *Fleet) order(name string) int {
+	if r, ok := f.rank[name]; ok {
+		return r
+	}
+	return len(f.rank)
+}
+
+// Reconnect opens sessions on hosts that are not in the fleet (left out at
+// the start, or lost since): fresh Lua states, with the fleet's check mode.
+// It returns those that still cannot be opened.
+func (f *Fleet) Reconnect(ctx context.Context, hosts []inventory.Host) []HostResult {
+	var todo []inventory.Host
+	for _, h := range hosts {
+		if f.sessions[h.Name] == nil {
+			todo = append(todo, h)
+		}
+	}
+	return f.open(ctx, todo)
+}
+
+// SetCheck switches check mode on every session, and for sessions that
+// Reconnect opens later.
+func (f *Fleet) SetCheck(on bool) {
+	f.opts.Check = on
+	for _, n := range f.names {
+		f.sessions[n].SetCheck(on)
+	}
+}
+
+// Check reports the fleet's check mode.
+func (f *Fleet) Check() bool { return f.opts.Check }
+
+// Forks is how many hosts evaluate at once.
+func (f *Fleet) Forks() int { return f.forks }
+
+// DropLost closes and removes the sessions whose connection failed (a call
+// found the host gone) and returns them as unreachable results, with the
+// hosts EvalEach abandoned (failed), so that a REPL can list them as left
+// out until Reconnect.
+func (f *Fleet) DropLost() []HostResult {
+	lost := f.dropped
+	f.dropped = nil
+	kept := f.names[:0]
+	for _, n := range f.names {
+		s := f.sessions[n]
+		err := s.Lost()
+		if err == nil {
+			kept = append(kept, n)
+			continue
+		}
+		s.Close()
+		delete(f.sessions, n)
+		lost = append(lost, HostResult{Host: n, Status: StatusUnreachable, Error: "connection lost: " + err.Error()})
+	}
+	f.names = kept
+	return lost
 }
 
 // Hosts lists the hosts of the fleet, in inventory order.
@@ -122,28 +196,103 @@ func (r EvalResult) Text() string {
 
 // Eval runs code on the named hosts of the fleet (all when hosts is nil),
 // at most forks at once, and returns one result per host in the order
-// given. Cancelling ctx interrupts every host's evaluation.
+// given. Cancelling ctx interrupts every host's evaluation; hosts that had
+// finished keep their results, the others get an *Interrupted error.
 func (f *Fleet) Eval(ctx context.Context, hosts []string, code string) []EvalResult {
+	return f.EvalEach(ctx, hosts, code, nil)
+}
+
+// EvalEach is Eval calling each (when not nil) with every host's result as
+// soon as it is known, from the hosts' goroutines (for a progress line).
+//
+// Once ctx ends, a host gets the fleet's StopGrace to stop; one that does
+// not (stuck in a builtin that cannot be interrupted) is abandoned: its
+// result says so, its session leaves the fleet (DropLost reports it) and is
+// closed when the builtin returns. The others' results stand.
+func (f *Fleet) EvalEach(ctx context.Context, hosts []string, code string, each func(EvalResult)) []EvalResult {
 	if hosts == nil {
 		hosts = f.names
 	}
+	var mu sync.Mutex
 	out := make([]EvalResult, len(hosts))
+	finished := make([]bool, len(hosts))
+	abandoned := false
 	for i, h := range hosts {
 		out[i].Host = h
 	}
-	fanOut(ctx, len(hosts), f.forks, func(i int) {
-		h := hosts[i]
-		s := f.sessions[h]
-		if s == nil {
-			out[i].Err = fmt.Errorf("host %s is not open in this REPL", h)
+	set := func(i int, vs []any, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if abandoned {
 			return
 		}
-		out[i].Values, out[i].Err = s.eval(ctx, code)
-	}, func(i int) {
-		out[i].Err = fmt.Errorf("interrupted: %w", ctx.Err())
-	})
-	return out
+		out[i].Values, out[i].Err, finished[i] = vs, err, true
+		if each != nil {
+			each(out[i])
+		}
+	}
+	all := make(chan struct{})
+	go func() {
+		defer close(all)
+		fanOut(ctx, len(hosts), f.forks, func(i int) {
+			s := f.sessions[hosts[i]]
+			if s == nil {
+				set(i, nil, fmt.Errorf("host %s is not open in this REPL", hosts[i]))
+				return
+			}
+			vs, err := s.eval(ctx, code)
+			set(i, vs, err)
+		}, func(i int) {
+			set(i, nil, &Interrupted{ctx.Err()})
+		})
+	}()
+	select {
+	case <-all:
+		return out
+	case <-ctx.Done():
+	}
+	grace := f.opts.StopGrace
+	if grace <= 0 {
+		grace = DefaultStopGrace
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-all:
+		return out
+	case <-t.C:
+	}
+	mu.Lock()
+	abandoned = true
+	res := append([]EvalResult(nil), out...)
+	stuck := map[string]bool{}
+	for i, h := range hosts {
+		if !finished[i] {
+			res[i].Values, res[i].Err = nil, errAbandoned
+			stuck[h] = true
+		}
+	}
+	mu.Unlock()
+	kept := f.names[:0]
+	for _, n := range f.names {
+		if !stuck[n] {
+			kept = append(kept, n)
+			continue
+		}
+		s := f.sessions[n]
+		delete(f.sessions, n)
+		f.dropped = append(f.dropped, HostResult{Host: n, Status: StatusFailed, Error: errAbandoned.Error() + " (its session is closed)"})
+		go func() {
+			<-all
+			s.Close()
+		}()
+	}
+	f.names = kept
+	return res
 }
+
+// errAbandoned is the result of a host that did not stop within the grace.
+var errAbandoned = errors.New("interrupted; did not stop: abandoned")
 
 // Close closes every session.
 func (f *Fleet) Close() error {
@@ -237,7 +386,7 @@ func formatNumber(f float64) string {
 }
 
 // DotCommands are the REPL's own commands, for completion and .help.
-var DotCommands = []string{".all", ".exit", ".help", ".hosts", ".limit"}
+var DotCommands = []string{".all", ".check", ".doc", ".exit", ".help", ".hosts", ".limit", ".reconnect"}
 
 // Complete returns the completions of the identifier (dotted names allowed)
 // ending prefix, from the globals of the fleet's first session and the

@@ -7,8 +7,11 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/gpush/gpush/helper"
 	"github.com/gpush/gpush/modules"
+	"github.com/gpush/gpush/modules/modulestest"
 )
 
 func TestIncomplete(t *testing.T) {
@@ -157,18 +160,19 @@ func TestFleet(t *testing.T) {
 	if len(g) != 2 || !reflect.DeepEqual(g[0].Hosts, []string{"gpu01", "gpu03"}) || g[0].Text != "even" || g[1].Text != "odd" {
 		t.Errorf("gather: %+v", g)
 	}
-	// print goes to OnEvent as a log line of the host.
-	fl.Eval(t.Context(), []string{"gpu02"}, "print('hello', 42)")
+	// print goes to OnEvent as a print line of the host (the REPL shows it
+	// untagged), log.info as a log line.
+	fl.Eval(t.Context(), []string{"gpu02"}, "print('hello', 42); log.info('noted')")
 	f.mu.Lock()
 	var logged []string
 	for _, e := range events {
-		if e.Kind == modules.EventLog {
-			logged = append(logged, e.Host+":"+e.Message)
+		if e.Kind == EventPrint || e.Kind == modules.EventLog {
+			logged = append(logged, e.Kind+":"+e.Host+":"+e.Message)
 		}
 	}
 	f.mu.Unlock()
-	if !reflect.DeepEqual(logged, []string{"gpu02:hello\t42"}) {
-		t.Errorf("log events %q", logged)
+	if !reflect.DeepEqual(logged, []string{"print:gpu02:hello\t42", "log:gpu02:noted"}) {
+		t.Errorf("events %q", logged)
 	}
 }
 
@@ -180,7 +184,7 @@ func TestFleetInterrupt(t *testing.T) {
 	defer cancel()
 	started := make(chan string, 2)
 	fl, bad := OpenFleet(t.Context(), hosts, "", Options{Dial: f.dial, OnEvent: func(e Event) {
-		if e.Kind == modules.EventLog && e.Message == "sleeping" {
+		if e.Kind == EventPrint && e.Message == "sleeping" {
 			started <- e.Host
 		}
 	}})
@@ -195,7 +199,7 @@ func TestFleetInterrupt(t *testing.T) {
 	}()
 	rs := fl.Eval(ctx, nil, "print('sleeping'); sleep('1h'); return 1")
 	for _, r := range rs {
-		if r.Err == nil || !errors.Is(r.Err, context.Canceled) || !strings.Contains(r.Err.Error(), "interrupted") {
+		if r.Err == nil || !errors.Is(r.Err, context.Canceled) || r.Err.Error() != "interrupted" {
 			t.Errorf("%s: %v, want interrupted (context.Canceled)", r.Host, r.Err)
 		}
 	}
@@ -245,5 +249,136 @@ func TestComplete(t *testing.T) {
 	}
 	if got := fmt.Sprint(fl.Complete("string.up")); got != "[string.upper]" {
 		t.Errorf("Complete(string.up) = %s", got)
+	}
+}
+
+// Ctrl-C keeps what finished: a host that answered before the cancel keeps
+// its value, the one still running reads "interrupted".
+func TestFleetInterruptKeepsFinished(t *testing.T) {
+	f, hosts := newFleet("gpu01", "gpu02")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	fl, _ := OpenFleet(t.Context(), hosts, "", Options{Dial: f.dial})
+	defer fl.Close()
+	var answered []string
+	rs := fl.EvalEach(ctx, nil, "if host.name == 'gpu02' then sleep('1h') end; return #gpu.mem()", func(r EvalResult) {
+		answered = append(answered, r.Host) // one host answers before the cancel
+		cancel()
+	})
+	if rs[0].Err != nil || FormatValues(rs[0].Values) != "2" {
+		t.Errorf("gpu01 finished before the interrupt: %+v, want its value 2", rs[0])
+	}
+	var intr *Interrupted
+	if !errors.As(rs[1].Err, &intr) || rs[1].Err.Error() != "interrupted" || strings.Contains(rs[1].Err.Error(), "context") {
+		t.Errorf("gpu02: %v, want exactly \"interrupted\"", rs[1].Err)
+	}
+	if !reflect.DeepEqual(answered, []string{"gpu01", "gpu02"}) {
+		t.Errorf("EvalEach reported %v, want gpu01 then gpu02", answered)
+	}
+}
+
+// .check on|off: the check global and what gpu.kill does follow the switch.
+func TestFleetSetCheck(t *testing.T) {
+	f, hosts := newFleet("gpu01")
+	fl, _ := OpenFleet(t.Context(), hosts, "", Options{Dial: f.dial})
+	defer fl.Close()
+	kill := "local r = gpu.kill(gpu.holders()); return check, r.results[1].outcome"
+	f.conns["gpu01"].Model.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{Comm: "python"}, MemByGPU: map[int]int64{0: 1024}})
+	fl.SetCheck(true)
+	if !fl.Check() {
+		t.Error("Check() false after SetCheck(true)")
+	}
+	rs := fl.Eval(t.Context(), nil, kill)
+	if got := rs[0].Text(); got != "true\twould-kill" {
+		t.Errorf("check on: %q, want true and would-kill", got)
+	}
+	fl.SetCheck(false)
+	rs = fl.Eval(t.Context(), nil, kill)
+	if got := rs[0].Text(); got != "false\texited" {
+		t.Errorf("check off: %q, want false and exited", got)
+	}
+}
+
+// A host whose connection dies is dropped as lost; Reconnect opens it again
+// (a fresh state) in its inventory place.
+func TestFleetLostReconnect(t *testing.T) {
+	f, hosts := newFleet("gpu01", "gpu02", "gpu03")
+	fl, _ := OpenFleet(t.Context(), hosts, "", Options{Dial: f.dial})
+	defer fl.Close()
+	fl.Eval(t.Context(), nil, "x = 'kept'")
+	f.conns["gpu02"].Lose()
+	rs := fl.Eval(t.Context(), nil, "#gpu.mem()")
+	if rs[1].Err == nil {
+		t.Fatalf("gpu02 answered on a lost connection: %+v", rs[1])
+	}
+	lost := fl.DropLost()
+	if len(lost) != 1 || lost[0].Host != "gpu02" || lost[0].Status != StatusUnreachable || !strings.Contains(lost[0].Error, "connection lost") {
+		t.Fatalf("DropLost: %+v", lost)
+	}
+	if got := fl.Hosts(); !reflect.DeepEqual(got, []string{"gpu01", "gpu03"}) {
+		t.Errorf("after the loss: %v", got)
+	}
+	if again := fl.DropLost(); len(again) != 0 {
+		t.Errorf("DropLost twice: %+v", again)
+	}
+	// Still down: reported again, not added.
+	f.down["gpu02"] = errors.New("connection refused")
+	if still := fl.Reconnect(t.Context(), hosts); len(still) != 1 || still[0].Host != "gpu02" {
+		t.Errorf("Reconnect while down: %+v", still)
+	}
+	delete(f.down, "gpu02")
+	f.conns["gpu02"] = modulestest.NewConn("gpu02", modulestest.NewGPUHost("gpu02", 2))
+	fl.SetCheck(true)
+	if still := fl.Reconnect(t.Context(), hosts); len(still) != 0 {
+		t.Fatalf("Reconnect: %+v", still)
+	}
+	if got := fl.Hosts(); !reflect.DeepEqual(got, []string{"gpu01", "gpu02", "gpu03"}) {
+		t.Errorf("after Reconnect: %v, want inventory order", got)
+	}
+	got := Gather(fl.Eval(t.Context(), nil, "x, check, #gpu.mem()"))
+	want := []Group{{Hosts: []string{"gpu01", "gpu03"}, Text: "kept\ttrue\t2"}, {Hosts: []string{"gpu02"}, Text: "nil\ttrue\t2"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("after Reconnect:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// A host stuck in a builtin after Ctrl-C is abandoned once the grace is
+// over: the others' results stand, the stuck session leaves the fleet and
+// is closed when the builtin returns, and Reconnect brings the host back.
+func TestFleetAbandonStuck(t *testing.T) {
+	entered, release, finished := armBlocker()
+	f, hosts := newFleet("fine", "stuck")
+	fl, _ := OpenFleet(t.Context(), hosts, "", Options{Dial: f.dial, StopGrace: 50 * time.Millisecond})
+	defer fl.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	fineDone := make(chan struct{})
+	go func() { <-entered; <-fineDone; cancel() }()
+	rs := fl.EvalEach(ctx, nil, "if host.name == 'stuck' then testblock.block() end; return host.name", func(r EvalResult) {
+		if r.Host == "fine" {
+			close(fineDone)
+		}
+	})
+	if rs[0].Err != nil || FormatValues(rs[0].Values) != "fine" {
+		t.Errorf("fine: %+v", rs[0])
+	}
+	if rs[1].Err == nil || rs[1].Err.Error() != "interrupted; did not stop: abandoned" {
+		t.Errorf("stuck: %+v", rs[1])
+	}
+	lost := fl.DropLost()
+	if len(lost) != 1 || lost[0].Host != "stuck" || lost[0].Status != StatusFailed || !strings.Contains(lost[0].Error, "abandoned") {
+		t.Errorf("DropLost: %+v", lost)
+	}
+	if got := fl.Hosts(); !reflect.DeepEqual(got, []string{"fine"}) {
+		t.Errorf("hosts %v", got)
+	}
+	close(release)
+	<-finished
+	f.conns["stuck"] = modulestest.NewConn("stuck", modulestest.NewGPUHost("stuck", 2))
+	if still := fl.Reconnect(t.Context(), hosts); len(still) != 0 {
+		t.Fatalf("Reconnect: %+v", still)
+	}
+	if got := Gather(fl.Eval(t.Context(), nil, "host.name ~= nil")); len(got) != 1 || len(got[0].Hosts) != 2 || got[0].Text != "true" {
+		t.Errorf("after Reconnect: %+v", got)
 	}
 }

@@ -41,8 +41,38 @@ func NewSession(h inventory.Host, dir string, o Options) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A REPL shows print() as plain lines, log.* with their level.
+	L.SetGlobal("print", L.NewFunction(printFunc(hs, EventPrint)))
 	return &Session{hs: hs, L: L, guard: newMemGuard(L, limit, hs.setFailed)}, nil
 }
+
+// EventPrint is the kind of a print() line in a Session (in a run, print
+// is a log line at level info).
+const EventPrint = "print"
+
+// Interrupted is the error of an evaluation stopped by its context (Ctrl-C,
+// a REPL's --timeout): it reads "interrupted" and unwraps to the context's
+// error, so a caller can still tell a deadline from a cancel.
+type Interrupted struct{ Cause error }
+
+func (e *Interrupted) Error() string { return "interrupted" }
+func (e *Interrupted) Unwrap() error { return e.Cause }
+
+// SetCheck switches check mode (the `check` global and what destructive
+// calls do) for the next evaluations.
+func (s *Session) SetCheck(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Module calls read hs.check only inside eval, which holds s.mu.
+	s.hs.check = on
+	if s.L != nil {
+		s.L.SetGlobal("check", glua.LBool(on))
+	}
+}
+
+// Lost is the error that ended the session's connection (a call failed
+// because the host went away), or nil while it is usable.
+func (s *Session) Lost() error { return s.hs.connError() }
 
 // Eval runs code; an expression is evaluated as `return <code>`. It returns
 // the results as Go data (values with no data form, e.g. functions, come
@@ -90,7 +120,7 @@ func (s *Session) eval(ctx context.Context, code string) ([]any, error) {
 	}
 	if callErr != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("interrupted: %w", ctx.Err())
+			return nil, &Interrupted{ctx.Err()}
 		}
 		var apiErr *glua.ApiError
 		if errors.As(callErr, &apiErr) {

@@ -168,14 +168,7 @@ func setGlobals(L *glua.LState, h *hostState) {
 		}
 		return 0
 	}))
-	L.SetGlobal("print", L.NewFunction(func(L *glua.LState) int {
-		parts := make([]string, 0, L.GetTop())
-		for i := 1; i <= L.GetTop(); i++ {
-			parts = append(parts, luaconv.Show(L.Get(i)))
-		}
-		h.Emit(Event{Kind: modules.EventLog, Level: modules.LevelInfo, Message: strings.Join(parts, "\t")})
-		return 0
-	}))
+	L.SetGlobal("print", L.NewFunction(printFunc(h, modules.EventLog)))
 	L.SetGlobal("json", L.SetFuncs(L.NewTable(), map[string]glua.LGFunction{
 		"encode": func(L *glua.LState) int {
 			b, err := luaconv.EncodeJSON(L.CheckAny(1))
@@ -222,6 +215,19 @@ func setGlobals(L *glua.LState, h *hostState) {
 	L.SetGlobal("xpcall", rethrowing(L.GetGlobal("xpcall")))
 	co := L.GetGlobal("coroutine").(*glua.LTable)
 	co.RawSetString("resume", rethrowing(co.RawGetString("resume")))
+}
+
+// printFunc is print(): its arguments tab-separated, as one event of kind
+// (a log line in a run; EventPrint in a REPL, which shows it untagged).
+func printFunc(h *hostState, kind string) glua.LGFunction {
+	return func(L *glua.LState) int {
+		parts := make([]string, 0, L.GetTop())
+		for i := 1; i <= L.GetTop(); i++ {
+			parts = append(parts, luaconv.Show(L.Get(i)))
+		}
+		h.Emit(Event{Kind: kind, Level: modules.LevelInfo, Message: strings.Join(parts, "\t")})
+		return 0
+	}
 }
 
 // varsTable converts vars for Lua; values that do not convert are skipped

@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -203,15 +206,36 @@ func (tm *term) output() string {
 	return tm.buf.String()
 }
 
-// expect waits for want to appear after what earlier expects consumed. The
-// deadline only guards against a hang; nothing here measures speed.
+// ansiSeq matches the terminal control sequences the line editor and the
+// progress line write (CSI: cursor moves, erase, colours).
+var ansiSeq = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]`)
+
+// screen is the output as text, control sequences stripped.
+func (tm *term) screen() string { return ansiSeq.ReplaceAllString(tm.output(), "") }
+
+// expect waits for want to appear on the screen (control sequences
+// stripped) after what earlier expects consumed. The deadline only guards
+// against a hang; nothing here measures speed.
 func (tm *term) expect(want string) {
+	tm.t.Helper()
+	tm.expectIn(want, tm.screen)
+}
+
+// expectRaw waits for want in the bytes as written (colours included),
+// anywhere: offsets in them are not the screen's, so it leaves those alone.
+func (tm *term) expectRaw(want string) {
+	tm.t.Helper()
+	seen := tm.seen
+	tm.seen = 0
+	tm.expectIn(want, tm.output)
+	tm.seen = seen
+}
+
+func (tm *term) expectIn(want string, text func() string) {
 	tm.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		tm.mu.Lock()
-		out := tm.buf.String()
-		tm.mu.Unlock()
+		out := text()
 		if i := strings.Index(out[tm.seen:], want); i >= 0 {
 			tm.seen += i + len(want)
 			return
@@ -234,7 +258,7 @@ func (tm *term) lacks(want, upTo string) {
 	tm.t.Helper()
 	from := tm.seen
 	tm.expect(upTo)
-	if seg := tm.output()[from:tm.seen]; strings.Contains(seg, want) {
+	if seg := tm.screen()[from:tm.seen]; strings.Contains(seg, want) {
 		tm.t.Errorf("unexpected %q in:\n%s", want, seg)
 	}
 }
@@ -300,7 +324,7 @@ func TestReplTerminal(t *testing.T) {
 
 	// Errors per host; log lines stream with the host in front.
 	tm.send("print('from ' .. host.name)\r")
-	tm.expect("| INFO from lab0")
+	tm.expect("lab01 | from lab01\r\n")
 	tm.send("error('boom')\r")
 	tm.expect("lab[01-03]: error: <string>:1: boom")
 
@@ -323,29 +347,42 @@ func TestReplTerminal(t *testing.T) {
 
 	// Ctrl-C interrupts a running evaluation on every host, back to the prompt.
 	tm.send("print('sleeping on ' .. host.name); sleep('1h')\r")
-	tm.expect("| INFO sleeping on lab0")
-	tm.expect("| INFO sleeping on lab0")
-	tm.expect("| INFO sleeping on lab0")
+	tm.expect("| sleeping on lab0")
+	tm.expect("| sleeping on lab0")
+	tm.expect("| sleeping on lab0")
 	tm.send("\x03")
-	tm.expect("lab[01-03]: error: interrupted")
+	tm.expect("lab[01-03]: interrupted\r\n")
 	tm.expect("gpush lab[01-03]> ")
 	tm.send("'alive'\r")
 	tm.expect("lab[01-03]: alive")
 
-	// Ctrl-C with a half-typed chunk drops it; twice at an empty prompt leaves.
+	// Ctrl-C with a half-typed chunk drops it; at an empty prompt it never
+	// leaves, however often; Ctrl-D does.
 	tm.send("for i = 1, 2 do\r")
 	tm.expect(">> ")
 	tm.send("\x03")
 	tm.expect("gpush lab[01-03]> ")
-	tm.send("\x03")
-	tm.expect("Ctrl-C again")
-	tm.send("\x03")
-	if code := tm.wait(); code != 0 {
-		t.Errorf("exit %d after Ctrl-C twice, want 0", code)
+	for i := 0; i < 3; i++ {
+		tm.send("\x03")
+		tm.expect("(Ctrl-D or .exit to leave)")
+		tm.expect("gpush lab[01-03]> ")
 	}
-	hist, err := os.ReadFile(filepath.Join(cache, "gpush", "repl_history"))
-	if err != nil || !strings.Contains(string(hist), "1 + 1\n") || !strings.Contains(string(hist), "n = n + i\n") {
+	tm.send("'still here'\r")
+	tm.expect("lab[01-03]: still here")
+	tm.expect("gpush lab[01-03]> ")
+	tm.send("\x04")
+	if code := tm.wait(); code != 0 {
+		t.Errorf("exit %d after Ctrl-D, want 0", code)
+	}
+	// The block of three lines is one entry, joined; the file is 0600.
+	histPath := filepath.Join(cache, "gpush", "repl_history")
+	hist, err := os.ReadFile(histPath)
+	if err != nil || !strings.Contains(string(hist), "1 + 1\n") || !strings.Contains(string(hist), "\nfor i = 1, 3 do n = n + i end\n") ||
+		strings.Contains(string(hist), "\nn = n + i\n") {
 		t.Errorf("history: %q, %v", hist, err)
+	}
+	if st, err := os.Stat(histPath); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("history file mode: %v, %v; want 0600", st.Mode(), err)
 	}
 }
 
@@ -369,7 +406,7 @@ func TestReplTerminalColor(t *testing.T) {
 	tm := startTerm(t, []string{"HOME=" + t.TempDir(), "XDG_CACHE_HOME=" + t.TempDir()}, "repl", "-i", inv, "--limit", "lab01")
 	tm.expect("gpush lab01> ")
 	tm.send("error('red')\r")
-	tm.expect("\x1b[31merror: <string>:1: red\x1b[0m")
+	tm.expectRaw("\x1b[31merror: <string>:1: red\x1b[0m")
 	tm.send(".exit\r")
 	tm.wait()
 }
@@ -456,7 +493,7 @@ func TestReplPipedInterrupt(t *testing.T) {
 	defer cmd.Process.Kill()
 	r := bufio.NewReader(out)
 	line, err := r.ReadString('\n')
-	if err != nil || !strings.Contains(line, "lab01 | INFO sleeping") {
+	if err != nil || !strings.Contains(line, "lab01 | sleeping") {
 		t.Fatalf("first line %q, %v", line, err)
 	}
 	cmd.Process.Signal(syscall.SIGINT)
@@ -466,7 +503,7 @@ func TestReplPipedInterrupt(t *testing.T) {
 	if !errors.As(err, &x) || x.ExitCode() != 2 {
 		t.Errorf("exit %v, want 2", err)
 	}
-	if !strings.Contains(string(rest), "lab01: error: interrupted") || strings.Contains(string(rest), "after") ||
+	if !strings.Contains(string(rest), "lab01: interrupted\n") || strings.Contains(string(rest), "after") ||
 		!strings.Contains(errb.String(), "gpush: interrupted") {
 		t.Errorf("after SIGINT: stdout %q, stderr %q", rest, errb.String())
 	}
@@ -524,6 +561,248 @@ func TestReplLabSSH(t *testing.T) {
 	// The same sessions answer again (one connection per host, reused).
 	tm.send("gpu.mem()[1].used_mib > 0, gpu.mem()[1].total_mib\r")
 	tm.expect("lab[01-02]: true\t")
+	tm.send(".exit\r")
+	if code := tm.wait(); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+}
+
+// What an operator sees of the fleet: holders and kill results as tables,
+// check mode in the prompt, .doc, forks, the progress line, Ctrl-C keeping
+// the hosts that answered, a block recalled as one history entry, and a
+// history file readable by others narrowed to 0600.
+func TestReplTerminalFleetView(t *testing.T) {
+	inv := localInventory(t)
+	cache := t.TempDir()
+	histPath := filepath.Join(cache, "gpush", "repl_history")
+	if err := os.MkdirAll(filepath.Dir(histPath), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(histPath, []byte("old = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tm := startTerm(t, []string{"NO_COLOR=1", "HOME=" + t.TempDir(), "XDG_CACHE_HOME=" + cache, "TERM=xterm"},
+		"repl", "-i", inv, "--limit", "lab", "-f", "7")
+	tm.expect("was mode 0644: narrowed to 0600")
+	tm.expect("3 hosts open (lab[01-03]), 7 at once")
+	tm.expect("gpush lab[01-03]> ")
+
+	// Holders: one table (lists and maps of a holder as cells), no JSON.
+	tm.send("gpu.holders()\r")
+	tm.expect("HOST   PID")
+	tm.expect("MEM_BY_GPU")
+	tm.expect("lab01  ")
+	tm.lacks(`{"`, "gpush lab[01-03]> ")
+	tm.send("h = gpu.holders()[1]; return h.comm, h.gpus[1], h.mem_by_gpu[0]\r")
+	tm.expect("lab01: gpu-holder\t0\t10240\r\n")
+
+	// Check mode: in the prompt and in what gpu.kill does; its results are a
+	// table under their field name, the counts inline.
+	tm.send(".check on\r")
+	tm.expect("check mode on")
+	tm.expect("gpush[check] lab[01-03]> ")
+	tm.send(".limit lab01\r")
+	tm.expect("gpush[check] lab01> ")
+	tm.send("gpu.kill(gpu.holders())\r")
+	tm.expect("results:\r\n")
+	tm.expect("OUTCOME")
+	tm.expect("would-kill")
+	tm.expect(`lab01: {"`)
+	tm.expect(`"would":1`)
+	tm.send("check, #gpu.holders()\r")
+	tm.expect("lab01: true\t1\r\n")
+	tm.send(".check off\r")
+	tm.expect("check mode off")
+	tm.expect("gpush lab01> ")
+	tm.send("check\r")
+	tm.expect("lab01: false\r\n")
+	tm.send(".all\r")
+	tm.expect("gpush lab[01-03]> ")
+
+	// .doc: the module's reference; .hosts: forks and check mode.
+	// print lines come untagged, log lines with their level.
+	tm.send("print('plain ' .. host.name); log.warn('careful')\r")
+	tm.expect("lab01 | plain lab01\r\n")
+	tm.expect("lab01 | WARN careful\r\n")
+	tm.send("print('again')\r")
+	tm.lacks("INFO", "gpush lab[01-03]> ")
+
+	tm.send(".doc gpu\r")
+	tm.expect("## gpu.holders([filter]) -> list of holders")
+	tm.send(".doc nosuch\r")
+	tm.expect(`.doc "nosuch": no such module (modules: `)
+	tm.send(".hosts\r")
+	tm.expect("open: lab[01-03] (3), 7 at once (--forks)")
+	tm.expect("check: off")
+
+	// A call still running on some hosts: the progress line counts those
+	// that answered and names the others; Ctrl-C keeps lab01's answer.
+	tm.send("if host.name ~= 'lab01' then sleep('1h') end; return 'done on ' .. host.name\r")
+	tm.expect("[1/3] answered, waiting: lab[02-03]")
+	tm.send("\x03")
+	tm.expect("lab01: done on lab01\r\n")
+	tm.expect("lab[02-03]: interrupted\r\n")
+	tm.lacks("context canceled", "gpush lab[01-03]> ")
+
+	// A block is one history entry: Up brings it back on one line.
+	tm.send("for i = 1, 2 do\r")
+	tm.expect("gpush lab[01-03]>> ")
+	tm.send("x = i\r")
+	tm.expect("gpush lab[01-03]>> ")
+	tm.send("end\r")
+	tm.expect("gpush lab[01-03]> ")
+	tm.send("x = 0\r")
+	tm.expect("gpush lab[01-03]> ")
+	tm.send("\x1b[A\x1b[A")
+	tm.expect("> for i = 1, 2 do x = i end")
+	tm.send("\r")
+	tm.expect("gpush lab[01-03]> ")
+	tm.send("x\r")
+	tm.expect("lab[01-03]: 2\r\n")
+	tm.send("\x04")
+	if code := tm.wait(); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+	hist, err := os.ReadFile(histPath)
+	if err != nil || !strings.HasPrefix(string(hist), "old = 1\n") || strings.Count(string(hist), "for i = 1, 2 do x = i end\n") != 2 ||
+		strings.Contains(string(hist), "\nx = i\n") || !strings.Contains(string(hist), "\n.check on\n") {
+		t.Errorf("history %q, %v", hist, err)
+	}
+	if st, err := os.Stat(histPath); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("history mode %v, %v", st.Mode(), err)
+	}
+}
+
+// relay forwards TCP to addr while up; drop cuts the connections it carries.
+type relay struct {
+	t     *testing.T
+	ln    net.Listener
+	addr  string
+	up    atomic.Bool
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func startRelay(t *testing.T, addr string) *relay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{t: t, ln: ln, addr: addr}
+	t.Cleanup(func() { ln.Close(); r.drop() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if !r.up.Load() {
+				c.Close() // as a host that is down: the SSH handshake fails
+				continue
+			}
+			s, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			r.mu.Lock()
+			r.conns = append(r.conns, c, s)
+			r.mu.Unlock()
+			go func() { io.Copy(s, c); s.Close() }()
+			go func() { io.Copy(c, s); c.Close() }()
+		}
+	}()
+	return r
+}
+
+func (r *relay) port() int { return r.ln.Addr().(*net.TCPAddr).Port }
+
+func (r *relay) drop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.conns {
+		c.Close()
+	}
+	r.conns = nil
+}
+
+// .reconnect over SSH: a host down at the start joins once it is up; a
+// host whose connection is cut is left out as lost, and comes back.
+func TestReplReconnect(t *testing.T) {
+	if _, err := sshd.FindBinary(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI needs sshd: %v", err)
+		}
+		t.Skipf("skipping: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: the lab's sshd needs root")
+	}
+	buildReplBins(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	l, err := lab.Start(ctx, lab.Options{Hosts: 2, Scenario: lab.ScenarioLeftovers, Dir: t.TempDir(), Bin: replBins.lab})
+	if err != nil {
+		if l != nil {
+			l.Stop()
+		}
+		t.Fatalf("start lab: %v", err)
+	}
+	t.Cleanup(func() { l.Stop() })
+	rl := startRelay(t, fmt.Sprintf("127.0.0.1:%d", l.SSHD.Port))
+	// lab01 straight to the sshd, lab02 through the relay.
+	var inv strings.Builder
+	fmt.Fprintf(&inv, "all:\n  vars:\n    ansible_host: 127.0.0.1\n    ansible_user: %s\n    ansible_ssh_private_key_file: %s\n    gpush_remote_dir: %s\n  hosts:\n",
+		l.User, l.ClientKey, filepath.Join(l.Dir, "remote"))
+	for i, h := range l.Hosts {
+		port := l.SSHD.Port
+		if i == 1 {
+			port = rl.port()
+		}
+		fmt.Fprintf(&inv, "    %s: {ansible_port: %d, gpush_dev_dir: %s, gpush_nvidia_smi: %s, gpush_systemctl: %s}\n", h.Name, port, h.DevDir, h.SMI, h.Systemctl)
+	}
+	dir := t.TempDir()
+	invPath, known := filepath.Join(dir, "inv.yaml"), filepath.Join(dir, "known_hosts")
+	if err := os.WriteFile(invPath, []byte(inv.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SSHD.WriteKnownHosts(known, fmt.Sprintf("[127.0.0.1]:%d", l.SSHD.Port), fmt.Sprintf("[127.0.0.1]:%d", rl.port())); err != nil {
+		t.Fatal(err)
+	}
+
+	tm := startTerm(t, []string{"NO_COLOR=1", "SSH_AUTH_SOCK=", "HOME=" + t.TempDir(), "XDG_CACHE_HOME=" + t.TempDir()},
+		"repl", "-i", invPath, "--known-hosts", known)
+	tm.expect("lab02: UNREACHABLE: ")
+	tm.expect("gpush lab01> ")
+	tm.send(".reconnect\r") // still down
+	tm.expect("lab02: UNREACHABLE: ")
+	tm.expect("gpush lab01> ")
+	rl.up.Store(true)
+	tm.send(".reconnect\r")
+	tm.expect("lab02: reconnected (1; new Lua states)")
+	tm.expect("gpush lab[01-02]> ")
+	tm.send("x = host.name; return #gpu.mem()\r")
+	tm.expect("lab[01-02]: 4\r\n")
+
+	// Cut lab02's connection: it fails this call, is left out as lost.
+	rl.up.Store(false)
+	rl.drop()
+	tm.send("#gpu.mem()\r")
+	tm.expect("lab01: 4\r\n")
+	tm.expect("lab02: UNREACHABLE: connection lost: ")
+	tm.expect("(left out; .reconnect to try again)")
+	tm.expect("gpush lab01> ")
+	tm.send(".hosts\r")
+	tm.expect("left out: lab02 (1)")
+	rl.up.Store(true)
+	tm.send(".reconnect\r")
+	tm.expect("lab02: reconnected")
+	tm.expect("gpush lab[01-02]> ")
+	// lab02's state is new: its x is gone, lab01's stays.
+	tm.send("x, #gpu.mem()\r")
+	tm.expect("lab01: lab01\t4\r\n")
+	tm.expect("lab02: nil\t4\r\n")
 	tm.send(".exit\r")
 	if code := tm.wait(); code != 0 {
 		t.Errorf("exit %d", code)
