@@ -19,10 +19,10 @@ type jsonEvent struct {
 type jsonHost struct {
 	Type     string      `json:"type"`
 	Host     string      `json:"host"`
-	Address  string      `json:"address,omitempty"`
 	Status   string      `json:"status"`
-	Error    string      `json:"error,omitempty"`
 	Value    any         `json:"value"`
+	Error    string      `json:"error,omitempty"`
+	Address  string      `json:"address,omitempty"`
 	Rows     []any       `json:"rows,omitempty"`
 	Columns  []string    `json:"columns,omitempty"`
 	ElapsedS float64     `json:"elapsed_s"`

@@ -29,7 +29,7 @@
 // reading; under --check the recap says what would be stopped and killed.
 //
 // JSON (--json): one object per line, each with a "type": "host" objects as
-// each host finishes (host, address, status, error, value, rows, columns,
+// each host finishes (host, status, value, error, address, rows, columns,
 // elapsed_s, stats, log), then one "summary" object (hosts, counts per
 // status, exit_code, interrupted, elapsed_s, totals).
 package report
@@ -192,6 +192,7 @@ type Printer struct {
 	printed     map[string]bool
 	interrupted bool
 	quit        bool
+	finished    bool // after Finish, a late Done prints nothing
 }
 
 type gathered struct {
@@ -256,6 +257,9 @@ func (p *Printer) hostLines(host, level, msg string) {
 func (p *Printer) Done(r Result) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.finished {
+		return
+	}
 	p.done++
 	p.counts[r.Status]++
 	if p.o.JSON {
@@ -295,6 +299,7 @@ func (p *Printer) exitCode(rs []Result) int {
 func (p *Printer) Finish(rs []Result) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.finished = true
 	p.clearProgress()
 	if p.o.JSON {
 		for _, r := range rs {
