@@ -3,6 +3,7 @@ package lua
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/gpush/gpush/helper"
 	"github.com/gpush/gpush/inventory"
 	"github.com/gpush/gpush/modules/modulestest"
+	"github.com/gpush/gpush/scripts"
 )
 
 func TestFailAndSkipKeepRows(t *testing.T) {
@@ -164,5 +166,32 @@ func TestCheckStatsSayWhatWouldBeDone(t *testing.T) {
 	}
 	if n := len(f.conns["gpu01"].Calls(helper.VerbSnapshot)); n != 1 {
 		t.Errorf("check: %d snapshots, want 1 (nothing changed)", n)
+	}
+}
+
+// The library's free_gpus.lua keeps its rows when a GPU is not freed: the
+// freed GPU's row and the not-freed one's, with its reason.
+func TestFreeGPUsKeepsRowsWhenItFails(t *testing.T) {
+	src, err := fs.ReadFile(scripts.FS, "free_gpus.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, hosts := newFleet("gpu01")
+	m := f.conns["gpu01"].Model
+	m.AddHolder(modulestest.FakeHolder{MemByGPU: map[int]int64{0: 1000}, Stuck: true})
+	m.AddHolder(modulestest.FakeHolder{MemByGPU: map[int]int64{1: 1000}})
+	s := &Script{Name: "free_gpus.lua", Source: src, FS: scripts.FS}
+	res := Run(t.Context(), s, hosts, Options{Dial: f.dial, ExtraVars: map[string]any{"grace": "10ms", "timeout": "300ms"}})
+	r := res[0]
+	if r.Status != StatusFailed || !strings.Contains(r.Error, "GPU 0: held by pid") || len(r.Rows) != 2 {
+		t.Fatalf("%s %q rows %v", r.Status, r.Error, r.Rows)
+	}
+	steps := map[float64]any{}
+	for _, row := range r.Rows {
+		m := row.(map[string]any)
+		steps[m["gpu"].(float64)] = m["step"]
+	}
+	if steps[0] != "not-freed" || steps[1] != "stage 1" {
+		t.Errorf("rows %v", r.Rows)
 	}
 }
