@@ -17,12 +17,12 @@ import (
 var statusRank = map[string]int{StatusOK: 0, StatusSkipped: 1, StatusFailed: 2, StatusUnreachable: 3}
 
 // recapGroup is one recap line: hosts with the same status, detail and
-// figures (numbers in the figures may differ: they show as ranges).
+// figures, but for their numbers (pids, MiB, seconds), shown as ranges.
 type recapGroup struct {
 	hosts    []string
 	status   string
-	detail   string // the first host's own text
-	tmpl     string // the detail with {host} and {address}
+	detail   string    // the first host's own text
+	tmpl     *numRange // the detail with {host} and {address}, numbers folded
 	figures  []*numRange
 	min, max time.Duration
 }
@@ -43,19 +43,20 @@ func (p *Printer) recap(rs []Result) {
 		tmpl := hostTemplate(detail, r.Host, r.Address)
 		figs := figureCells(r.Stats)
 		var key strings.Builder
-		key.WriteString(r.Status + "\x00" + tmpl)
+		key.WriteString(r.Status + "\x00" + numPattern.ReplaceAllString(tmpl, "#"))
 		for _, f := range figs {
 			key.WriteString("\x00" + numPattern.ReplaceAllString(f, "#"))
 		}
 		g := idx[key.String()]
 		if g == nil {
-			g = &recapGroup{status: r.Status, detail: detail, tmpl: tmpl, min: r.Elapsed, max: r.Elapsed}
+			g = &recapGroup{status: r.Status, detail: detail, tmpl: newNumRange(tmpl), min: r.Elapsed, max: r.Elapsed}
 			for _, f := range figs {
 				g.figures = append(g.figures, newNumRange(f))
 			}
 			idx[key.String()] = g
 			groups = append(groups, g)
 		} else {
+			g.tmpl.add(tmpl)
 			for i, f := range figs {
 				g.figures[i].add(f)
 			}
@@ -86,7 +87,9 @@ func (p *Printer) recap(rs []Result) {
 		}
 		detail := g.detail
 		if len(g.hosts) > 1 {
-			detail = g.tmpl
+			// Numbers that differ (pids, seconds) show their range in
+			// brackets, as -b shows them.
+			detail = g.tmpl.bracketed()
 		}
 		// Sanitized before measuring: an escape is wider than its byte.
 		row := []string{termsafe.String(p.o.Fold(g.hosts)), termsafe.String(g.status)}
@@ -270,14 +273,22 @@ func (r *numRange) add(s string) {
 	}
 }
 
-func (r *numRange) String() string {
+// String shows a number that differs as "lo-hi".
+func (r *numRange) String() string { return r.render("", "") }
+
+// bracketed shows a number that differs as "[lo-hi]": inside free text a bare
+// range could read as part of it.
+func (r *numRange) bracketed() string { return r.render("[", "]") }
+
+func (r *numRange) render(open, closing string) string {
 	var b strings.Builder
 	for i, p := range r.parts {
 		b.WriteString(p)
 		if i < len(r.lo) {
-			b.WriteString(r.loS[i])
 			if r.hi[i] != r.lo[i] {
-				b.WriteString("-" + r.hiS[i])
+				b.WriteString(open + r.loS[i] + "-" + r.hiS[i] + closing)
+			} else {
+				b.WriteString(r.loS[i])
 			}
 		}
 	}

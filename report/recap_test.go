@@ -21,7 +21,7 @@ func TestRecapFoldsFailuresNamingTheirHost(t *testing.T) {
 		addr := fmt.Sprintf("10.0.0.%d", i)
 		rs = append(rs,
 			Result{Host: h, Address: addr, Status: StatusFailed, Elapsed: time.Duration(i) * 100 * time.Millisecond,
-				Error: "GPU 0: new-holder on " + h + " (worker respawned)",
+				Error: fmt.Sprintf("GPU 0: new-holder pid %d on %s (worker respawned)", 4400+i, h),
 				Stats: Stats{HaveMem: true, GPUs: 8, GPUsFreed: 7, MemBeforeMiB: int64(10240 * i), MemAfterMiB: 10240}})
 	}
 	for i := 1; i <= 3; i++ {
@@ -45,7 +45,7 @@ func TestRecapFoldsFailuresNamingTheirHost(t *testing.T) {
 		"RECAP ok=0 skipped=3 failed=24 unreachable=3",
 		"busy[1-2]   skipped  ",
 		"gpu1        skipped  ",
-		"gpu[01-24]  failed       freed 7/8 GPUs  10240-245760 -> 10240 MiB  100ms-2.4s  GPU 0: new-holder on {host} (worker respawned)",
+		"gpu[01-24]  failed       freed 7/8 GPUs  10240-245760 -> 10240 MiB  100ms-2.4s  GPU 0: new-holder pid [4401-4424] on {host} (worker respawned)",
 		"cpu[1-3]    unreachable",
 	} {
 		if !strings.HasPrefix(lines[i], want) {
@@ -61,7 +61,7 @@ func TestRecapFoldsFailuresNamingTheirHost(t *testing.T) {
 	out.Reset()
 	p = New(Options{Out: &out, Now: clock()})
 	p.Finish(rs[:1])
-	if !strings.Contains(out.String(), "new-holder on gpu01 (worker respawned)") {
+	if !strings.Contains(out.String(), "new-holder pid 4401 on gpu01 (worker respawned)") {
 		t.Errorf("single host:\n%s", out.String())
 	}
 }

@@ -22,10 +22,11 @@
 // would read as another type (1, true, an empty string) is quoted, so that
 // the number 1 and the string "1" stay apart. A missing key is an empty cell.
 //
-// Recap. Hosts with the same status, detail and figures are one line with
-// their node set; in a folded line, a detail that names each host's own name
-// or address shows {host} or {address} in its place, and figures that differ
-// show their range (10240-20480 MiB). Memory figures are each GPU's newest
+// Recap. Hosts with the same status, detail and figures, numbers aside, are
+// one line with their node set; in a folded line, a detail that names each
+// host's own name or address shows {host} or {address} in its place, numbers
+// that differ show their range, bracketed in the detail (pid [4410-4433])
+// and bare in the figures (10240-20480 MiB). Memory figures are each GPU's newest
 // reading; under --check the recap says what would be stopped and killed.
 //
 // JSON (--json): one object per line, each with a "type": "host" objects as
