@@ -39,6 +39,10 @@ func (p *Printer) recap(rs []Result) {
 		detail := r.Error
 		if detail == "" {
 			detail = summary(r.Value)
+			if n := len(hostRecords(r)); n > 0 && (r.Value == nil || IsRecords(r.Value)) {
+				// The table has them all, recorded and returned.
+				detail = fmt.Sprintf("%d rows", n)
+			}
 		}
 		tmpl := hostTemplate(detail, r.Host, r.Address)
 		figs := figureCells(r.Stats)

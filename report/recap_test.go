@@ -113,3 +113,21 @@ func TestRecapMarksAnInterruptedRun(t *testing.T) {
 		t.Errorf("recap:\n%s", out.String())
 	}
 }
+
+func TestRecapCountsEveryRow(t *testing.T) {
+	var out bytes.Buffer
+	p := New(Options{Out: &out, Now: clock()})
+	rec := map[string]any{"a": 1.0}
+	p.Finish([]Result{
+		{Host: "a", Status: StatusOK, Rows: []any{rec}, Value: []any{rec, rec}},
+		{Host: "b", Status: StatusOK, Rows: []any{rec}},
+		{Host: "c", Status: StatusOK, Rows: []any{rec}, Value: map[string]any{"x": 1.0}},
+	})
+	s := out.String()
+	// Row counts that differ fold as a range, as other numbers do.
+	for _, want := range []string{"\na,b  ok  0ms  [1-3] rows\n", "\nc    ok  0ms  x=1\n"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("recap lacks %q:\n%s", want, s)
+		}
+	}
+}
