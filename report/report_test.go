@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -416,4 +419,64 @@ func TestRecapFoldsSeveralAxes(t *testing.T) {
 			t.Errorf("recap lacks %q:\n%s", want, s)
 		}
 	}
+}
+
+// However rows fold, none is lost: each group's rows times its N add up to
+// every row of every host, and a host's rows keep their order.
+func FuzzFleetTableKeepsEveryRow(f *testing.F) {
+	f.Add([]byte("aab|ab|aab|c"))
+	f.Add([]byte("x||x|xx"))
+	f.Fuzz(func(t *testing.T, spec []byte) {
+		var rs []Result
+		total := 0
+		for i, part := range strings.Split(string(spec), "|") {
+			var rows []any
+			for _, c := range part {
+				rows = append(rows, map[string]any{"v": string(c)})
+			}
+			total += len(rows)
+			st := StatusOK
+			if i%3 == 2 {
+				st = StatusFailed
+			}
+			rs = append(rs, Result{Host: fmt.Sprintf("h%d", i), Status: st, Rows: rows})
+		}
+		tb := FleetTable(rs, nil)
+		if tb == nil {
+			if total != 0 {
+				t.Fatalf("no table for %d rows", total)
+			}
+			return
+		}
+		nCol := -1
+		for i, c := range tb.Columns {
+			if c == "n" {
+				nCol = i
+			}
+		}
+		got := 0
+		byGroup := map[string][]string{}
+		for _, r := range tb.Rows {
+			n := 1
+			if nCol >= 0 {
+				n, _ = strconv.Atoi(r[nCol])
+			}
+			got += n
+			byGroup[r[0]] = append(byGroup[r[0]], r[len(r)-1])
+		}
+		if got != total {
+			t.Fatalf("%q: %d rows shown (times N), want %d", spec, got, total)
+		}
+		for _, r := range rs {
+			var want []string
+			for _, row := range r.Rows {
+				want = append(want, row.(map[string]any)["v"].(string))
+			}
+			for group, cells := range byGroup {
+				if slices.Contains(strings.Split(group, ","), r.Host) && strings.Join(cells, "") != strings.Join(want, "") {
+					t.Fatalf("%s: rows %q, want %q in order", r.Host, cells, want)
+				}
+			}
+		}
+	})
 }
