@@ -9,7 +9,7 @@
 // the host's outcome: a host that failed or was skipped keeps its rows, and
 // a STATUS column marks them when some host is not ok. Hosts whose rows are
 // all the same (same cells, same order, same status) fold into one group:
-// the HOST column names their node set and the N column how many hosts it
+// the HOST column names their node set and the # column how many hosts it
 // holds, and a note under the table says how many rows were folded. A host's
 // rows stay together and in the order its script produced them.
 //

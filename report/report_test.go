@@ -141,6 +141,11 @@ func TestFleetTable(t *testing.T) {
 	if FleetTable([]Result{{Host: "a", Value: []any{"x", "y"}}}, nil) != nil {
 		t.Error("a list of strings is not a table")
 	}
+	// A record's own host column is not the table's.
+	tb = FleetTable([]Result{{Host: "a", Status: StatusOK, Value: []any{map[string]any{"host": "b", "gpu": 0.0}}}}, nil)
+	if strings.Join(tb.Columns, ",") != "host,gpu,row.host" {
+		t.Errorf("columns %v", tb.Columns)
+	}
 	// Nested values are cells of compact JSON, not a reason to drop the rows.
 	tb = FleetTable([]Result{{Host: "a", Value: []any{map[string]any{"pid": 7.0, "gpus": []any{0.0, 2.0}, "mem_by_gpu": map[string]any{"0": 5.0}}}}}, nil)
 	if tb == nil || strings.Join(tableLines(tb), "") != `a|7|[0,2]|{"0":5}` {
@@ -174,15 +179,15 @@ func TestFleetTableFoldsHostsWithTheSameRows(t *testing.T) {
 	if got := tableLines(tb); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if strings.Join(tb.Columns, ",") != "host,n,gpu,used_mib" {
+	if strings.Join(tb.Columns, ",") != "host,#,gpu,used_mib" {
 		t.Errorf("columns %v", tb.Columns)
 	}
-	if len(tb.Notes) != 1 || tb.Notes[0] != "10 rows of 5 hosts shown as 4: hosts with the same rows are one group (N: its hosts)" {
+	if len(tb.Notes) != 1 || tb.Notes[0] != "10 rows of 5 hosts shown as 4: hosts with the same rows are one group (#: its hosts)" {
 		t.Errorf("notes %q", tb.Notes)
 	}
 	var b bytes.Buffer
 	tb.Write(&b)
-	if !strings.HasSuffix(b.String(), "(N: its hosts)\n") || !strings.HasPrefix(b.String(), "HOST                    N  GPU  USED_MIB\n") {
+	if !strings.HasSuffix(b.String(), "(#: its hosts)\n") || !strings.HasPrefix(b.String(), "HOST                    #  GPU  USED_MIB\n") {
 		t.Errorf("table:\n%s", b.String())
 	}
 }
@@ -450,7 +455,7 @@ func FuzzFleetTableKeepsEveryRow(f *testing.F) {
 		}
 		nCol := -1
 		for i, c := range tb.Columns {
-			if c == "n" {
+			if c == CountColumn {
 				nCol = i
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -72,6 +73,9 @@ var columnOrder = []string{"gpu", "index", "pid", "ppid", "user", "comm", "name"
 	"gpus", "owner", "age", "protected"}
 
 var lastColumns = []string{"holders", "reason", "error"}
+
+// CountColumn heads the column that says how many hosts a folded group holds.
+const CountColumn = "#"
 
 // RestColumns, as the last entry of a script's columns, adds the columns it
 // did not name after those it did, in the default order.
@@ -189,12 +193,19 @@ func FleetTable(rs []Result, fold func([]string) string) *Table {
 	folded := len(groups) < len(all)
 	cols := []string{"host"}
 	if folded {
-		cols = append(cols, "n")
+		cols = append(cols, CountColumn)
 	}
 	if notOK {
 		cols = append(cols, "status")
 	}
-	t := &Table{Columns: append(cols, order...)}
+	for _, c := range order {
+		if slices.Contains(cols, strings.ToLower(c)) {
+			// A record's own "host" or "status" is not the table's.
+			c = "row." + c
+		}
+		cols = append(cols, c)
+	}
+	t := &Table{Columns: cols}
 	shown := 0
 	for _, g := range groups {
 		lead := []string{fold(g.hosts)}
@@ -210,7 +221,7 @@ func FleetTable(rs []Result, fold func([]string) string) *Table {
 		}
 	}
 	if folded {
-		t.Notes = append(t.Notes, fmt.Sprintf("%d rows of %d hosts shown as %d: hosts with the same rows are one group (N: its hosts)",
+		t.Notes = append(t.Notes, fmt.Sprintf("%d rows of %d hosts shown as %d: hosts with the same rows are one group (#: its hosts)",
 			nrows, len(all), shown))
 	}
 	return t

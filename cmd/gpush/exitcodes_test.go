@@ -127,3 +127,54 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// A failed and a skipped host keep their rows, in the table (marked with
+// their status) and in --json, whose host lines end with a summary.
+func TestRunKeepsRowsOfEveryOutcome(t *testing.T) {
+	dir := t.TempDir()
+	inv, script := filepath.Join(dir, "inv.yaml"), filepath.Join(dir, "rows.lua")
+	for p, src := range map[string]string{
+		inv: "all:\n  vars: {ansible_connection: local}\n  hosts:\n    a1:\n    a2:\n    a3:\n    a4:\n",
+		script: `report.columns{"step", "n"}
+report.row{n = 1, step = "read"}
+if host.name == "a2" then fail("not freed on %s", host.name, {{n = 2, step = "not-freed"}}) end
+if host.name == "a3" then skip("busy: %s", host.name) end
+return {{n = 3, step = "done"}, {n = 3, step = "done"}}
+`,
+	} {
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errs := gpush(t, "run", script, "-i", inv)
+	for _, want := range []string{
+		// The script's own n is not the count of hosts.
+		"HOST    #  STATUS   STEP       N\n",
+		"a[1,4]  2  ok       read       1\na[1,4]  2  ok       done       3\na[1,4]  2  ok       done       3\n",
+		"a2      1  failed   read       1\na2      1  failed   not-freed  2\n",
+		"a3      1  skipped  read       1\n",
+		"9 rows of 4 hosts shown as 6",
+		"RECAP ok=2 skipped=1 failed=1 unreachable=0",
+		"busy: a3", "not freed on a2",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q\nexit %d\n%s%s", want, code, out, errs)
+		}
+	}
+	if code != 2 {
+		t.Errorf("exit %d, want 2", code)
+	}
+	code, out, _ = gpush(t, "run", script, "-i", inv, "--json")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 2 || len(lines) != 5 || !strings.HasPrefix(lines[4], `{"type":"summary","hosts":4,"counts":{"failed":1,"ok":2,"skipped":1,"unreachable":0},"exit_code":2,`) {
+		t.Fatalf("--json: exit %d\n%s", code, out)
+	}
+	for _, want := range []string{
+		`"host":"a2","status":"failed","value":null,"error":"not freed on a2","address":"a2","rows":[{"n":1,"step":"read"},{"n":2,"step":"not-freed"}],"columns":["step","n"]`,
+		`"host":"a3","status":"skipped","value":null,"error":"busy: a3","address":"a3","rows":[{"n":1,"step":"read"}]`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--json lacks %s\n%s", want, out)
+		}
+	}
+}
