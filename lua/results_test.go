@@ -50,7 +50,8 @@ func nonNilRows(rows []any) []any {
 
 // Rows recorded before --timeout or Ctrl-C ended the host are kept.
 func TestRowsSurviveTimeoutAndInterrupt(t *testing.T) {
-	r, _ := one(t, `report.row{gpu = 0, state = "busy"}; sleep(60)`, Options{Timeout: 50 * time.Millisecond})
+	// Long enough for the row to be recorded on a loaded machine first.
+	r, _ := one(t, `report.row{gpu = 0, state = "busy"}; sleep(60)`, Options{Timeout: time.Second})
 	if r.Status != StatusFailed || !strings.HasPrefix(r.Error, "timed out") || len(r.Rows) != 1 {
 		t.Errorf("timeout: %+v", r)
 	}

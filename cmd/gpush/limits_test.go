@@ -138,7 +138,7 @@ func TestRunTimeoutEndsStuckBuiltin(t *testing.T) {
 	inv, script := stuckScript(t)
 	p := startGpush(t, "run", script, "-i", inv, "--timeout", "1s", "--json")
 	code, out := p.wait(t)
-	if code != 2 || !strings.Contains(out, `"type":"host","host":"stuck","status":"failed","error":"did not stop: abandoned after --timeout 1s","value":null`) ||
+	if code != 2 || !strings.Contains(out, `"type":"host","host":"stuck","status":"failed","value":null,"error":"did not stop: abandoned after --timeout 1s"`) ||
 		!strings.Contains(out, `"type":"host","host":"fine","status":"ok","value":"done"`) ||
 		!strings.Contains(out, `{"type":"summary","hosts":2,"counts":{"failed":1,"ok":1,"skipped":0,"unreachable":0},"exit_code":2,"interrupted":false`) {
 		t.Errorf("exit %d (want 2)\nstdout %s\nstderr %s", code, out, p.errText())
