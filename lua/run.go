@@ -42,7 +42,7 @@ const (
 
 // LastReadingTimeout bounds the GPU reading the runner takes at the end of a
 // host's script when a kill or a unit action came after its newest one.
-const LastReadingTimeout = 20 * time.Second
+const LastReadingTimeout = 10 * time.Second
 
 // Options tunes a run.
 type Options struct {
