@@ -261,6 +261,16 @@ func (h *hostState) setColumns(cols []string) {
 	h.columns = cols
 }
 
+// takeRows returns the recorded rows and the column choice and forgets
+// them: a REPL session shows each input's rows once.
+func (h *hostState) takeRows() ([]any, []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	rows, cols := h.rows, h.columns
+	h.rows, h.columns = nil, nil
+	return rows, cols
+}
+
 // tableRows returns the recorded rows and the column choice.
 func (h *hostState) tableRows() ([]any, []string) {
 	h.mu.Lock()
