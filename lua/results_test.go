@@ -99,6 +99,14 @@ func TestMaxRows(t *testing.T) {
 	if err := h.addRows(map[string]any{"a": 1.0}); err == nil || !strings.Contains(err.Error(), "gpu01") {
 		t.Errorf("row %d: %v, want an error naming the host", MaxRows+1, err)
 	}
+	// A REPL session takes each input's rows: the bound is per input there.
+	h.setColumns([]string{"a"})
+	if rows, cols := h.takeRows(); len(rows) != MaxRows || len(cols) != 1 {
+		t.Errorf("took %d rows, columns %v", len(rows), cols)
+	}
+	if err := h.addRows(map[string]any{"a": 1.0}); err != nil {
+		t.Errorf("after takeRows: %v", err)
+	}
 }
 
 // drainHost is a host with a unit whose worker holds 20480 MiB on GPU 0 and
