@@ -321,12 +321,16 @@ func TestFreeGPUs(t *testing.T) {
 		seen := map[string]bool{}
 		for sc.Scan() {
 			var obj struct {
+				Type   string           `json:"type"`
 				Host   string           `json:"host"`
 				Status string           `json:"status"`
 				Value  []map[string]any `json:"value"`
 			}
 			if err := json.Unmarshal(sc.Bytes(), &obj); err != nil {
 				t.Fatalf("--json line %q: %v", sc.Text(), err)
+			}
+			if obj.Type == "summary" {
+				continue
 			}
 			seen[obj.Host] = true
 			if obj.Status != "ok" || len(obj.Value) != 4 {

@@ -33,9 +33,19 @@ type hostState struct {
 	conn    remote.Conn
 	dialErr error
 	connErr error
-	failed  bool
-	failMsg string
+	// endStatus is how the script ended the host itself: StatusFailed
+	// (fail(), the memory limit) or StatusSkipped (skip()); "" while it runs.
+	endStatus string
+	endMsg    string
+	// rows the script recorded (report.row, fail/skip's rows) and its
+	// column choice: kept whatever the host's outcome.
+	rows    []any
+	columns []string
 }
+
+// MaxRows bounds the rows one host may record, so that a loop calling
+// report.row cannot grow the controller's memory without end.
+const MaxRows = 100000
 
 // newHostState merges h's vars with the extra vars and converts those decls
 // declares (nil for a REPL: no script, vars as given).
@@ -203,21 +213,69 @@ func (h *hostState) connError() error {
 	return h.connErr
 }
 
-func (h *hostState) setFailed(msg string) {
+func (h *hostState) setFailed(msg string) { h.setEnd(StatusFailed, msg) }
+
+// setEnd records that the script ended the host (fail, skip, the memory
+// limit); the first end stands: a host cannot be un-failed by a later skip.
+func (h *hostState) setEnd(status, msg string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.failed, h.failMsg = true, msg
+	if h.endStatus == "" {
+		h.endStatus, h.endMsg = status, msg
+	}
 }
 
-// failure reports fail()'s message and, for a REPL, clears it.
+// ending reports how the script ended the host ("" if it did not).
+func (h *hostState) ending() (status, msg string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.endStatus, h.endMsg
+}
+
+// failure reports whether the script ended the host (fail(), skip()) with
+// its message and, for a REPL, clears it.
 func (h *hostState) failure(clear bool) (bool, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	f, m := h.failed, h.failMsg
+	f, m := h.endStatus != "", h.endMsg
 	if clear {
-		h.failed, h.failMsg = false, ""
+		h.endStatus, h.endMsg = "", ""
 	}
 	return f, m
+}
+
+// addRows records rows for the fleet table, at most MaxRows in all.
+func (h *hostState) addRows(rows ...any) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.rows)+len(rows) > MaxRows {
+		return fmt.Errorf("more than %d rows recorded on host %s", MaxRows, h.inv.Name)
+	}
+	h.rows = append(h.rows, rows...)
+	return nil
+}
+
+func (h *hostState) setColumns(cols []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.columns = cols
+}
+
+// takeRows returns the recorded rows and the column choice and forgets
+// them: a REPL session shows each input's rows once.
+func (h *hostState) takeRows() ([]any, []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	rows, cols := h.rows, h.columns
+	h.rows, h.columns = nil, nil
+	return rows, cols
+}
+
+// tableRows returns the recorded rows and the column choice.
+func (h *hostState) tableRows() ([]any, []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]any(nil), h.rows...), append([]string(nil), h.columns...)
 }
 
 // close closes the connection if one was made.

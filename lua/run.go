@@ -18,6 +18,7 @@ import (
 	glua "github.com/yuin/gopher-lua"
 	"github.com/yuin/gopher-lua/parse"
 
+	"github.com/gpush/gpush/helper"
 	"github.com/gpush/gpush/inventory"
 	"github.com/gpush/gpush/modules"
 	"github.com/gpush/gpush/modules/luaconv"
@@ -30,12 +31,18 @@ const DefaultForks = 50
 // DefaultStopGrace is Options.StopGrace's default.
 const DefaultStopGrace = 2 * time.Second
 
-// Host statuses.
+// Host statuses. Skipped: the script left the host alone on purpose
+// (skip()), which is not a failure.
 const (
 	StatusOK          = "ok"
 	StatusFailed      = "failed"
 	StatusUnreachable = "unreachable"
+	StatusSkipped     = "skipped"
 )
+
+// LastReadingTimeout bounds the GPU reading the runner takes at the end of a
+// host's script when a kill or a unit action came after its newest one.
+const LastReadingTimeout = 10 * time.Second
 
 // Options tunes a run.
 type Options struct {
@@ -73,11 +80,17 @@ type Options struct {
 // HostResult is how one host's script ended.
 type HostResult struct {
 	Host string `json:"host"`
-	// Status is "ok", "failed" or "unreachable".
+	// Status is "ok", "failed", "skipped" or "unreachable".
 	Status string `json:"status"`
 	// Value is the script's return value as Go data: map[string]any, []any,
 	// string, float64, bool or nil.
-	Value   any                   `json:"value,omitempty"`
+	Value any `json:"value,omitempty"`
+	// Rows are what the script recorded for the fleet table (report.row,
+	// report.rows, the rows given to fail() or skip()), whatever its
+	// outcome: a host that failed, timed out or was interrupted keeps them.
+	Rows []any `json:"rows,omitempty"`
+	// Columns is the script's report.columns choice.
+	Columns []string              `json:"columns,omitempty"`
 	Error   string                `json:"error,omitempty"`
 	Elapsed time.Duration         `json:"elapsed"`
 	Stats   modules.StatsSnapshot `json:"stats"`
@@ -190,6 +203,7 @@ func runHost(parent context.Context, s *Script, decls VarDecls, h inventory.Host
 		r.Elapsed = time.Since(start)
 		if hs != nil {
 			r.Stats = hs.stats.Snapshot()
+			r.Rows, r.Columns = hs.tableRows()
 		}
 		if o.OnResult != nil {
 			o.OnResult(r)
@@ -295,8 +309,9 @@ func scriptOnHost(parent, ctx context.Context, s *Script, decls VarDecls, h inve
 	}
 	L.Push(fn)
 	callErr := L.PCall(0, 1, nil)
-	if failed, msg := hs.failure(false); failed {
-		res.Status, res.Error = StatusFailed, msg
+	lastReading(ctx, hs)
+	if status, msg := hs.ending(); status != "" {
+		res.Status, res.Error = status, msg
 		return res
 	}
 	if ended() {
@@ -322,6 +337,29 @@ func scriptOnHost(parent, ctx context.Context, s *Script, decls VarDecls, h inve
 	}
 	res.Status, res.Value = StatusOK, v
 	return res
+}
+
+// lastReading takes one more GPU reading when a kill or a unit action came
+// after the newest one (a drain that read 30720 MiB, then stopped a unit),
+// so that the recap's figures are the GPUs' state at the end, not a reading
+// the script made obsolete. A failed reading leaves the figures marked stale.
+func lastReading(ctx context.Context, hs *hostState) {
+	if !hs.stats.NeedsReading() || hs.connError() != nil || ctx.Err() != nil {
+		return
+	}
+	c, err := hs.Conn(ctx)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, LastReadingTimeout)
+	defer cancel()
+	var s helper.Snapshot
+	if err := c.Helper(ctx, helper.VerbSnapshot, helper.SnapshotRequest{Config: hs.cfg}, &s); err != nil {
+		hs.logger.Debug("last reading", "err", err)
+		return
+	}
+	hs.stats.ObserveGPUs(s.GPUs, nil)
+	hs.stats.ObserveHolders(s.Holders)
 }
 
 // Compile parses and compiles the script, as every host's state would load

@@ -147,15 +147,9 @@ func setGlobals(L *glua.LState, h *hostState) {
 	L.SetGlobal("vars", varsTable(L, h.vars))
 	L.SetGlobal("check", glua.LBool(h.check))
 
-	L.SetGlobal("fail", L.NewFunction(func(L *glua.LState) int {
-		msg := luaconv.Format(L, 1)
-		if msg == "" {
-			msg = "fail() called"
-		}
-		h.setFailed(msg)
-		L.Error(glua.LString(msg), 0)
-		return 0
-	}))
+	L.SetGlobal("fail", L.NewFunction(ender(h, StatusFailed)))
+	L.SetGlobal("skip", L.NewFunction(ender(h, StatusSkipped)))
+	L.SetGlobal("report", reportTable(L, h))
 	L.SetGlobal("sleep", L.NewFunction(func(L *glua.LState) int {
 		d := luaconv.CheckDuration(L, 1)
 		ctx := modules.Ctx(L)
@@ -187,7 +181,7 @@ func setGlobals(L *glua.LState, h *hostState) {
 			return 1
 		},
 	}))
-	// fail() ends the host even inside pcall, and so does Ctrl-C/--timeout:
+	// fail() and skip() end the host even inside pcall, and so do Ctrl-C and --timeout:
 	// the protected-call functions re-raise after the call returns.
 	rethrowing := func(orig glua.LValue) *glua.LFunction {
 		return L.NewFunction(func(L *glua.LState) int {

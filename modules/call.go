@@ -92,4 +92,5 @@ func CallHelper(L *glua.LState, h Host, fn, verb string, req, resp any) {
 		}
 		Raise(L, h, fn, err)
 	}
+	h.Stats().observeResponse(resp)
 }

@@ -31,12 +31,29 @@ type KillStats struct {
 	Would    int `json:"would"`
 }
 
+// UnitStats counts systemd actions over the whole run of one host; under
+// --check, what would have been stopped and the GPU memory those units'
+// processes hold.
+type UnitStats struct {
+	Stopped      int   `json:"stopped"`
+	Started      int   `json:"started"`
+	WouldStop    int   `json:"would_stop"`
+	WouldStopMiB int64 `json:"would_stop_mib"`
+}
+
 // StatsSnapshot is a copy of a host's stats, safe to keep and print.
 type StatsSnapshot struct {
 	GPUs  []GPUStat `json:"gpus,omitempty"`
 	Kills KillStats `json:"kills"`
+	// WouldKillMiB is the GPU memory of the processes a --check run would
+	// have signalled, as their last reading said.
+	WouldKillMiB int64     `json:"would_kill_mib"`
+	Units        UnitStats `json:"units"`
 	// Freed lists the indices of the GPUs that went from used to free.
 	Freed []int `json:"freed,omitempty"`
+	// Stale: a kill or a unit action came after the last reading of some
+	// GPU, so its AfterMiB may no longer be true (see NeedsReading).
+	Stale bool `json:"stale,omitempty"`
 }
 
 // Stats collects what the recap needs for one host. The zero value is ready.
@@ -44,6 +61,20 @@ type Stats struct {
 	mu    sync.Mutex
 	gpus  map[int]*GPUStat
 	kills KillStats
+	units UnitStats
+	// stale: GPUs whose last reading predates a change (a kill, a stop).
+	stale        map[int]bool
+	wouldKillMiB int64
+	// holderMiB: GPU memory of each holder at its last reading, for what
+	// a dry-run kill would free.
+	holderMiB map[procKey]int64
+}
+
+// procKey names a process across the helper's answers (pid and start time;
+// the boot id is the same within one run).
+type procKey struct {
+	pid   int
+	start uint64
 }
 
 // ObserveGPUs records a memory reading; thresholds (may be nil) are the
@@ -64,6 +95,7 @@ func (s *Stats) ObserveGPUs(gpus []helper.GPU, thresholds map[int]int64) {
 			s.gpus[g.Index] = st
 		}
 		st.UUID, st.TotalMiB, st.AfterMiB = g.UUID, g.MemTotalMiB, g.MemUsedMiB
+		delete(s.stale, g.Index)
 	}
 	for idx, t := range thresholds {
 		if st, ok := s.gpus[idx]; ok {
@@ -72,11 +104,89 @@ func (s *Stats) ObserveGPUs(gpus []helper.GPU, thresholds map[int]int64) {
 	}
 }
 
+// ObserveHolders records each holder's GPU memory, so that the memory of
+// the processes a dry-run kill would signal can be told.
+func (s *Stats) ObserveHolders(holders []helper.Holder) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.holderMiB == nil {
+		s.holderMiB = map[procKey]int64{}
+	}
+	for _, h := range holders {
+		s.holderMiB[procKey{h.PID, h.StartTime}] = h.MemMiB
+	}
+}
+
+// changed marks every GPU read so far as stale: what was just done may have
+// changed its memory. Callers hold s.mu.
+func (s *Stats) changed() {
+	if s.stale == nil {
+		s.stale = map[int]bool{}
+	}
+	for idx := range s.gpus {
+		s.stale[idx] = true
+	}
+}
+
+// NeedsReading reports whether some GPU's last reading came before a kill or
+// a unit action: the recap would show a figure that is no longer true, so
+// the runner takes one more reading at the end of the host's script.
+func (s *Stats) NeedsReading() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.stale) > 0
+}
+
+// observeResponse records what a helper answer tells the recap beyond the
+// GPU readings the modules record themselves.
+func (s *Stats) observeResponse(resp any) {
+	switch r := resp.(type) {
+	case *helper.Snapshot:
+		s.ObserveHolders(r.Holders)
+	case *helper.WaitFreeResponse:
+		s.ObserveHolders(r.Holders)
+	}
+}
+
+// AddUnit counts one systemd action: act as the script asked it, would under
+// --check (the helper then only reported the unit as it is), resp what the
+// helper said.
+func (s *Stats) AddUnit(act string, would bool, resp helper.UnitResponse) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if would {
+		if act == helper.UnitStop || act == helper.UnitRestart {
+			if resp.ActiveState == "active" || resp.ActiveState == "activating" || resp.ActiveState == "reloading" || len(resp.GPUHolders) > 0 {
+				s.units.WouldStop++
+				for _, h := range resp.GPUHolders {
+					s.units.WouldStopMiB += h.MemMiB
+				}
+			}
+		}
+		return
+	}
+	switch act {
+	case helper.UnitStatus:
+		return
+	case helper.UnitStop:
+		s.units.Stopped++
+	case helper.UnitStart:
+		s.units.Started++
+	case helper.UnitRestart:
+		s.units.Stopped++
+		s.units.Started++
+	}
+	s.changed()
+}
+
 // AddKills counts the outcomes of one gpu.kill.
 func (s *Stats) AddKills(results []helper.KillResult) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range results {
+		if len(r.Signals) > 0 && r.Outcome != helper.OutcomeWould {
+			s.changed()
+		}
 		switch r.Outcome {
 		case helper.OutcomeExited:
 			s.kills.Exited++
@@ -88,6 +198,7 @@ func (s *Stats) AddKills(results []helper.KillResult) {
 			s.kills.Skipped++
 		case helper.OutcomeWould:
 			s.kills.Would++
+			s.wouldKillMiB += s.holderMiB[procKey{r.PID, r.StartTime}]
 		}
 	}
 }
@@ -96,7 +207,7 @@ func (s *Stats) AddKills(results []helper.KillResult) {
 func (s *Stats) Snapshot() StatsSnapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := StatsSnapshot{Kills: s.kills}
+	out := StatsSnapshot{Kills: s.kills, Units: s.units, WouldKillMiB: s.wouldKillMiB, Stale: len(s.stale) > 0}
 	for _, st := range s.gpus {
 		c := *st
 		c.Freed = c.BeforeMiB > c.ThresholdMiB && c.AfterMiB <= c.ThresholdMiB

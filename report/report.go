@@ -1,37 +1,73 @@
 // Package report prints a run's output: per-host lines as they happen, a
 // recap that folds hosts with the same outcome into node sets, fleet tables
-// gathered from scripts that return lists of flat records, JSON lines, and a
-// progress line on a terminal.
+// gathered from the rows scripts produce, JSON lines, and a progress line on
+// a terminal.
+//
+// Fleet table. A host's rows are the records its script recorded
+// (report.row, report.rows, or the rows given to fail() and skip()) followed
+// by the records it returned (a list of tables). Every row is shown, whatever
+// the host's outcome: a host that failed or was skipped keeps its rows, and
+// a STATUS column marks them when some host is not ok. Hosts whose rows are
+// all the same (same cells, same order, same status) fold into one group:
+// the HOST column names their node set and the # column how many hosts it
+// holds, and a note under the table says how many rows were folded. A host's
+// rows stay together and in the order its script produced them.
+//
+// Columns: report.columns{"gpu", "state", ...} in a script chooses which
+// columns show and in what order; a last entry "..." adds the others after
+// them. Without it, columns come in a fixed order for the library's keys
+// (gpu, index, pid, ... see columnOrder), then the others alphabetically,
+// then holders, reason, error. A cell is its value as text, nested tables as
+// compact JSON; in a column holding values of several types, a string that
+// would read as another type (1, true, an empty string) is quoted, so that
+// the number 1 and the string "1" stay apart. A missing key is an empty cell.
+//
+// Recap. Hosts with the same status, detail and figures, numbers aside, are
+// one line with their node set; in a folded line, a detail that names each
+// host's own name or address shows {host} or {address} in its place, numbers
+// that differ show their range, bracketed in the detail (pid [4410-4433])
+// and bare in the figures (10240-20480 MiB). Memory figures are each GPU's newest
+// reading; under --check the recap says what would be stopped and killed.
+//
+// JSON (--json): one object per line, each with a "type": "host" objects as
+// each host finishes (host, status, value, error, address, rows, columns,
+// elapsed_s, stats, log), then one "summary" object (hosts, counts per
+// status, exit_code, interrupted, elapsed_s, totals).
 package report
 
 import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
-	"sort"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gpush/gpush/termsafe"
 )
 
-// Host statuses.
+// Host statuses. A skipped host is one whose script chose to leave it alone
+// (skip(): a drain refused on a busy host): not a failure.
 const (
 	StatusOK          = "ok"
 	StatusFailed      = "failed"
 	StatusUnreachable = "unreachable"
+	StatusSkipped     = "skipped"
 )
 
-// Exit codes, as Ansible's: unreachable (4) wins over failed (2) because a
-// host that was never reached may hide a failure too.
+// Exit codes, as ansible-playbook's (ansible-core 2.14: TaskQueueManager's
+// RUN_* codes and the CLI's handlers): ok and skipped hosts alone give 0;
+// unreachable (4) wins over failed (2) because a host that was never
+// reached may hide a failure too; an interrupted run is 99 whatever its
+// hosts did. 130 (128+SIGINT, as a shell reports it) is gpush's own: a
+// second interrupt quit at once, before the report was complete.
 const (
 	ExitOK          = 0
 	ExitError       = 1
 	ExitFailed      = 2
 	ExitUnreachable = 4
+	ExitInterrupted = 99
+	ExitQuit        = 130
 )
 
 // Event is one line a host's script printed (log.*) or the runner noted.
@@ -46,19 +82,44 @@ type Event struct {
 // Stats are the GPU numbers of one host's run, shown in the recap.
 type Stats struct {
 	// HaveMem is false when the script never read GPU memory.
-	HaveMem      bool  `json:"-"`
-	GPUs         int   `json:"gpus"`
-	GPUsFreed    int   `json:"gpus_freed"`
+	HaveMem   bool `json:"-"`
+	GPUs      int  `json:"gpus"`
+	GPUsFreed int  `json:"gpus_freed"`
+	// MemBeforeMiB is the sum of each GPU's first reading, MemAfterMiB of
+	// its newest one.
 	MemBeforeMiB int64 `json:"mem_before_mib"`
 	MemAfterMiB  int64 `json:"mem_after_mib"`
+	// Stale: the newest reading came before a kill or a unit action (a
+	// reading at the end of the script failed).
+	Stale bool `json:"stale,omitempty"`
+	// Processes signalled that ended, and those that survived KILL.
+	Killed   int `json:"killed,omitempty"`
+	Survived int `json:"survived,omitempty"`
+	// Units stopped and started.
+	UnitsStopped int `json:"units_stopped,omitempty"`
+	UnitsStarted int `json:"units_started,omitempty"`
+	// Under --check: the processes that would be signalled and the units
+	// that would be stopped, with the GPU memory they hold.
+	WouldKill    int   `json:"would_kill,omitempty"`
+	WouldKillMiB int64 `json:"would_kill_mib,omitempty"`
+	WouldStop    int   `json:"would_stop,omitempty"`
+	WouldStopMiB int64 `json:"would_stop_mib,omitempty"`
 }
 
 // Result is one host's outcome. Value is the script's return value as plain
 // Go data (nil, bool, float64, string, []any, map[string]any).
 type Result struct {
-	Host    string
+	Host string
+	// Address is what was dialled; the recap folds messages naming it.
+	Address string
 	Status  string
 	Value   any
+	// Rows are the records the script recorded or gave to fail()/skip(),
+	// kept whatever the outcome; the fleet table shows them before the
+	// records of Value.
+	Rows []any
+	// Columns is the script's choice of table columns (report.columns).
+	Columns []string
 	Error   string
 	Elapsed time.Duration
 	Stats   Stats
@@ -71,14 +132,21 @@ func ExitCode(rs []Result) int {
 		switch r.Status {
 		case StatusUnreachable:
 			return ExitUnreachable
-		case StatusFailed:
-			code = ExitFailed
-		case StatusOK:
+		case StatusOK, StatusSkipped:
 		default:
 			code = ExitFailed
 		}
 	}
 	return code
+}
+
+// RunExitCode is ExitCode for a run that may have been interrupted: then
+// ExitInterrupted, as ansible-playbook's 99.
+func RunExitCode(rs []Result, interrupted bool) int {
+	if interrupted {
+		return ExitInterrupted
+	}
+	return ExitCode(rs)
 }
 
 // Options say where and how to print.
@@ -130,6 +198,12 @@ type Printer struct {
 	counts    map[string]int
 	progress  bool // a progress line is on screen
 	wait      waiting
+	// JSON mode: the hosts whose object is out, and whether the run was
+	// interrupted (for the summary).
+	printed     map[string]bool
+	interrupted bool
+	quit        bool
+	finished    bool // after Finish, a late Done prints nothing
 }
 
 // New returns a Printer.
@@ -143,7 +217,7 @@ func New(o Options) *Printer {
 	if o.Err == nil {
 		o.Err = io.Discard
 	}
-	return &Printer{o: o, out: termsafe.NewWriter(o.Out, o.Color), errw: termsafe.NewWriter(o.Err, o.Color), start: o.Now(), events: map[string][]Event{}, counts: map[string]int{}, wait: newWaiting(o.Hosts)}
+	return &Printer{o: o, out: termsafe.NewWriter(o.Out, o.Color), errw: termsafe.NewWriter(o.Err, o.Color), start: o.Now(), events: map[string][]Event{}, counts: map[string]int{}, printed: map[string]bool{}, wait: newWaiting(o.Hosts)}
 }
 
 // Event prints (or gathers) one host line.
@@ -175,62 +249,65 @@ func (p *Printer) hostLines(host, level, msg string) {
 	}
 }
 
-// Done records a finished host for the progress line; only Host and Status
-// are needed.
+// Done records a finished host: for the progress line, and in JSON mode
+// its object is written at once (a run of 300 hosts streams them). Call it
+// once per host, with the whole result.
 func (p *Printer) Done(r Result) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.finished {
+		return
+	}
 	p.done++
 	p.counts[r.Status]++
 	p.wait.finish(r.Host)
+	if p.o.JSON {
+		p.writeHost(r)
+		return
+	}
 	p.drawProgress()
 }
 
-type jsonEvent struct {
-	Time    time.Time `json:"time"`
-	Level   string    `json:"level"`
-	Message string    `json:"message"`
+// Interrupted marks the run as interrupted (Ctrl-C): the summary says so
+// and carries ExitInterrupted. Quit marks a run quit at a second interrupt
+// (ExitQuit).
+func (p *Printer) Interrupted() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.interrupted = true
 }
 
-type jsonResult struct {
-	Host     string      `json:"host"`
-	Status   string      `json:"status"`
-	Value    any         `json:"value"`
-	Error    string      `json:"error,omitempty"`
-	ElapsedS float64     `json:"elapsed_s"`
-	Stats    *Stats      `json:"stats,omitempty"`
-	Log      []jsonEvent `json:"log,omitempty"`
+// Quit: see Interrupted.
+func (p *Printer) Quit() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.interrupted, p.quit = true, true
 }
 
-func (p *Printer) jsonResult(r Result) jsonResult {
-	j := jsonResult{Host: r.Host, Status: r.Status, Value: r.Value, Error: r.Error,
-		ElapsedS: math.Round(r.Elapsed.Seconds()*1000) / 1000}
-	if r.Stats.HaveMem {
-		s := r.Stats
-		j.Stats = &s
+// exitCode is the run's exit status as the summary reports it; callers hold p.mu.
+func (p *Printer) exitCode(rs []Result) int {
+	if p.quit {
+		return ExitQuit
 	}
-	for _, e := range p.events[r.Host] {
-		j.Log = append(j.Log, jsonEvent{Time: e.Time, Level: e.Level, Message: e.Message})
-	}
-	return j
+	return RunExitCode(rs, p.interrupted)
 }
 
 // Finish prints the gathered lines, the fleet table and the recap, or in
-// JSON mode one JSON object per host, in the order of rs.
-func (p *Printer) Finish(rs []Result) {
+// JSON mode the objects of the hosts Done has not seen (in the order of
+// rs) and the summary. It returns the run's exit status.
+func (p *Printer) Finish(rs []Result) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.finished = true
 	p.clearProgress()
 	if p.o.JSON {
 		for _, r := range rs {
-			b, err := json.Marshal(p.jsonResult(r))
-			if err != nil {
-				b, _ = json.Marshal(map[string]string{"host": r.Host, "status": r.Status, "error": "encode result: " + err.Error()})
+			if !p.printed[r.Host] {
+				p.writeHost(r)
 			}
-			// Exact text, but no raw C1 or bidi control for a terminal.
-			fmt.Fprintf(p.o.Out, "%s\n", termsafe.JSON(b))
 		}
-		return
+		p.writeSummary(rs)
+		return p.exitCode(rs)
 	}
 	p.printGathered()
 	if t := FleetTable(rs, p.o.Fold); t != nil {
@@ -238,93 +315,7 @@ func (p *Printer) Finish(rs []Result) {
 		t.Write(p.out)
 	}
 	p.recap(rs)
-}
-
-func (p *Printer) recap(rs []Result) {
-	w := p.out
-	type group struct {
-		hosts    []string
-		r        Result
-		min, max time.Duration
-	}
-	var groups []*group
-	idx := map[string]*group{}
-	sorted := append([]Result(nil), rs...)
-	sort.SliceStable(sorted, func(i, j int) bool { return naturalLess(sorted[i].Host, sorted[j].Host) })
-	for _, r := range sorted {
-		k := strings.Join([]string{r.Status, fmt.Sprint(r.Stats), r.Error, summary(r.Value)}, "\x00")
-		g := idx[k]
-		if g == nil {
-			g = &group{r: r, min: r.Elapsed, max: r.Elapsed}
-			idx[k] = g
-			groups = append(groups, g)
-		}
-		g.hosts = append(g.hosts, r.Host)
-		g.min, g.max = min(g.min, r.Elapsed), max(g.max, r.Elapsed)
-	}
-	counts := map[string]int{}
-	for _, r := range rs {
-		counts[r.Status]++
-	}
-	w.Line()
-	w.Line(termsafe.Data("RECAP "), w.Paint(colOK, "ok"), termsafe.Dataf("=%d ", counts[StatusOK]),
-		w.Paint(colFail, "failed"), termsafe.Dataf("=%d ", counts[StatusFailed]),
-		w.Paint(colUnreach, "unreachable"), termsafe.Dataf("=%d  %s", counts[StatusUnreachable], fmtDur(p.o.Now().Sub(p.start))))
-	var rows [][]string
-	for _, g := range groups {
-		r := g.r
-		gpus, mem := "", ""
-		switch st := r.Stats; {
-		case !st.HaveMem:
-		case st.GPUsFreed == 0 && st.MemBeforeMiB == st.MemAfterMiB:
-			// A read-only script: say what is there, not "freed 0".
-			gpus = fmt.Sprintf("%d GPUs", st.GPUs)
-			mem = fmt.Sprintf("%d MiB used", st.MemAfterMiB)
-		default:
-			gpus = fmt.Sprintf("freed %d/%d GPUs", st.GPUsFreed, st.GPUs)
-			mem = fmt.Sprintf("%d -> %d MiB", st.MemBeforeMiB, st.MemAfterMiB)
-		}
-		t := fmtDur(g.min)
-		if fmtDur(g.max) != t {
-			t += "-" + fmtDur(g.max)
-		}
-		detail := r.Error
-		if detail == "" {
-			detail = summary(r.Value)
-		}
-		// Sanitized before measuring: an escape is wider than its byte.
-		rows = append(rows, []string{termsafe.String(p.o.Fold(g.hosts)), termsafe.String(r.Status), gpus, mem, t,
-			termsafe.String(detail)})
-	}
-	widths := make([]int, 5)
-	for _, row := range rows {
-		for i := range widths {
-			widths[i] = max(widths[i], utf8.RuneCountInString(row[i]))
-		}
-	}
-	for _, row := range rows {
-		parts := make([]termsafe.Safe, 0, 6)
-		for i := range widths {
-			cell := fmt.Sprintf("%-*s", widths[i], row[i])
-			switch i {
-			case 0:
-				parts = append(parts, w.Paint(colHost, cell))
-			case 1:
-				parts = append(parts, w.Paint(statusColor(row[1]), cell))
-			default:
-				parts = append(parts, termsafe.Data(cell))
-			}
-			parts = append(parts, termsafe.Data("  "))
-		}
-		if row[5] == "" {
-			// No detail: the line ends at the last padded cell, trimmed.
-			last := termsafe.Data(strings.TrimRight(fmt.Sprintf("%-*s", widths[4], row[4]), " "))
-			parts = append(parts[:len(parts)-2], last)
-		} else {
-			parts = append(parts, termsafe.Data(row[5]))
-		}
-		w.Line(parts...)
-	}
+	return p.exitCode(rs)
 }
 
 // summary is a one-line rendering of a script's value for the recap; lists

@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +32,8 @@ func TestExitCode(t *testing.T) {
 		{[]string{"ok", "failed"}, 2},
 		{[]string{"unreachable", "ok"}, 4},
 		{[]string{"failed", "unreachable", "failed"}, 4},
+		{[]string{"ok", "skipped"}, 0},
+		{[]string{"skipped", "failed"}, 2},
 		{[]string{"weird"}, 2},
 	} {
 		var rs []Result
@@ -97,6 +102,14 @@ func TestGatherFoldsEqualLines(t *testing.T) {
 	}
 }
 
+func tableLines(tb *Table) []string {
+	var got []string
+	for _, r := range tb.Rows {
+		got = append(got, strings.Join(r, "|"))
+	}
+	return got
+}
+
 func TestFleetTable(t *testing.T) {
 	row := func(gpu float64, step string) map[string]any {
 		return map[string]any{"gpu": gpu, "step": step, "freed": true, "reason": ""}
@@ -114,41 +127,135 @@ func TestFleetTable(t *testing.T) {
 	if got := strings.Join(tb.Columns, ","); got != "host,gpu,step,freed,reason" {
 		t.Errorf("columns %s", got)
 	}
-	var got []string
-	for _, r := range tb.Rows {
-		got = append(got, strings.Join(r, "|"))
-	}
-	want := []string{"{gpu01+gpu02}|0|kill|true|", "{gpu01}|1|service-stop|true|", "{gpu02}|1|already-free|true|"}
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+	// Hosts whose rows differ keep all their rows, together: no row of
+	// one host is folded into another's.
+	want := []string{"{gpu01}|0|kill|true|", "{gpu01}|1|service-stop|true|", "{gpu02}|0|kill|true|", "{gpu02}|1|already-free|true|"}
+	if got := tableLines(tb); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	var b bytes.Buffer
 	tb.Write(&b)
-	if !strings.HasPrefix(b.String(), "HOST           GPU  STEP          FREED  REASON\n{gpu01+gpu02}  0    kill          true\n") {
+	if !strings.HasPrefix(b.String(), "HOST     GPU  STEP          FREED  REASON\n{gpu01}  0    kill          true\n") {
 		t.Errorf("table:\n%s", b.String())
 	}
 	if FleetTable([]Result{{Host: "a", Value: []any{"x", "y"}}}, nil) != nil {
 		t.Error("a list of strings is not a table")
 	}
-	if FleetTable([]Result{{Host: "a", Value: []any{map[string]any{"n": map[string]any{}}}}}, nil) != nil {
-		t.Error("nested records are not a table")
+	// A record's own host column is not the table's.
+	tb = FleetTable([]Result{{Host: "a", Status: StatusOK, Value: []any{map[string]any{"host": "b", "gpu": 0.0}}}}, nil)
+	if strings.Join(tb.Columns, ",") != "host,gpu,row.host" {
+		t.Errorf("columns %v", tb.Columns)
+	}
+	// Nested values are cells of compact JSON, not a reason to drop the rows.
+	tb = FleetTable([]Result{{Host: "a", Value: []any{map[string]any{"pid": 7.0, "gpus": []any{0.0, 2.0}, "mem_by_gpu": map[string]any{"0": 5.0}}}}}, nil)
+	if tb == nil || strings.Join(tableLines(tb), "") != `a|7|[0,2]|{"0":5}` {
+		t.Errorf("nested cells: %+v", tb)
 	}
 }
 
-func TestJSONLines(t *testing.T) {
-	var out bytes.Buffer
-	p := New(Options{Out: &out, JSON: true, Fold: join, Now: clock()})
-	p.Event(Event{Host: "gpu01", Level: "info", Message: "hello"})
+// The issue's case: a host returning {{a=1},{a=1},{a=2}} shows 3 rows.
+func TestFleetTableNeverDropsARow(t *testing.T) {
+	v := []any{map[string]any{"a": 1.0}, map[string]any{"a": 1.0}, map[string]any{"a": 2.0}}
+	tb := FleetTable([]Result{{Host: "h1", Status: StatusOK, Value: v}}, nil)
+	if got := strings.Join(tableLines(tb), ","); got != "h1|1,h1|1,h1|2" {
+		t.Errorf("rows %s", got)
+	}
+	if len(tb.Notes) != 0 {
+		t.Errorf("nothing folded, yet notes %q", tb.Notes)
+	}
+}
+
+func TestFleetTableFoldsHostsWithTheSameRows(t *testing.T) {
+	rows := func(used float64) []any {
+		return []any{map[string]any{"gpu": 0.0, "used_mib": 0.0}, map[string]any{"gpu": 1.0, "used_mib": used}}
+	}
+	var rs []Result
+	for _, h := range []string{"gpu3", "gpu1", "gpu2", "gpu10"} {
+		rs = append(rs, Result{Host: h, Status: StatusOK, Value: rows(0)})
+	}
+	rs = append(rs, Result{Host: "gpu4", Status: StatusOK, Value: rows(512)})
+	tb := FleetTable(rs, join)
+	want := []string{"{gpu1+gpu2+gpu3+gpu10}|4|0|0", "{gpu1+gpu2+gpu3+gpu10}|4|1|0", "{gpu4}|1|0|0", "{gpu4}|1|1|512"}
+	if got := tableLines(tb); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if strings.Join(tb.Columns, ",") != "host,#,gpu,used_mib" {
+		t.Errorf("columns %v", tb.Columns)
+	}
+	if len(tb.Notes) != 1 || tb.Notes[0] != "10 rows of 5 hosts shown as 4: hosts with the same rows are one group (#: its hosts)" {
+		t.Errorf("notes %q", tb.Notes)
+	}
+	var b bytes.Buffer
+	tb.Write(&b)
+	if !strings.HasSuffix(b.String(), "(#: its hosts)\n") || !strings.HasPrefix(b.String(), "HOST                    #  GPU  USED_MIB\n") {
+		t.Errorf("table:\n%s", b.String())
+	}
+}
+
+func TestFleetTableKeepsRowsOfFailedAndSkippedHosts(t *testing.T) {
+	rec := func(gpu float64, step string) map[string]any { return map[string]any{"gpu": gpu, "step": step} }
 	rs := []Result{
-		{Host: "gpu01", Status: StatusOK, Value: []any{map[string]any{"gpu": 0.0}}, Elapsed: 1500 * time.Millisecond,
-			Stats: Stats{HaveMem: true, GPUs: 1, GPUsFreed: 1, MemBeforeMiB: 5, MemAfterMiB: 1}},
-		{Host: "gpu02", Status: StatusUnreachable, Error: "refused"},
+		{Host: "a1", Status: StatusOK, Value: []any{rec(0, "stage 1")}},
+		// Recorded rows, then the failure: they survive, marked failed.
+		{Host: "a2", Status: StatusFailed, Error: "GPU 1 not freed", Rows: []any{rec(0, "stage 1"), rec(1, "not-freed")}},
+		{Host: "a3", Status: StatusSkipped, Error: "busy", Rows: []any{rec(0, "busy")}},
+		// Recorded rows come before the returned ones.
+		{Host: "a4", Status: StatusOK, Rows: []any{rec(0, "first")}, Value: []any{rec(1, "second")}},
 	}
-	for _, r := range rs {
-		p.Done(r)
+	tb := FleetTable(rs, nil)
+	want := []string{"a1|ok|0|stage 1", "a2|failed|0|stage 1", "a2|failed|1|not-freed", "a3|skipped|0|busy",
+		"a4|ok|0|first", "a4|ok|1|second"}
+	if got := tableLines(tb); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	p.Finish(rs)
-	sc := bufio.NewScanner(&out)
+	if strings.Join(tb.Columns, ",") != "host,status,gpu,step" {
+		t.Errorf("columns %v", tb.Columns)
+	}
+}
+
+func TestFleetTableColumnsChosenByTheScript(t *testing.T) {
+	rec := map[string]any{"gpu": 0.0, "state": "free", "zeta": "z", "alpha": "a", "reason": "r"}
+	for _, c := range []struct {
+		cols []string
+		want string
+	}{
+		{nil, "host,gpu,state,alpha,zeta,reason"},
+		{[]string{"reason", "gpu"}, "host,reason,gpu"},
+		{[]string{"zeta", "..."}, "host,zeta,gpu,state,alpha,reason"},
+		// A column no row has is still shown: the script asked for it.
+		{[]string{"gpu", "missing"}, "host,gpu,missing"},
+	} {
+		tb := FleetTable([]Result{{Host: "h", Status: StatusOK, Value: []any{rec}, Columns: c.cols}}, nil)
+		if got := strings.Join(tb.Columns, ","); got != c.want {
+			t.Errorf("columns %q: got %s, want %s", c.cols, got, c.want)
+		}
+	}
+}
+
+func TestFleetTableCellsOfSeveralTypesStayApart(t *testing.T) {
+	v := []any{
+		map[string]any{"v": 1.0}, map[string]any{"v": "1"}, map[string]any{"v": true}, map[string]any{"v": "true"},
+		map[string]any{"v": ""}, map[string]any{"w": 0.0}, map[string]any{"v": "text"}, map[string]any{"v": 1.5},
+	}
+	tb := FleetTable([]Result{{Host: "h", Status: StatusOK, Value: v}}, nil)
+	var got []string
+	for _, r := range tb.Rows {
+		got = append(got, r[1])
+	}
+	want := []string{"1", `"1"`, "true", `"true"`, `""`, "", "text", "1.5"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("cells %q, want %q", got, want)
+	}
+	// A column of strings only shows them as they are.
+	tb = FleetTable([]Result{{Host: "h", Status: StatusOK, Value: []any{map[string]any{"v": "1"}, map[string]any{"v": ""}}}}, nil)
+	if got := strings.Join(tableLines(tb), ","); got != "h|1,h|" {
+		t.Errorf("string column %s", got)
+	}
+}
+
+func jsonLines(t *testing.T, b *bytes.Buffer) []map[string]any {
+	t.Helper()
+	sc := bufio.NewScanner(b)
 	var objs []map[string]any
 	for sc.Scan() {
 		var m map[string]any
@@ -157,8 +264,32 @@ func TestJSONLines(t *testing.T) {
 		}
 		objs = append(objs, m)
 	}
-	if len(objs) != 2 {
-		t.Fatalf("want 2 JSON lines, got %d", len(objs))
+	return objs
+}
+
+func TestJSONLines(t *testing.T) {
+	var out bytes.Buffer
+	p := New(Options{Out: &out, JSON: true, Fold: join, Now: clock()})
+	p.Event(Event{Host: "gpu01", Level: "info", Message: "hello"})
+	rs := []Result{
+		{Host: "gpu01", Status: StatusOK, Value: []any{map[string]any{"gpu": 0.0}}, Elapsed: 1500 * time.Millisecond,
+			Stats: Stats{HaveMem: true, GPUs: 1, GPUsFreed: 1, MemBeforeMiB: 5, MemAfterMiB: 1, Killed: 2}},
+		{Host: "gpu02", Status: StatusUnreachable, Error: "refused"},
+		{Host: "gpu03", Status: StatusSkipped, Error: "busy", Rows: []any{map[string]any{"gpu": 0.0}}, Columns: []string{"gpu"}},
+	}
+	// A host's object is out as soon as it is done, before the others.
+	p.Done(rs[0])
+	if objs := jsonLines(t, bytes.NewBuffer(out.Bytes())); len(objs) != 1 || objs[0]["type"] != "host" || objs[0]["host"] != "gpu01" {
+		t.Fatalf("after the first host: %v", objs)
+	}
+	p.Done(rs[1])
+	// gpu03 never reached Done (a second Ctrl-C): Finish writes it.
+	if code := p.Finish(rs); code != ExitUnreachable {
+		t.Errorf("exit %d", code)
+	}
+	objs := jsonLines(t, &out)
+	if len(objs) != 4 {
+		t.Fatalf("want 4 JSON lines, got %d", len(objs))
 	}
 	if objs[0]["host"] != "gpu01" || objs[0]["elapsed_s"] != 1.5 || objs[0]["stats"].(map[string]any)["gpus_freed"] != 1.0 {
 		t.Errorf("first object %v", objs[0])
@@ -168,6 +299,39 @@ func TestJSONLines(t *testing.T) {
 	}
 	if objs[1]["status"] != "unreachable" || objs[1]["error"] != "refused" || objs[1]["stats"] != nil {
 		t.Errorf("second object %v", objs[1])
+	}
+	if objs[2]["status"] != "skipped" || len(objs[2]["rows"].([]any)) != 1 || objs[2]["columns"].([]any)[0] != "gpu" {
+		t.Errorf("third object %v", objs[2])
+	}
+	sum := objs[3]
+	counts, _ := sum["counts"].(map[string]any)
+	totals, _ := sum["totals"].(map[string]any)
+	if sum["type"] != "summary" || sum["hosts"] != 3.0 || sum["exit_code"] != 4.0 || sum["interrupted"] != false ||
+		counts["ok"] != 1.0 || counts["unreachable"] != 1.0 || counts["skipped"] != 1.0 || counts["failed"] != 0.0 ||
+		totals["killed"] != 2.0 || totals["rows"] != 2.0 || totals["mem_before_mib"] != 5.0 {
+		t.Errorf("summary %v", sum)
+	}
+	if _, ok := sum["elapsed_s"].(float64); !ok {
+		t.Errorf("summary elapsed %v", sum["elapsed_s"])
+	}
+}
+
+func TestJSONSummaryOfAnInterruptedRun(t *testing.T) {
+	var out bytes.Buffer
+	p := New(Options{Out: &out, JSON: true, Now: clock()})
+	rs := []Result{{Host: "a", Status: StatusOK}, {Host: "b", Status: StatusFailed, Error: "interrupted"}}
+	p.Interrupted()
+	if code := p.Finish(rs); code != ExitInterrupted {
+		t.Errorf("exit %d", code)
+	}
+	objs := jsonLines(t, &out)
+	if s := objs[len(objs)-1]; s["exit_code"] != 99.0 || s["interrupted"] != true {
+		t.Errorf("summary %v", s)
+	}
+	p = New(Options{Out: &out, JSON: true, Now: clock()})
+	p.Quit()
+	if code := p.Finish(rs); code != ExitQuit {
+		t.Errorf("quit: exit %d", code)
 	}
 }
 
@@ -224,7 +388,8 @@ func TestIsRecords(t *testing.T) {
 		{[]any{map[string]any{"gpu": 0.0}, map[string]any{"gpu": 1.0, "holders": nil}}, true},
 		{[]any{}, false},
 		{[]any{map[string]any{}}, false},
-		{[]any{map[string]any{"gpus": []any{0.0}}}, false},
+		{[]any{map[string]any{"gpus": []any{0.0}}}, true},
+		{[]any{map[string]any{"gpu": 0.0}, "x"}, false},
 		{[]any{"a", "b"}, false},
 		{map[string]any{"gpu": 0.0}, false},
 		{nil, false},
@@ -259,4 +424,64 @@ func TestRecapFoldsSeveralAxes(t *testing.T) {
 			t.Errorf("recap lacks %q:\n%s", want, s)
 		}
 	}
+}
+
+// However rows fold, none is lost: each group's rows times its N add up to
+// every row of every host, and a host's rows keep their order.
+func FuzzFleetTableKeepsEveryRow(f *testing.F) {
+	f.Add([]byte("aab|ab|aab|c"))
+	f.Add([]byte("x||x|xx"))
+	f.Fuzz(func(t *testing.T, spec []byte) {
+		var rs []Result
+		total := 0
+		for i, part := range strings.Split(string(spec), "|") {
+			var rows []any
+			for _, c := range part {
+				rows = append(rows, map[string]any{"v": string(c)})
+			}
+			total += len(rows)
+			st := StatusOK
+			if i%3 == 2 {
+				st = StatusFailed
+			}
+			rs = append(rs, Result{Host: fmt.Sprintf("h%d", i), Status: st, Rows: rows})
+		}
+		tb := FleetTable(rs, nil)
+		if tb == nil {
+			if total != 0 {
+				t.Fatalf("no table for %d rows", total)
+			}
+			return
+		}
+		nCol := -1
+		for i, c := range tb.Columns {
+			if c == CountColumn {
+				nCol = i
+			}
+		}
+		got := 0
+		byGroup := map[string][]string{}
+		for _, r := range tb.Rows {
+			n := 1
+			if nCol >= 0 {
+				n, _ = strconv.Atoi(r[nCol])
+			}
+			got += n
+			byGroup[r[0]] = append(byGroup[r[0]], r[len(r)-1])
+		}
+		if got != total {
+			t.Fatalf("%q: %d rows shown (times N), want %d", spec, got, total)
+		}
+		for _, r := range rs {
+			var want []string
+			for _, row := range r.Rows {
+				want = append(want, row.(map[string]any)["v"].(string))
+			}
+			for group, cells := range byGroup {
+				if slices.Contains(strings.Split(group, ","), r.Host) && strings.Join(cells, "") != strings.Join(want, "") {
+					t.Fatalf("%s: rows %q, want %q in order", r.Host, cells, want)
+				}
+			}
+		}
+	})
 }

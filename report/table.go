@@ -3,7 +3,9 @@ package report
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,10 +14,12 @@ import (
 	"github.com/gpush/gpush/termsafe"
 )
 
-// Table is a fleet table: one header, rows of cells.
+// Table is a fleet table: one header, rows of cells, and notes printed
+// under it (how many rows were folded).
 type Table struct {
 	Columns []string
 	Rows    [][]string
+	Notes   []string
 }
 
 // Write prints the table with aligned columns, every cell sanitized for
@@ -57,6 +61,9 @@ func (t *Table) Write(w io.Writer) {
 	for _, r := range rows {
 		line(r)
 	}
+	for _, n := range t.Notes {
+		tw.Line(termsafe.Block(n))
+	}
 }
 
 // columnOrder puts the columns the library's scripts return in a readable
@@ -67,10 +74,36 @@ var columnOrder = []string{"gpu", "index", "pid", "ppid", "user", "comm", "name"
 
 var lastColumns = []string{"holders", "reason", "error"}
 
-// FleetTable gathers the rows of every host whose value is a list of flat
-// records into one table with a leading host column. Rows that are equal on
-// several hosts are folded into one row naming the node set. It returns nil
-// when no host returned records.
+// CountColumn heads the column that says how many hosts a folded group holds.
+const CountColumn = "#"
+
+// RestColumns, as the last entry of a script's columns, adds the columns it
+// did not name after those it did, in the default order.
+const RestColumns = "..."
+
+// hostRecords are the rows a host produced: those recorded (Rows), then
+// those it returned (Value, when a list of records). A recorded row that is
+// not a record is kept as a "value" cell rather than dropped.
+func hostRecords(r Result) []map[string]any {
+	var out []map[string]any
+	for _, v := range r.Rows {
+		if m, ok := v.(map[string]any); ok && len(m) > 0 {
+			out = append(out, m)
+		} else {
+			out = append(out, map[string]any{"value": v})
+		}
+	}
+	if list, ok := r.Value.([]any); ok && len(list) > 0 {
+		if recs, ok := records(list); ok {
+			out = append(out, recs...)
+		}
+	}
+	return out
+}
+
+// FleetTable gathers the rows of every host (see the package doc) into one
+// table with a leading host column, hosts in natural order. It returns nil
+// when no host produced a row.
 func FleetTable(rs []Result, fold func([]string) string) *Table {
 	if fold == nil {
 		fold = func(h []string) string { return strings.Join(h, ",") }
@@ -78,82 +111,212 @@ func FleetTable(rs []Result, fold func([]string) string) *Table {
 	sorted := append([]Result(nil), rs...)
 	sort.SliceStable(sorted, func(i, j int) bool { return naturalLess(sorted[i].Host, sorted[j].Host) })
 	type hostRows struct {
-		host string
-		recs []map[string]any
+		host, status string
+		recs         []map[string]any
 	}
 	var all []hostRows
-	cols := map[string]bool{}
+	keys := map[string]bool{}
+	var chosen []string // the scripts' columns, first-seen order
+	inChosen := map[string]bool{}
+	rest := false
 	for _, r := range sorted {
-		list, ok := r.Value.([]any)
-		if !ok || len(list) == 0 {
-			continue
-		}
-		recs, ok := records(list)
-		if !ok {
+		recs := hostRecords(r)
+		if len(recs) == 0 {
 			continue
 		}
 		for _, rec := range recs {
 			for k := range rec {
-				cols[k] = true
+				keys[k] = true
 			}
 		}
-		all = append(all, hostRows{r.Host, recs})
+		for _, c := range r.Columns {
+			if c == RestColumns {
+				rest = true
+			} else if !inChosen[c] {
+				inChosen[c] = true
+				chosen = append(chosen, c)
+			}
+		}
+		all = append(all, hostRows{r.Host, r.Status, recs})
 	}
 	if len(all) == 0 {
 		return nil
 	}
-	var order []string
-	for _, c := range columnOrder {
-		if cols[c] {
-			order = append(order, c)
-			delete(cols, c)
+	order := chosen
+	if len(chosen) == 0 || rest {
+		for c := range inChosen {
+			delete(keys, c)
 		}
+		order = append(order, defaultOrder(keys)...)
 	}
-	var tail []string
-	for _, c := range lastColumns {
-		if cols[c] {
-			tail = append(tail, c)
-			delete(cols, c)
+	cell := cellRenderer(func(yield func(map[string]any)) {
+		for _, hr := range all {
+			for _, rec := range hr.recs {
+				yield(rec)
+			}
 		}
-	}
-	order = append(append(order, sortedKeys(cols)...), tail...)
+	})
 
-	// Fold equal rows: the key is the cells, the hosts keep first-seen order.
-	type folded struct {
-		hosts []string
-		cells []string
+	// Fold hosts whose rows are all the same; a host's rows stay together.
+	type group struct {
+		hosts  []string
+		status string
+		rows   [][]string
 	}
-	var out []*folded
-	idx := map[string]*folded{}
+	var groups []*group
+	idx := map[string]*group{}
+	notOK := false
+	nrows := 0
 	for _, hr := range all {
-		for _, rec := range hr.recs {
-			cells := make([]string, len(order))
+		rows := make([][]string, len(hr.recs))
+		var key strings.Builder
+		key.WriteString(hr.status)
+		for j, rec := range hr.recs {
+			rows[j] = make([]string, len(order))
 			for i, c := range order {
-				if v, ok := rec[c]; ok {
-					cells[i] = cellString(v)
-				}
+				rows[j][i] = cell(c, rec)
+				key.WriteString("\x01")
+				key.WriteString(rows[j][i])
 			}
-			k := strings.Join(cells, "\x00")
-			f := idx[k]
-			if f == nil {
-				f = &folded{cells: cells}
-				idx[k] = f
-				out = append(out, f)
-			}
-			if len(f.hosts) == 0 || f.hosts[len(f.hosts)-1] != hr.host {
-				f.hosts = append(f.hosts, hr.host)
-			}
+			key.WriteString("\x02")
+		}
+		nrows += len(rows)
+		notOK = notOK || hr.status != StatusOK && hr.status != ""
+		g := idx[key.String()]
+		if g == nil {
+			g = &group{status: hr.status, rows: rows}
+			idx[key.String()] = g
+			groups = append(groups, g)
+		}
+		g.hosts = append(g.hosts, hr.host)
+	}
+	folded := len(groups) < len(all)
+	cols := []string{"host"}
+	if folded {
+		cols = append(cols, CountColumn)
+	}
+	if notOK {
+		cols = append(cols, "status")
+	}
+	for _, c := range order {
+		if slices.Contains(cols, strings.ToLower(c)) {
+			// A record's own "host" or "status" is not the table's.
+			c = "row." + c
+		}
+		cols = append(cols, c)
+	}
+	t := &Table{Columns: cols}
+	shown := 0
+	for _, g := range groups {
+		lead := []string{fold(g.hosts)}
+		if folded {
+			lead = append(lead, strconv.Itoa(len(g.hosts)))
+		}
+		if notOK {
+			lead = append(lead, g.status)
+		}
+		for _, r := range g.rows {
+			t.Rows = append(t.Rows, append(append([]string(nil), lead...), r...))
+			shown++
 		}
 	}
-	t := &Table{Columns: append([]string{"host"}, order...)}
-	for _, f := range out {
-		t.Rows = append(t.Rows, append([]string{fold(f.hosts)}, f.cells...))
+	if folded {
+		t.Notes = append(t.Notes, fmt.Sprintf("%d rows of %d hosts shown as %d: hosts with the same rows are one group (#: its hosts)",
+			nrows, len(all), shown))
 	}
 	return t
 }
 
+// defaultOrder is the library's columns first, the others alphabetically,
+// the long free text last.
+func defaultOrder(keys map[string]bool) []string {
+	keys = maps.Clone(keys)
+	var order []string
+	for _, c := range columnOrder {
+		if keys[c] {
+			order = append(order, c)
+			delete(keys, c)
+		}
+	}
+	var tail []string
+	for _, c := range lastColumns {
+		if keys[c] {
+			tail = append(tail, c)
+			delete(keys, c)
+		}
+	}
+	return append(append(order, sortedKeys(keys)...), tail...)
+}
+
+// Kinds of cell values, for telling them apart in a mixed column.
+const (
+	kindString = iota
+	kindNumber
+	kindBool
+	kindJSON
+)
+
+func kindOf(v any) int {
+	switch v.(type) {
+	case string:
+		return kindString
+	case bool:
+		return kindBool
+	case float64, float32, int, int64, int32, uint64:
+		return kindNumber
+	}
+	return kindJSON
+}
+
+// cellRenderer returns how to show a record's value of a column: strings as
+// they are, except in a column that also holds other kinds, where a string
+// that would read as one of them (or is empty) is quoted.
+func cellRenderer(each func(func(map[string]any))) func(col string, rec map[string]any) string {
+	kinds := map[string]map[int]bool{}
+	each(func(rec map[string]any) {
+		for k, v := range rec {
+			if v == nil {
+				continue
+			}
+			if kinds[k] == nil {
+				kinds[k] = map[int]bool{}
+			}
+			kinds[k][kindOf(v)] = true
+		}
+	})
+	return func(col string, rec map[string]any) string {
+		v, ok := rec[col]
+		if !ok || v == nil {
+			return ""
+		}
+		s := cellString(v)
+		if str, isStr := v.(string); isStr && len(kinds[col]) > 1 && ambiguous(str, kinds[col]) {
+			return strconv.Quote(str)
+		}
+		return s
+	}
+}
+
+// ambiguous: s, shown bare, could be read as a value of another kind the
+// column holds (or as a missing one).
+func ambiguous(s string, kinds map[int]bool) bool {
+	t := strings.TrimSpace(s)
+	switch {
+	case t == "" || t != s:
+		return true
+	case kinds[kindNumber]:
+		if _, err := strconv.ParseFloat(t, 64); err == nil {
+			return true
+		}
+	}
+	if kinds[kindBool] && (t == "true" || t == "false") {
+		return true
+	}
+	return kinds[kindJSON] && (strings.HasPrefix(t, "{") || strings.HasPrefix(t, "[") || t == "null")
+}
+
 // IsRecords reports whether v is what FleetTable shows as rows: a non-empty
-// list of non-empty tables of scalars.
+// list of non-empty tables (values that are tables show as compact JSON).
 func IsRecords(v any) bool {
 	list, ok := v.([]any)
 	if !ok || len(list) == 0 {
@@ -163,13 +326,13 @@ func IsRecords(v any) bool {
 	return ok
 }
 
-// records returns the list as flat records, or false when an element is not
-// a table of scalars.
+// records returns the list as records, or false when an element is not a
+// non-empty table with string keys.
 func records(list []any) ([]map[string]any, bool) {
 	out := make([]map[string]any, 0, len(list))
 	for _, v := range list {
 		m, ok := v.(map[string]any)
-		if !ok || len(m) == 0 || !isFlat(m) {
+		if !ok || len(m) == 0 {
 			return nil, false
 		}
 		out = append(out, m)
@@ -201,8 +364,10 @@ func cellString(v any) string {
 		return strconv.FormatFloat(x, 'f', -1, 64)
 	case float32:
 		return cellString(float64(x))
-	default:
+	case bool, int, int64, int32, uint64:
 		return fmt.Sprint(x)
+	default:
+		return compactJSON(x)
 	}
 }
 

@@ -6,7 +6,8 @@
 -- pynvml probes) are left alone; protected processes are never killed without
 -- force. While something that restarts workers remains, a GPU counts as freed
 -- only after it stayed free for the settle time. One row per GPU says which
--- stage freed it, or why not; the host fails when one is not freed.
+-- stage freed it, or why not; the host fails when one is not freed, and
+-- keeps its rows in the fleet table.
 -- Under --check nothing is stopped or killed.
 --
 -- vars:
@@ -55,5 +56,6 @@ for _, row in ipairs(r.rows) do
   elseif row.step == "would-kill" then log.info("GPU %d would kill %s: %s", row.gpu, row.killed, row.reason)
   else log.error("GPU %d not freed: %s", row.gpu, row.reason) end
 end
-if not r.ok then fail("%s", r.reason) end
+-- The rows go with the failure too: the fleet table shows which GPUs were freed and why the others were not.
+if not r.ok then fail(r.reason, r.rows) end
 return r.rows

@@ -28,7 +28,7 @@ if s.load_state == "not-found" or not s.ok and #s.remaining == 0 then
 end
 if #held > 0 and #s.remaining == 0 and not check then gpu.wait_free{gpus = held, timeout = "10s"} end
 local r = gpu.free{gpus = vars.gpus, grace = vars.grace, timeout = vars.timeout, force = vars.force}
-if not r.ok then fail("not restarting %s: %s", unit, r.reason) end
+if not r.ok then fail("not restarting %s: %s", unit, r.reason, r.rows) end
 if check then
   log.info("would start %s", unit)
   return {service = unit, freed = #r.rows, started = false, would = true}

@@ -175,7 +175,9 @@ func TestHostileProcessName(t *testing.T) {
 		} `json:"value"`
 		Log []struct{ Message string } `json:"log"`
 	}
-	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+	// The host's line; the summary line follows it.
+	first, _, _ := strings.Cut(stdout, "\n")
+	if err := json.Unmarshal([]byte(first), &res); err != nil {
 		t.Fatalf("--json: %v\n%s", err, stdout)
 	}
 	if code != 0 || len(res.Value) != 1 || res.Value[0].Comm != hostileComm || int(res.Value[0].PID) != pid ||

@@ -138,14 +138,16 @@ func TestRunTimeoutEndsStuckBuiltin(t *testing.T) {
 	inv, script := stuckScript(t)
 	p := startGpush(t, "run", script, "-i", inv, "--timeout", "1s", "--json")
 	code, out := p.wait(t)
-	if code != 2 || !strings.Contains(out, `"host":"stuck","status":"failed","value":null,"error":"did not stop: abandoned after --timeout 1s"`) ||
-		!strings.Contains(out, `"host":"fine","status":"ok","value":"done"`) {
+	if code != 2 || !strings.Contains(out, `"type":"host","host":"stuck","status":"failed","value":null,"error":"did not stop: abandoned after --timeout 1s"`) ||
+		!strings.Contains(out, `"type":"host","host":"fine","status":"ok","value":"done"`) ||
+		!strings.Contains(out, `{"type":"summary","hosts":2,"counts":{"failed":1,"ok":1,"skipped":0,"unreachable":0},"exit_code":2,"interrupted":false`) {
 		t.Errorf("exit %d (want 2)\nstdout %s\nstderr %s", code, out, p.errText())
 	}
 }
 
 // TestRunInterruptEndsStuckBuiltin: one Ctrl-C ends the run after the grace;
-// the stuck host is failed "did not stop".
+// the stuck host is failed "did not stop", and the run exits 99 as an
+// interrupted ansible-playbook does.
 func TestRunInterruptEndsStuckBuiltin(t *testing.T) {
 	inv, script := stuckScript(t)
 	p := startGpush(t, "run", script, "-i", inv)
@@ -155,8 +157,9 @@ func TestRunInterruptEndsStuckBuiltin(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out := p.wait(t)
-	if code != 2 || !strings.Contains(out, "interrupted; did not stop: abandoned") || !strings.Contains(p.errText(), "interrupt again to quit now") {
-		t.Errorf("exit %d (want 2)\nstdout %s\nstderr %s", code, out, p.errText())
+	if code != 99 || !strings.Contains(out, "interrupted; did not stop: abandoned") || !strings.Contains(p.errText(), "interrupt again to quit now") ||
+		!strings.Contains(out, "  interrupted\n") {
+		t.Errorf("exit %d (want 99)\nstdout %s\nstderr %s", code, out, p.errText())
 	}
 }
 

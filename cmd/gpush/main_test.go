@@ -311,9 +311,9 @@ func TestRunConvertsHostVars(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, stdout, stderr := gpush(t, "run", free, "-i", inv, "--json")
-	want := `{"host":"good","status":"ok","value":{"force":true,"gpu_type":"number","gpus":[1,2],"grace":"30s","services":["a.service","b.service"]},`
+	want := `{"type":"host","host":"good","status":"ok","value":{"force":true,"gpu_type":"number","gpus":[1,2],"grace":"30s","services":["a.service","b.service"]},`
 	if code != 2 || !strings.Contains(stdout, want) ||
-		!strings.Contains(stdout, `{"host":"bad","status":"failed","value":null,"error":"host bad: var gpus: item 2: want an integer, got \"one\""`) {
+		!strings.Contains(stdout, `{"type":"host","host":"bad","status":"failed","value":null,"error":"host bad: var gpus: item 2: want an integer, got \"one\""`) {
 		t.Errorf("exit %d (want 2)\nstdout %s\nstderr %s", code, stdout, stderr)
 	}
 	// -e wins over the bad host var, converted the same way.

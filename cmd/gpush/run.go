@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -28,8 +27,9 @@ func runCommand() *cli.Command {
 		ArgsUsage: "SCRIPT",
 		Description: "SCRIPT is a path, or a name looked up in ./scripts, $GPUSH_PATH, the config dir's\n" +
 			"gpush/scripts and the embedded library (gpush scripts lists them).\n\n" +
-			"Exit status: 0 every host ok; 2 a host failed; 4 a host unreachable (wins over 2);\n" +
-			"1 a usage or internal error; 130 quit at a second interrupt (Ctrl-C), the unfinished hosts named.\n\n" +
+			"Exit status (ansible-playbook's): 0 every host ok or skipped; 2 a host failed; 4 a host\n" +
+			"unreachable (wins over 2); 99 interrupted (Ctrl-C); 1 a usage or internal error;\n" +
+			"130 quit at a second interrupt, the unfinished hosts named.\n\n" +
 			"Ctrl-C stops every host; one stuck in a long builtin is given up after 2s\n" +
 			"(\"did not stop\"), as is one past --timeout. Each host's Lua data is bounded by\n" +
 			"--lua-memory (or the host var gpush_lua_memory): past it the host fails \"memory limit\".",
@@ -115,6 +115,10 @@ func runRun(c *cli.Context) error {
 		}
 	}()
 
+	addrs := make(map[string]string, len(hosts))
+	for _, h := range hosts {
+		addrs[h.Name] = h.Address
+	}
 	var mu sync.Mutex
 	ended := make(map[string]lua.HostResult, len(hosts))
 	var quit atomic.Bool // after the second interrupt nothing more is printed
@@ -133,18 +137,18 @@ func runRun(c *cli.Context) error {
 				if quit.Load() {
 					return
 				}
-				switch e.Kind {
-				case modules.EventLog:
+				if e.Kind == modules.EventLog {
 					p.Event(report.Event{Host: e.Host, Time: e.Time, Kind: e.Kind, Level: e.Level, Message: e.Message})
-				case modules.EventDone:
-					status, _, _ := strings.Cut(e.Message, ":")
-					p.Done(report.Result{Host: e.Host, Status: status})
 				}
 			},
+			// The whole result, as soon as a host ends: --json streams it.
 			OnResult: func(r lua.HostResult) {
 				mu.Lock()
 				ended[r.Host] = r
 				mu.Unlock()
+				if !quit.Load() {
+					p.Done(toReport(r, addrs[r.Host]))
+				}
 			},
 			Logger: f.logger,
 		})
@@ -156,10 +160,12 @@ func runRun(c *cli.Context) error {
 		case <-sigs:
 			if ctx.Err() == nil {
 				cancel()
+				p.Interrupted()
 				fmt.Fprintln(stderr, "gpush: interrupted: stopping every host (interrupt again to quit now)")
 				continue
 			}
 			quit.Store(true)
+			p.Quit()
 			mu.Lock()
 			results = make([]lua.HostResult, len(hosts))
 			var left []string
@@ -174,29 +180,33 @@ func runRun(c *cli.Context) error {
 			mu.Unlock()
 			rs := make([]report.Result, len(results))
 			for i, r := range results {
-				rs[i] = toReport(r)
+				rs[i] = toReport(r, addrs[r.Host])
 			}
-			p.Finish(rs)
+			code := p.Finish(rs)
 			fmt.Fprintf(stderr, "gpush: quit at the second interrupt; unfinished: %s\n", inventory.FoldNodeSet(left))
-			return exitError{exitQuit}
+			return exitError{code}
 		}
 	}
 	rs := make([]report.Result, len(results))
 	for i, r := range results {
-		rs[i] = toReport(r)
+		rs[i] = toReport(r, addrs[r.Host])
 	}
-	p.Finish(rs)
+	code := p.Finish(rs)
 	if ctx.Err() != nil && c.Context.Err() == nil {
 		fmt.Fprintln(stderr, "gpush: interrupted")
 	}
-	if code := report.ExitCode(rs); code != 0 {
+	if code != 0 {
 		return exitError{code}
 	}
 	return nil
 }
 
-func toReport(r lua.HostResult) report.Result {
-	out := report.Result{Host: r.Host, Status: r.Status, Value: r.Value, Error: r.Error, Elapsed: r.Elapsed}
+// toReport turns a host's result into what the report shows: the recap's
+// figures are each GPU's first and newest readings, and what was (or under
+// --check would be) stopped and killed.
+func toReport(r lua.HostResult, addr string) report.Result {
+	out := report.Result{Host: r.Host, Address: addr, Status: r.Status, Value: r.Value, Rows: r.Rows, Columns: r.Columns,
+		Error: r.Error, Elapsed: r.Elapsed}
 	s := r.Stats
 	if len(s.GPUs) > 0 {
 		out.Stats.HaveMem = true
@@ -206,7 +216,13 @@ func toReport(r lua.HostResult) report.Result {
 			out.Stats.MemBeforeMiB += g.BeforeMiB
 			out.Stats.MemAfterMiB += g.AfterMiB
 		}
+		out.Stats.Stale = s.Stale
 	}
+	out.Stats.Killed = s.Kills.Exited + s.Kills.Killed
+	out.Stats.Survived = s.Kills.Survived
+	out.Stats.WouldKill, out.Stats.WouldKillMiB = s.Kills.Would, s.WouldKillMiB
+	out.Stats.UnitsStopped, out.Stats.UnitsStarted = s.Units.Stopped, s.Units.Started
+	out.Stats.WouldStop, out.Stats.WouldStopMiB = s.Units.WouldStop, s.Units.WouldStopMiB
 	return out
 }
 

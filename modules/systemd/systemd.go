@@ -65,6 +65,7 @@ func action(h modules.Host, act string) glua.LGFunction {
 		}
 		var resp helper.UnitResponse
 		modules.CallHelper(L, h, fn, helper.VerbUnit, req, &resp)
+		h.Stats().AddUnit(act, would, resp)
 		if !would && act == helper.UnitStop {
 			noteRestart(h, resp)
 		}
