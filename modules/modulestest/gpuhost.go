@@ -396,7 +396,9 @@ func (g *GPUHost) holderList() []helper.Holder {
 			}
 			c.Suspicious = fmt.Sprintf("protected name %s, but %s", c.Comm, why)
 		}
-		c.AgeSeconds = float64(c.StartTime) / 100
+		if c.AgeSeconds == 0 {
+			c.AgeSeconds = float64(c.StartTime) / 100
+		}
 		out = append(out, c)
 	}
 	return out
@@ -474,7 +476,7 @@ func (g *GPUHost) remove(pid int, killed bool) {
 		}
 		if killed && h.RespawnAfterPolls != 0 && g.proc(h.PPID) != nil {
 			c := *h
-			c.PID, c.StartTime, c.PGID, c.SID, c.GPUs, c.Devices, c.Heir = 0, 0, 0, 0, nil, nil, 0
+			c.PID, c.StartTime, c.PGID, c.SID, c.GPUs, c.Devices, c.Heir, c.AgeSeconds = 0, 0, 0, 0, nil, nil, 0, 0
 			c.AppearAfterPolls = max(h.RespawnAfterPolls, 0)
 			g.addHolder(c)
 		}
