@@ -382,7 +382,7 @@ func (m *mod) callKill(L *glua.LState, fn string, req helper.KillRequest) helper
 func checkTargets(L *glua.LState, n int) ([]helper.Identity, []int) {
 	t := L.CheckTable(n)
 	if t.RawGetString("pid") != glua.LNil {
-		return []helper.Identity{checkIdentity(L, n, t, "target")}, nil
+		return []helper.Identity{checkIdentity(L, n, t, "gpu.kill", "target")}, nil
 	}
 	var ids []helper.Identity
 	var pids []int
@@ -397,7 +397,7 @@ func checkTargets(L *glua.LState, n int) ([]helper.Identity, []int) {
 			}
 			pids = append(pids, pid)
 		case *glua.LTable:
-			ids = append(ids, checkIdentity(L, n, v, fmt.Sprintf("target %d", i)))
+			ids = append(ids, checkIdentity(L, n, v, "gpu.kill", fmt.Sprintf("target %d", i)))
 		default:
 			L.ArgError(n, fmt.Sprintf("gpu.kill: target %d: want a holder (from gpu.holders()) or a pid, got %s", i, v.Type()))
 		}
@@ -405,11 +405,11 @@ func checkTargets(L *glua.LState, n int) ([]helper.Identity, []int) {
 	return ids, pids
 }
 
-func checkIdentity(L *glua.LState, n int, t *glua.LTable, what string) helper.Identity {
+func checkIdentity(L *glua.LState, n int, t *glua.LTable, fn, what string) helper.Identity {
 	pid, ok1 := t.RawGetString("pid").(glua.LNumber)
 	st, ok2 := t.RawGetString("start_time").(glua.LNumber)
 	if !ok1 || !ok2 || pid <= 0 {
-		L.ArgError(n, fmt.Sprintf("gpu.kill: %s: a holder needs pid and start_time (use the tables gpu.holders() returns)", what))
+		L.ArgError(n, fmt.Sprintf("%s: %s: a holder needs pid and start_time (use the tables gpu.holders() returns)", fn, what))
 	}
 	id := helper.Identity{PID: int(pid), StartTime: uint64(st)}
 	if b, ok := t.RawGetString("boot_id").(glua.LString); ok {
@@ -421,6 +421,8 @@ func checkIdentity(L *glua.LState, n int, t *glua.LTable, what string) helper.Id
 func killResultTable(L *glua.LState, r helper.KillResult) *glua.LTable {
 	rt := L.NewTable()
 	rt.RawSetString("pid", glua.LNumber(r.PID))
+	rt.RawSetString("start_time", glua.LNumber(r.StartTime))
+	rt.RawSetString("boot_id", glua.LString(r.BootID))
 	rt.RawSetString("ppid", glua.LNumber(r.PPID))
 	rt.RawSetString("comm", glua.LString(r.Comm))
 	rt.RawSetString("outcome", glua.LString(r.Outcome))
@@ -462,11 +464,21 @@ func (m *mod) waitFree(L *glua.LState) int {
 		req.Interval = helper.Duration(o.Duration("interval", 0))
 	}
 	settle := o.Duration("settle", 0)
+	givenOpt := o.Has("holders")
 	o.Done()
 	if req.ThresholdMiB != nil && *req.ThresholdMiB < 0 {
 		L.ArgError(1, fmt.Sprintf("%s: option threshold_mib: %d is negative", fn, *req.ThresholdMiB))
 	}
-	resp, _ := m.callWait(L, fn, req, settle)
+	var resp helper.WaitFreeResponse
+	if givenOpt {
+		req.Holders = m.checkGiven(L, fn)
+	}
+	if givenOpt && len(req.Holders) == 0 {
+		// Nothing given, nothing to wait for: never "every holder".
+		resp = helper.WaitFreeResponse{OK: true, Outcome: helper.WaitReleased, Reason: "no holders given: nothing to wait for"}
+	} else {
+		resp, _ = m.callWait(L, fn, req, settle)
+	}
 	t := L.NewTable()
 	t.RawSetString("ok", glua.LBool(resp.OK))
 	t.RawSetString("outcome", glua.LString(resp.Outcome))
@@ -484,10 +496,66 @@ func (m *mod) waitFree(L *glua.LState) int {
 	}
 	t.RawSetString("gpus", gpus)
 	t.RawSetString("holders", holderList(L, resp.Holders))
-	t.RawSetString("status", statusList(L, resp.Status))
+	status := statusList(L, resp.Status)
+	if givenOpt {
+		// Every GPU says which given holders still hold it, none included.
+		for i, st := range resp.Status {
+			status.RawGetInt(i+1).(*glua.LTable).RawSetString("waiting", luaconv.ToLua(L, nonNil(st.Waiting)))
+		}
+	}
+	t.RawSetString("status", status)
 	t.RawSetString("supervisors", supervisorList(L, m.h.Respawners().List()))
 	L.Push(t)
 	return 1
+}
+
+// checkGiven reads wait_free's holders option: holders (gpu.holders), kill
+// results or a gpu.kill result (what it signalled: skipped ones were never
+// signalled and are left out), or pids, resolved through a fresh snapshot
+// (a pid holding nothing is released already).
+func (m *mod) checkGiven(L *glua.LState, fn string) []helper.Identity {
+	v := L.CheckTable(1).RawGetString("holders")
+	t, ok := v.(*glua.LTable)
+	if !ok {
+		L.ArgError(1, fmt.Sprintf("%s: option holders: want holders (from gpu.holders), a gpu.kill result or pids, got %s", fn, v.Type()))
+	}
+	if res, ok := t.RawGetString("results").(*glua.LTable); ok {
+		t = res
+	}
+	if t.RawGetString("pid") != glua.LNil {
+		one := L.NewTable()
+		one.Append(t)
+		t = one
+	}
+	var ids []helper.Identity
+	var pids []int
+	for i := 1; i <= t.Len(); i++ {
+		switch x := t.RawGetInt(i).(type) {
+		case glua.LNumber:
+			if pid := int(x); float64(pid) == float64(x) && pid > 0 {
+				pids = append(pids, pid)
+				continue
+			}
+			L.ArgError(1, fmt.Sprintf("%s: option holders: entry %d: %v is not a pid", fn, i, x))
+		case *glua.LTable:
+			if x.RawGetString("outcome") == glua.LString(helper.OutcomeSkipped) {
+				continue
+			}
+			id := checkIdentity(L, 1, x, fn, fmt.Sprintf("option holders: entry %d", i))
+			ids = append(ids, id)
+		default:
+			L.ArgError(1, fmt.Sprintf("%s: option holders: entry %d: want a holder or a pid, got %s", fn, i, x.Type()))
+		}
+	}
+	if len(pids) > 0 {
+		s := m.fetch(L, fn)
+		for _, h := range s.Holders {
+			if slices.Contains(pids, h.PID) {
+				ids = append(ids, h.Identity)
+			}
+		}
+	}
+	return ids
 }
 
 // callWait sends a wait-free. While something that may restart a worker
@@ -688,6 +756,9 @@ func StatusTable(L *glua.LState, st helper.GPUStatus) *glua.LTable {
 	t.RawSetString("protected", luaconv.ToLua(L, nonNil(st.Protected)))
 	t.RawSetString("suspicious", luaconv.ToLua(L, nonNil(st.Suspicious)))
 	t.RawSetString("ghosts", ghostList(L, st.Ghosts))
+	if st.Waiting != nil {
+		t.RawSetString("waiting", luaconv.ToLua(L, st.Waiting))
+	}
 	return t
 }
 
