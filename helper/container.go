@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -135,7 +136,7 @@ func ShortID(id string) string {
 // Config.RootDir): the kubelet's /var/log/containers links
 // (POD_NAMESPACE_CONTAINER-ID.log) and /var/log/pods folders
 // (NAMESPACE_POD_UID), docker's containers/ID/config.v2.json and podman's
-// (rootful) containers.json. Each source is read once per request, when a
+// containers.json (rootful, and a rootless user's in their home). Each source is read once per request, when a
 // container first asks.
 type containerNames struct {
 	root string
@@ -143,6 +144,9 @@ type containerNames struct {
 	pods map[string]k8sName // by pod uid
 	pod  map[string][]string
 	read bool
+	// users: rootless podman's lists by uid; homes from /etc/passwd.
+	users map[int]map[string][]string
+	homes map[int]string
 }
 
 type k8sName struct {
@@ -176,10 +180,51 @@ func (n *containerNames) fill(h *Holder, ref containerRef) {
 	case RuntimeDocker:
 		h.ContainerName = n.dockerName(ref.ID)
 	case RuntimePodman:
-		if names := n.pod[ref.ID]; len(names) > 0 {
+		names := n.pod[ref.ID]
+		if len(names) == 0 && h.UID > 0 {
+			names = n.rootless(h.UID)[ref.ID]
+		}
+		if len(names) > 0 {
 			h.ContainerName = names[0]
 		}
 	}
+}
+
+// rootless reads the container list of a rootless podman user: under the
+// home folder /etc/passwd gives, in podman's default graph root
+// (~/.local/share/containers/storage). Once per uid and request.
+func (n *containerNames) rootless(uid int) map[string][]string {
+	if list, ok := n.users[uid]; ok {
+		return list
+	}
+	if n.users == nil {
+		n.users = map[int]map[string][]string{}
+		b, _ := os.ReadFile(filepath.Join(n.root, "etc/passwd"))
+		n.homes = parseHomes(b)
+	}
+	var list map[string][]string
+	if home := n.homes[uid]; home != "" {
+		list = readContainersJSON(filepath.Join(n.root, home, ".local/share/containers/storage/overlay-containers/containers.json"))
+	}
+	n.users[uid] = list
+	return list
+}
+
+// parseHomes maps uid -> home folder from /etc/passwd lines.
+func parseHomes(b []byte) map[int]string {
+	m := map[int]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) < 7 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		if uid, err := strconv.Atoi(f[2]); err == nil && filepath.IsAbs(f[5]) {
+			if _, dup := m[uid]; !dup {
+				m[uid] = f[5]
+			}
+		}
+	}
+	return m
 }
 
 var kubeLogLink = regexp.MustCompile(`^([^_]+)_([^_]+)_(.+)-([0-9a-f]{64})\.log$`)
@@ -220,7 +265,12 @@ func (n *containerNames) dockerName(id string) string {
 
 // readPodman reads rootful podman's container list: id -> names.
 func (n *containerNames) readPodman() map[string][]string {
-	b, err := os.ReadFile(filepath.Join(n.root, "var/lib/containers/storage/overlay-containers/containers.json"))
+	return readContainersJSON(filepath.Join(n.root, "var/lib/containers/storage/overlay-containers/containers.json"))
+}
+
+// readContainersJSON reads a podman (containers/storage) container list.
+func readContainersJSON(file string) map[string][]string {
+	b, err := os.ReadFile(file)
 	if err != nil {
 		return nil
 	}

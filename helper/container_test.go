@@ -67,7 +67,7 @@ func containerRoot(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
 	podDir := filepath.Join(root, "var/log/pods", "ml_trainer-7f9c_"+podUID)
-	for _, d := range []string{filepath.Join(podDir, "worker"), filepath.Join(root, "var/log/containers"),
+	for _, d := range []string{filepath.Join(podDir, "worker"), filepath.Join(root, "var/log/containers"), filepath.Join(root, "etc"),
 		filepath.Join(root, "var/lib/docker/containers", ctrID2), filepath.Join(root, "var/lib/containers/storage/overlay-containers")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -109,6 +109,19 @@ func TestContainerNames(t *testing.T) {
 	}
 	if uidOnly.Pod != "trainer-7f9c" || uidOnly.Namespace != "ml" || uidOnly.ContainerName != "" {
 		t.Errorf("pod from its uid only: %+v", uidOnly)
+	}
+	// Rootless podman: the user's own list, found through /etc/passwd.
+	home := filepath.Join(root, "home/erin/.local/share/containers/storage/overlay-containers")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/sh\nerin:x:1001:1001::/home/erin:/bin/sh\n"), 0o644)
+	os.WriteFile(filepath.Join(home, "containers.json"), []byte(`[{"id":"`+ctrID2+`","names":["erins-job"]}]`), 0o644)
+	rootless, other := Holder{UID: 1001}, Holder{UID: 1002}
+	n.fill(&rootless, containerRef{ID: ctrID2, Runtime: RuntimePodman})
+	n.fill(&other, containerRef{ID: ctrID2, Runtime: RuntimePodman})
+	if rootless.ContainerName != "erins-job" || other.ContainerName != "" {
+		t.Errorf("rootless podman: %+v; another user: %+v", rootless, other)
 	}
 	// Nothing on the host: nothing named, nothing fails.
 	var none Holder
