@@ -184,3 +184,34 @@ func TestSnapshotContainerHolders(t *testing.T) {
 		t.Errorf("cgroup %q", x.Cgroup)
 	}
 }
+
+// BenchmarkContainerNames: parsing a kubepods cgroup and naming its pod
+// and container on a host whose kubelet left 1000 container links, per
+// holder, the links read once per request as a snapshot does.
+func BenchmarkContainerNames(b *testing.B) {
+	root := b.TempDir()
+	dir := filepath.Join(root, "var/log/containers")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < 1000; i++ {
+		id := fmt.Sprintf("%064x", i)
+		if i == 999 {
+			id = ctrID
+		}
+		if err := os.Symlink("/nowhere", filepath.Join(dir, fmt.Sprintf("pod-%d_ml_worker-%s.log", i, id))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	line := []byte("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(podUID, "-", "_") +
+		".slice/cri-containerd-" + ctrID + ".scope\n")
+	n := &containerNames{root: root}
+	for b.Loop() {
+		var h Holder
+		cg := parseCgroup(line)
+		n.fill(&h, cg.Ref)
+		if h.Pod != "pod-999" {
+			b.Fatalf("pod %q", h.Pod)
+		}
+	}
+}
