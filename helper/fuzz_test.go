@@ -96,6 +96,9 @@ func FuzzParseCgroup(f *testing.F) {
 	f.Add([]byte("0::/process_api/ae8071e8ab4b0bf187188cc92bde5bf7\n"))
 	f.Add([]byte("9:name=systemd:/\n4:memory:/process_api/e99c\n0::/\n"))
 	f.Add([]byte("0::/system.slice/docker-4f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0.scope\n"))
+	f.Add([]byte("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod2f0c7e5c_8e2a_4e73_8f0d_94d2e3b3d8a1.slice/cri-containerd-" + ctrID + ".scope\n"))
+	f.Add([]byte("1:name=systemd:/kubepods/pod2f0c7e5c-8e2a-4e73-8f0d-94d2e3b3d8a1/" + ctrID + "\n"))
+	f.Add([]byte("0::/system.slice/llm.service/libpod-payload-" + ctrID + "\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c := parseCgroup(b)
 		if c.Unit != "" && !strings.HasSuffix(c.Unit, ".service") && !strings.HasSuffix(c.Unit, ".scope") {
@@ -104,8 +107,15 @@ func FuzzParseCgroup(f *testing.F) {
 		if c.Unit != "" && !strings.Contains(c.Path, c.Unit) {
 			t.Fatalf("unit %q not in path %q", c.Unit, c.Path)
 		}
-		if c.Container != "" && (len(c.Container) != 64 || !strings.Contains(c.Path, c.Container)) {
+		if c.Container != "" && (c.Ref.ID != "" && len(c.Container) != 64 || !strings.Contains(c.Path, c.Container)) {
 			t.Fatalf("container %q path %q", c.Container, c.Path)
+		}
+		// A container's own scope is never shown as the unit.
+		if scopeContainer.MatchString(c.Unit) || c.Container != "" && c.Ref.ID != "" && strings.Contains(c.Unit, c.Ref.ID) {
+			t.Fatalf("unit %q is container %q's scope", c.Unit, c.Container)
+		}
+		if c.Ref.PodUID != "" && (len(c.Ref.PodUID) != 36 || c.Ref.QoS == "") {
+			t.Fatalf("pod uid %q qos %q", c.Ref.PodUID, c.Ref.QoS)
 		}
 	})
 }

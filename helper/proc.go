@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,9 +114,11 @@ func splitCmdline(b []byte) []string {
 
 // cgroupInfo is a process's cgroup and what it says about systemd units and containers.
 type cgroupInfo struct {
-	Path      string
-	Unit      string
+	Path string
+	Unit string
+	// Container is the container's full id (64 hex; LXC: its name).
 	Container string
+	Ref       containerRef
 }
 
 // parseCgroup picks the cgroup path that names the process's place: the
@@ -151,31 +152,41 @@ func parseCgroup(b []byte) cgroupInfo {
 		path = ""
 	}
 	info := cgroupInfo{Path: path}
-	info.Unit, info.Container = unitAndContainer(path)
+	info.Unit, info.Ref = unitAndContainer(path)
+	info.Container = info.Ref.ID
+	if info.Container == "" {
+		info.Container = info.Ref.Name
+	}
 	return info
 }
 
-var containerID = regexp.MustCompile(`^(?:docker-|cri-containerd-|crio-|libpod-|containerd-)?([0-9a-f]{64})(?:\.scope)?$`)
-
-// unitAndContainer names the innermost systemd service/scope in a cgroup
-// path and a container id (docker, containerd, cri-o, podman, kubepods).
-func unitAndContainer(path string) (unit, container string) {
+// unitAndContainer names the container a cgroup path is in (docker,
+// containerd, cri-o, podman, Kubernetes pods, LXC: see findContainer) and
+// the innermost systemd service or scope that is the process's own: never
+// a container's scope (docker-ID.scope is a container, not a unit anyone
+// names), nothing inside a Kubernetes pod, and, for a container, only a
+// service that runs it (a quadlet's), not the user manager around a
+// rootless one.
+func unitAndContainer(path string) (unit string, ref containerRef) {
 	comps := strings.Split(strings.Trim(path, "/"), "/")
-	for i := len(comps) - 1; i >= 0; i-- {
+	ref, at := findContainer(comps)
+	for i := len(comps) - 1; i >= 0 && unit == ""; i-- {
 		c := comps[i]
-		if container == "" {
-			if strings.HasPrefix(c, "libpod-conmon-") {
-				continue
-			}
-			if m := containerID.FindStringSubmatch(c); m != nil {
-				container = m[1]
-			}
+		if !strings.HasSuffix(c, ".service") && !strings.HasSuffix(c, ".scope") {
+			continue
 		}
-		if unit == "" && (strings.HasSuffix(c, ".service") || strings.HasSuffix(c, ".scope")) {
+		switch {
+		case at >= 0 && i >= at, ref.PodUID != "", strings.Contains(c, "kubepods"):
+			// The container itself, or a pod's own scopes.
+		case at >= 0 && (strings.HasSuffix(c, ".scope") || userManager.MatchString(c)):
+			// Around a container: its runtime's or the user's manager.
+		case scopeContainer.MatchString(c) || strings.HasPrefix(c, "libpod-conmon-") || strings.HasPrefix(c, "crio-conmon-"):
+			// A runtime's monitor scope beside a container.
+		default:
 			unit = c
 		}
 	}
-	return unit, container
+	return unit, ref
 }
 
 // passwd maps uid -> user name from /etc/passwd (no cgo, no NSS).

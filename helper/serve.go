@@ -567,7 +567,7 @@ func WriteTable(w io.Writer, s *Snapshot) {
 		}
 		unit := h.Unit
 		if h.Container != "" {
-			unit = "ctr:" + h.Container[:12]
+			unit = "ctr:" + h.Container // the short id already
 		}
 		if unit == "" {
 			unit = "-"

@@ -36,6 +36,8 @@ type scanner struct {
 	guarded map[int]bool
 	// hostPIDs: the helper sees the host's PID namespace.
 	hostPIDs bool
+	// names: container and pod names, read when a container first asks.
+	names *containerNames
 }
 
 func newScanner(cfg Config) (*scanner, error) {
@@ -49,7 +51,11 @@ func newScanner(cfg Config) (*scanner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dev_dir %q: %w", cfg.DevDir, err)
 	}
-	s := &scanner{cfg: cfg, proc: procFS{dir: cfg.ProcDir}, devDirs: []string{dev}, self: os.Getpid()}
+	if cfg.RootDir == "" {
+		cfg.RootDir = "/"
+	}
+	s := &scanner{cfg: cfg, proc: procFS{dir: cfg.ProcDir}, devDirs: []string{dev}, self: os.Getpid(),
+		names: &containerNames{root: cfg.RootDir}}
 	if real, err := filepath.EvalSymlinks(dev); err == nil && real != dev {
 		s.devDirs = append(s.devDirs, real)
 	}
@@ -250,7 +256,15 @@ func (s *scanner) describe(r rawHolder, uptime float64) (Holder, bool) {
 	}
 	if b, err := os.ReadFile(s.proc.path(pid, "cgroup")); err == nil {
 		cg := parseCgroup(b)
-		h.Cgroup, h.Unit, h.Container = cg.Path, cg.Unit, cg.Container
+		h.Cgroup, h.Unit = cg.Path, cg.Unit
+		if ref := cg.Ref; cg.Container != "" {
+			h.Container, h.ContainerID, h.Runtime = ShortID(cg.Container), ref.ID, ref.Runtime
+			h.PodUID, h.PodQoS = ref.PodUID, ref.QoS
+			if ref.ID == "" {
+				h.Container, h.ContainerName = ref.Name, ref.Name
+			}
+			s.names.fill(&h, ref)
+		}
 	}
 	if uptime > 0 {
 		age := uptime - float64(st.StartTime)/float64(clockTicks())

@@ -67,6 +67,7 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 	}
 	smi, findErr := newSMIRunner(req.Config)
 	resp := &WaitFreeResponse{Version: Version, Timeline: []Sample{}, ThresholdMiB: map[int]int64{}}
+	given := givenHolders(req.Holders)
 
 	var (
 		initial  = map[Identity]bool{} // every holder of the first poll
@@ -101,13 +102,16 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		}
 		resp.Polls++
 		if req.IgnoreShared {
-			gs.holders = slices.DeleteFunc(gs.holders, func(h Holder) bool { return h.SharedOnly })
+			gs.holders = slices.DeleteFunc(gs.holders, func(h Holder) bool { return h.SharedOnly && !given.has(h) })
 		}
 		if want == nil {
 			if want, notes, err = chooseGPUs(req, gs); err != nil {
 				return nil, err
 			}
-		} else if len(req.GPUs) == 0 {
+			if given != nil && len(req.GPUs) == 0 {
+				want = given.gpus(gs.holders)
+			}
+		} else if len(req.GPUs) == 0 && given == nil {
 			// "All" includes a GPU first seen now (a held /dev/nvidiaN).
 			for _, g := range gs.gpus {
 				want[g.Index] = true
@@ -126,7 +130,10 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		case !gs.smiOK:
 			s.noListing(&gs)
 			status = assessChosen(gs, nil, want, resp.ThresholdMiB)
-		case unjudged || needApps(status) || sinceApps >= appsRefresh && len(gs.holders) > 0:
+		case unjudged || needApps(status) || sinceApps >= appsRefresh && len(gs.holders) > 0 ||
+			given != nil && len(given.left(gs.holders)) == 0:
+			// For given holders, the listing tells whether memory is still
+			// charged to one that is gone (a ghost).
 			if err := s.readApps(ctx, &gs); err != nil {
 				if !appsNote {
 					notes = append(notes, "compute apps unavailable, owners judged by mapped devices and nvidia-uvm only: "+err.Error())
@@ -158,6 +165,48 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		allFree := len(chosen) > 0 || gs.smiOK
 		for _, st := range status {
 			allFree = allFree && st.State == GPUFree
+		}
+		if given != nil {
+			left, ghosts := given.left(gs.holders), given.ghosts(gs.ghosts, gs.apps)
+			given.mark(status, left, ghosts)
+			// Without a listing (no nvidia-smi, or compute apps failing) memory
+			// charged to a gone pid cannot be seen: the notes say so.
+			released := len(left) == 0 && (ghosts != nil && len(ghosts) == 0 || !gs.apps && (!gs.smiOK || appsNote))
+			switch {
+			case !freeAt.IsZero():
+				if back := s.respawned(gs.holders, atFree, req.Watch, time.Since(freeAt)); back != "" {
+					resp.Outcome, resp.Reason = WaitNewHolder, back
+					resp.Settled = Duration(time.Since(freeAt))
+				} else if time.Since(freeAt) >= req.Settle.D() {
+					resp.Outcome, resp.OK = WaitReleased, true
+					resp.Settled = Duration(time.Since(freeAt))
+				}
+			case released && (req.Settle <= 0 || len(req.Watch) == 0):
+				resp.Outcome, resp.OK = WaitReleased, true
+			case released:
+				freeAt, atFree = pollStart, map[Identity]bool{}
+				for _, h := range gs.holders {
+					atFree[h.Identity] = true
+				}
+			case !time.Now().Before(deadline):
+				resp.Outcome, resp.Reason = WaitTimedOut, given.reason(left, ghosts)
+			}
+			last = gs
+			if resp.Outcome != "" {
+				break
+			}
+			if !time.Now().Before(deadline) && !freeAt.IsZero() {
+				resp.Outcome = WaitTimedOut
+				resp.Settled = Duration(time.Since(freeAt))
+				resp.Reason = fmt.Sprintf("the given holders were gone but the deadline came %s into the %s settle", resp.Settled.D().Round(time.Millisecond), req.Settle.D())
+				break
+			}
+			next := pollStart.Add(interval)
+			if next.After(deadline) {
+				next = deadline
+			}
+			timer.Reset(time.Until(next))
+			continue
 		}
 		switch {
 		case !freeAt.IsZero():
@@ -229,6 +278,9 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 	resp.GPUs = chosenGPUs(last.gpus, want)
 	resp.Status = status
 	resp.Holders = remaining(last.holders, status)
+	if given != nil {
+		resp.Holders = given.left(last.holders)
+	}
 	switch {
 	case len(resp.Holders) > 0 && appsNote:
 		notes = append(notes, "holders' memory unknown")

@@ -278,3 +278,75 @@ func TestWaitFreeSMIRunsPerPoll(t *testing.T) {
 	}
 	t.Logf("%d polls: %d query-gpu, %d compute-apps runs", r.Polls, gpu, apps)
 }
+
+// Waiting for given holders: bob's worker goes while alice's stays on the
+// same GPU; the wait ends released (not free: alice holds it), on the GPU
+// bob's worker held, naming nothing of alice's. A given worker that lives
+// on is named per GPU with its memory when the deadline passes.
+func TestWaitFreeGivenHolders(t *testing.T) {
+	h := newHost(t, 2)
+	h.fake.ReleaseDelay = "50ms"
+	h.save()
+	h.cfg.SMITimeout = Duration(time.Minute) // a loaded machine is slow, not wrong
+	bob := h.start("", "--dev", h.d("nvidia1"), "--dev", h.d("nvidiactl"), "--mem-mib", "2000")
+	alice := h.start("", "--dev", h.d("nvidia1"), "--dev", h.d("nvidiactl"), "--mem-mib", "3000")
+	withHook(t, func(n int) {
+		if n == 2 {
+			syscall.Kill(bob.pid, syscall.SIGKILL)
+		}
+	})
+	r := waitFree(t, WaitFreeRequest{Config: h.cfg, Holders: []Identity{identity(t, bob.pid)}, Timeout: Duration(10 * time.Second),
+		Interval: Duration(50 * time.Millisecond)})
+	if r.Outcome != WaitReleased || !r.OK || r.Polls < 3 || len(r.Holders) != 0 {
+		t.Fatalf("outcome %s ok %v polls %d holders %+v reason %q", r.Outcome, r.OK, r.Polls, r.Holders, r.Reason)
+	}
+	if len(r.Status) != 1 || r.Status[0].Index != 1 || r.Status[0].State != GPUHeld || len(r.Status[0].Waiting) != 0 ||
+		!slices.Equal(r.Status[0].Owners, []int{alice.pid}) {
+		t.Errorf("status %+v: want GPU 1 only, held by alice, nothing waited for", r.Status)
+	}
+	if first := r.Timeline[0]; first.UsedMiB[1] != 5000 {
+		t.Errorf("first sample %+v", first)
+	}
+	withHook(t, func(int) {})
+
+	// alice's worker is given and lives on: timed out, named with its memory on GPU 1.
+	r = waitFree(t, WaitFreeRequest{Config: h.cfg, Holders: []Identity{identity(t, alice.pid)}, Timeout: Duration(300 * time.Millisecond),
+		Interval: Duration(50 * time.Millisecond)})
+	want := "GPU 1: still held by " + Label(alice.pid, "gpu-holder", alice.cmd.Args) + " 3000 MiB"
+	if r.OK || r.Outcome != WaitTimedOut || r.Reason != want || len(r.Holders) != 1 || !slices.Equal(r.Status[0].Waiting, []int{alice.pid}) {
+		t.Errorf("outcome %s reason %q (want %q) holders %d status %+v", r.Outcome, r.Reason, want, len(r.Holders), r.Status)
+	}
+
+	// A given identity whose pid now names another process (start time
+	// differs) is gone already: released at the first poll.
+	old := identity(t, alice.pid)
+	old.StartTime--
+	r = waitFree(t, WaitFreeRequest{Config: h.cfg, Holders: []Identity{old}, Timeout: Duration(5 * time.Second)})
+	if !r.OK || r.Outcome != WaitReleased || r.Polls != 1 || len(r.GPUs) != 0 {
+		t.Errorf("reused pid: outcome %s polls %d gpus %+v reason %q", r.Outcome, r.Polls, r.GPUs, r.Reason)
+	}
+}
+
+// A given worker killed while its forked child keeps the device files (and
+// so its memory, charged to the dead pid) open is not released: the memory
+// is still charged to it.
+func TestWaitFreeGivenHolderGhost(t *testing.T) {
+	h := newHost(t, 1)
+	h.cfg.SMITimeout = Duration(time.Minute)
+	p := h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"), "--mem-mib", "4000", "--keeper")
+	id := identity(t, p.pid)
+	syscall.Kill(p.pid, syscall.SIGKILL)
+	r := waitFree(t, WaitFreeRequest{Config: h.cfg, GPUs: []int{0}, Holders: []Identity{id}, Timeout: Duration(400 * time.Millisecond),
+		Interval: Duration(50 * time.Millisecond)})
+	want := "GPU 0: still held by pid " + strconv.Itoa(p.pid)
+	if r.OK || r.Outcome != WaitTimedOut || !strings.HasPrefix(r.Reason, want) || !strings.Contains(r.Reason, "is gone but 4000 MiB is still charged to it") ||
+		!slices.Equal(r.Status[0].Waiting, []int{p.pid}) {
+		t.Errorf("outcome %s reason %q status %+v", r.Outcome, r.Reason, r.Status)
+	}
+	// The keeper goes too: released.
+	syscall.Kill(p.child, syscall.SIGKILL)
+	r = waitFree(t, WaitFreeRequest{Config: h.cfg, GPUs: []int{0}, Holders: []Identity{id}, Timeout: Duration(5 * time.Second)})
+	if !r.OK || r.Outcome != WaitReleased {
+		t.Errorf("after the keeper: outcome %s reason %q", r.Outcome, r.Reason)
+	}
+}

@@ -69,6 +69,11 @@ type Config struct {
 	// whose gpus/*/information files map /dev/nvidiaN to GPUs. The lab points
 	// it at fake information files (GPUs nvidia-smi does not list).
 	DriverDir string `json:"driver_dir,omitempty"`
+	// RootDir is where the host's container metadata is read from
+	// (var/log/pods, var/log/containers, var/lib/docker/containers,
+	// var/lib/containers/storage below it; default /). Tests point it at a
+	// folder of their own.
+	RootDir string `json:"root_dir,omitempty"`
 	// Protected adds process names (comm or argv[0] base, globs allowed) that
 	// are never signalled unless a request forces it.
 	Protected []string `json:"protected,omitempty"`
@@ -152,12 +157,30 @@ type Holder struct {
 	Suspicious string `json:"suspicious,omitempty"`
 	// ZombieLeader: its main thread has exited (state Z) while other threads
 	// still hold the devices (found through /proc/PID/task/TID/fd).
-	ZombieLeader bool   `json:"zombie_leader,omitempty"`
-	Unit         string `json:"unit,omitempty"`      // systemd unit, from /proc/PID/cgroup
-	Container    string `json:"container,omitempty"` // container id, when the cgroup names one
-	Cgroup       string `json:"cgroup,omitempty"`
-	NSpid        []int  `json:"nspid,omitempty"`
-	Protected    bool   `json:"protected"`
+	ZombieLeader bool `json:"zombie_leader,omitempty"`
+	// Unit is the systemd service or scope the process runs in (from
+	// /proc/PID/cgroup); never a container's scope (docker-ID.scope).
+	Unit string `json:"unit,omitempty"`
+	// Container is the container the process runs in, by its short id (12
+	// hex, as docker ps and crictl print it; an LXC container by its name);
+	// ContainerID is the full id. Runtime says whose: docker, containerd,
+	// cri-o, podman, lxc, or cri (a Kubernetes container of a runtime its
+	// cgroup does not name).
+	Container   string `json:"container,omitempty"`
+	ContainerID string `json:"container_id,omitempty"`
+	Runtime     string `json:"runtime,omitempty"`
+	// ContainerName, Pod and Namespace are named from what the runtimes and
+	// the kubelet leave on the host (no API server): /var/log/containers,
+	// /var/log/pods, docker's and podman's container configs. PodUID comes
+	// from the cgroup path (kubepods...pod<uid>), PodQoS too.
+	ContainerName string `json:"container_name,omitempty"`
+	PodUID        string `json:"pod_uid,omitempty"`
+	Pod           string `json:"pod,omitempty"`
+	Namespace     string `json:"namespace,omitempty"`
+	PodQoS        string `json:"pod_qos,omitempty"`
+	Cgroup        string `json:"cgroup,omitempty"`
+	NSpid         []int  `json:"nspid,omitempty"`
+	Protected     bool   `json:"protected"`
 	// ProtectedWhy says which rule protects it (a name, "pid 1", "ancestor of the helper").
 	ProtectedWhy string `json:"protected_why,omitempty"`
 }
@@ -225,6 +248,9 @@ type GPUStatus struct {
 	// Suspicious: protected-name holders that behave like workers.
 	Suspicious []int   `json:"suspicious,omitempty"`
 	Ghosts     []Ghost `json:"ghosts,omitempty"`
+	// Waiting (wait-free for given holders): those of them that still hold
+	// this GPU, by its device file or memory charged to their pid.
+	Waiting []int `json:"waiting,omitempty"`
 }
 
 // Supervisor is something that may restart a GPU worker gpush stopped or
@@ -307,6 +333,8 @@ const (
 	WaitProtected = "protected"
 	// A protected name behaving like a worker holds a chosen GPU.
 	WaitSuspicious = "suspicious"
+	// The given holders (WaitFreeRequest.Holders) hold nothing any more.
+	WaitReleased = "released"
 )
 
 // WaitFreeRequest polls until the chosen GPUs are free.
@@ -328,6 +356,13 @@ type WaitFreeRequest struct {
 	Settle Duration `json:"settle,omitempty"`
 	// Watch names what may restart a worker, for the reason when one comes back.
 	Watch []Supervisor `json:"watch,omitempty"`
+	// Holders, when given, changes what is waited for: until these
+	// processes (by identity) no longer hold any NVIDIA device nor memory
+	// nvidia-smi charges to their pid, whoever else holds the GPUs. GPUs
+	// then defaults to the GPUs they held at the first poll. The outcome
+	// is released; a worker a Watch supervisor starts in their place
+	// during Settle ends it as new-holder.
+	Holders []Identity `json:"holders,omitempty"`
 }
 
 // Sample is one poll.

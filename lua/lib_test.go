@@ -1,9 +1,14 @@
 package lua
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/gpush/gpush/inventory"
@@ -62,7 +67,7 @@ func TestLibUtilConverters(t *testing.T) {
 			           err(util.duration, ""), err(util.duration, "5s3"), err(util.duration, {})},
 		}`, Options{})
 	want := "map[" +
-		"bool:[false true false true false true false true] bool_err:[\"maybe\" is not a bool: want true/false, yes/no, on/off or 1/0 \"2\" is not a bool: want true/false, yes/no, on/off or 1/0] bool_nil:true " +
+		"bool:[false true false true false true false true] bool_err:[\"maybe\" is not a bool: want true/false, yes/no, on/off, y/n or 1/0 \"2\" is not a bool: want true/false, yes/no, on/off, y/n or 1/0] bool_nil:true " +
 		"dur:[5 90 0.5 90 2.5 3720 1.5 0.00025] " +
 		"dur_err:[\"soon\" is not a duration like \"5s\", \"1m30s\" or a number of seconds \"5xs\" is not a duration like \"5s\", \"1m30s\" or a number of seconds " +
 		"-1 is not a duration: want a number of seconds >= 0 or a string like \"5s\" empty duration; leave it out instead " +
@@ -73,6 +78,120 @@ func TestLibUtilConverters(t *testing.T) {
 	got := regexp.MustCompile(`table: 0x[0-9a-f]+`).ReplaceAllString(fmt.Sprint(r.Value), "table: 0x")
 	if r.Status != StatusOK || got != want {
 		t.Errorf("got %+v\n%s\nwant\n%s", r, got, want)
+	}
+}
+
+// TestLibUtilLists: each case is one Lua expression over util, evaluated
+// in a real run, as its own subtest.
+func TestLibUtilLists(t *testing.T) {
+	const rows = `{{gpu = 2, user = "bob", mib = 10}, {gpu = 0, user = "alice", mib = 30},
+		{gpu = 1, user = "bob", mib = 20}, {gpu = 0, user = "carol"}}`
+	for _, tc := range []struct{ name, expr, want string }{
+		{"values", `util.values({b = 2, a = 1, [3] = "x"})`, `[x 1 2]`},
+		{"keys mixed", `util.keys({b = 1, [10] = 1, [2] = 1, a = 1})`, `[2 10 a b]`},
+		{"uniq", `util.uniq({3, 1, 3, 2, 1})`, `[3 1 2]`},
+		{"uniq key", `util.pluck(util.uniq(R, "user"), "gpu")`, `[2 0 0]`},
+		{"uniq fn", `util.uniq({"a", "B", "b", "A"}, string.lower)`, `[a B]`},
+		{"sort_by", `util.pluck(util.sort_by(R, "gpu"), "user")`, `[alice carol bob bob]`},
+		{"sort_by desc", `util.pluck(util.sort_by(R, "gpu", true), "user")`, `[bob bob alice carol]`},
+		{"sort_by nil last", `util.pluck(util.sort_by(R, "mib"), "user")`, `[bob bob alice carol]`},
+		{"sort_by desc nil last", `util.pluck(util.sort_by(R, "mib", true), "user")`, `[alice bob bob carol]`},
+		{"sort_by fn", `util.pluck(util.sort_by(R, function(x) return x.user .. x.gpu end), "gpu")`, `[0 1 2 0]`},
+		{"sort_by leaves input", `(function() util.sort_by(R, "gpu") return util.pluck(R, "gpu") end)()`, `[2 0 1 0]`},
+		{"group_by fn", `util.count(util.group_by(R, function(x) return x.gpu == 0 and "zero" or "other" end).zero)`, `2`},
+		{"index_by", `util.index_by(R, "user").bob.gpu`, `1`},
+		{"count", `util.count(R, "user")`, `map[alice:1 bob:2 carol:1]`},
+		{"count all", `util.count(R)`, `4`},
+		{"count nil list", `util.count(nil)`, `0`},
+		{"join", `util.join({0, 2, "x"})`, `0,2,x`},
+		{"join sep", `util.join(util.pluck(R, "gpu"), " ")`, `2 0 1 0`},
+		{"join empty", `util.join({})`, ``},
+		{"format_duration", `util.map({0, 0.25, 1, 45, 90, 3600, 3605, 3660, 7260, 86400 * 3 + 4 * 3600 + 5}, util.format_duration)`,
+			`[0s 250ms 1s 45s 1m30s 1h 1h 1h1m 2h1m 3d4h]`},
+		{"format_duration round trip", `util.duration(util.format_duration(3 * 86400 + 7200))`, `266400`},
+		{"duration days", `util.duration("2d12h")`, `216000`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _ := one(t, "local util = require(\"util\")\nlocal R = "+rows+"\nreturn "+tc.expr, Options{})
+			if r.Status != StatusOK || fmt.Sprint(r.Value) != tc.want {
+				t.Errorf("%s\ngot  %v (%v)\nwant %s", tc.expr, r.Value, r.Error, tc.want)
+			}
+		})
+	}
+	r, _ := one(t, `return require("util").format_duration(-1)`, Options{})
+	if r.Status == StatusOK || !strings.Contains(r.Error, "-1 is not a number of seconds >= 0") {
+		t.Errorf("format_duration(-1): %+v", r)
+	}
+}
+
+// ansiblePython is the interpreter ansible runs under (its script's #!
+// line), which has Ansible's own modules.
+func ansiblePython(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("ansible")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI needs ansible (Debian's ansible-core): %v", err)
+		}
+		t.Skipf("skipping, ansible not installed: %v", err)
+	}
+	f, err := os.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	line, _ := bufio.NewReader(f).ReadString('\n')
+	py := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "#!"))
+	if len(py) == 0 {
+		t.Fatalf("%s: no #! line", bin)
+	}
+	return py[0]
+}
+
+// util.bool against Ansible's own: every value Ansible's boolean() (the
+// rule for a module's bool argument, strict) takes, its error for the
+// rest, the same answer from util.bool.
+func TestLibUtilBoolAgreesWithAnsible(t *testing.T) {
+	py := ansiblePython(t)
+	inputs := []any{"yes", "no", "Yes", "NO", "y", "n", "Y", "t", "f", "T", "true", "false", "True", "FALSE",
+		"on", "off", "On", "1", "0", " yes ", "\tno\n", "maybe", "2", "", "yes please", "ja", "-1", "1.0", "0.0",
+		true, false, 1, 0, 1.0, 2, -1, 0.5}
+	in, _ := json.Marshal(inputs)
+	cmd := exec.Command(py, "-c", `
+import json, sys
+from ansible.module_utils.parsing.convert_bool import boolean
+out = []
+for v in json.loads(sys.argv[1]):
+    try:
+        out.append(boolean(v))
+    except TypeError:
+        out.append("error")
+print(json.dumps(out))
+`, string(in))
+	b, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s with ansible: %v", py, err)
+	}
+	var want []any
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatalf("ansible's answers %q: %v", b, err)
+	}
+	r, _ := one(t, fmt.Sprintf(`
+		local util = require("util")
+		local out = {}
+		for i, v in ipairs(json.decode(%q)) do
+			local ok, b = pcall(util.bool, v)
+			if ok then out[i] = b else out[i] = "error" end
+		end
+		return out`, in), Options{})
+	got, ok := r.Value.([]any)
+	if r.Status != StatusOK || !ok || len(got) != len(inputs) {
+		t.Fatalf("util.bool: %+v", r)
+	}
+	for i := range inputs {
+		if fmt.Sprint(got[i]) != fmt.Sprint(want[i]) {
+			t.Errorf("%q: util.bool %v, Ansible %v", fmt.Sprint(inputs[i]), got[i], want[i])
+		}
 	}
 }
 

@@ -24,6 +24,7 @@
 -- @var users list only signal these users' processes (globs); leave it out for every user
 --
 -- example: gpush run free_gpus.lua -i ct129 -e services=sglang-qwen.service -e grace=10s
+local util = require("util")
 local held, leftover = {}, {} -- GPUs the units' workers held; GPUs their leftovers still hold
 for _, unit in ipairs(vars.services or {}) do
   for _, h in ipairs(gpu.holders{units = {unit}, shared = false}) do
@@ -39,9 +40,7 @@ for _, unit in ipairs(vars.services or {}) do
   else log.warn("stopped %s; it left %d process(es) in its cgroup: %s", unit, #s.remaining, s.reason) end
 end
 -- Wait for the release only where waiting can help: not where a leftover worker holds the GPU.
-local release = {}
-for g in pairs(held) do if not leftover[g] then release[#release + 1] = g end end
-table.sort(release)
+local release = util.filter(util.keys(held), function(g) return not leftover[g] end)
 if #release > 0 and not check then
   gpu.wait_free{gpus = release, timeout = vars.release_timeout or "10s", settle = vars.settle, threshold_mib = vars.threshold_mib}
 end

@@ -1,45 +1,41 @@
--- Who holds which GPU: process, user, unit or container, owner or monitor, memory, age.
+-- Who holds which GPU: a row per process and GPU, its memory there, its unit, container or pod, owner or monitor, age.
 --
 -- Read-only. One row per process that has an NVIDIA device open (found in
--- /proc, so orphaned workers nvidia-smi does not list are included), with the
--- unit or container it belongs to, whether it owns memory or a compute context
--- ("owner", what a free kills first) or only has the device open ("monitor"),
--- and how long it has run. Holders of only nvidiactl/nvidia-uvm are listed with
--- gpus "-" unless shared=false.
+-- /proc, so orphaned workers nvidia-smi does not list are included) and per
+-- GPU it holds: mem_mib is its memory on that GPU (a worker on GPUs 0 and 2
+-- has two rows, each with its own figure); where is its unit, container
+-- ("docker vllm-web") or pod ("pod ml/trainer-7f9c"); kind is owner (owns
+-- memory or a compute context: what a free kills first), monitor (only has
+-- the device open) or suspicious; age is how long it has run. Holders of
+-- only nvidiactl/nvidia-uvm are one row with gpu "-" unless shared=false.
 --
 -- vars:
 -- @var shared bool list holders of only the shared devices too (default: true)
 -- @var users list only these users
+-- @var exclude_users list everyone but these users
 -- @var units list only these units (globs allowed)
 -- @var owners bool only the owners (true) or only the monitors (false)
+-- @var containers bool only processes in containers (true) or only those outside (false)
+-- @var min_age duration only processes that have run longer than this
 --
--- example: gpush run gpu_holders.lua -i ct129 -e shared=false
-local function age(s)
-  s = math.floor(s or 0)
-  if s >= 86400 then return string.format("%dd%dh", s / 86400, (s % 86400) / 3600) end
-  if s >= 3600 then return string.format("%dh%dm", s / 3600, (s % 3600) / 60) end
-  if s >= 60 then return string.format("%dm%ds", s / 60, s % 60) end
-  return string.format("%ds", s)
-end
-
+-- example: gpush run gpu_holders.lua -i ct129 -e shared=false -e min_age=10m
+local util = require("util")
 -- A filter given empty is an error in gpu.holders, never "everyone".
+local exclude = {users = vars.exclude_users, containers = vars.containers == false or nil}
 local rows = {}
-for _, h in ipairs(gpu.holders{users = vars.users, units = vars.units, shared = vars.shared, owner = vars.owners}) do
-  local gpus = {}
-  for _, g in ipairs(h.gpus) do gpus[#gpus + 1] = tostring(g) end
-  local kind = h.owner and "owner" or "monitor"
-  if h.suspicious then kind = "suspicious" end
+for _, h in ipairs(gpu.holders{users = vars.users, units = vars.units, shared = vars.shared, owner = vars.owners,
+    containers = vars.containers or nil, min_age = vars.min_age, exclude = next(exclude) and exclude or nil, per_gpu = true}) do
   rows[#rows + 1] = {
+    gpu = h.gpu or "-",
     pid = h.pid,
     ppid = h.ppid,
     user = h.user,
     comm = h.comm,
-    gpus = #gpus > 0 and table.concat(gpus, ",") or "-",
     mem_mib = h.mem_mib,
     state = h.state,
-    owner = h.unit or (h.container and "container " .. h.container) or "",
-    kind = kind,
-    age = age(h.age_s),
+    where = h.where or "",
+    kind = h.suspicious and "suspicious" or h.owner and "owner" or "monitor",
+    age = util.format_duration(h.age_s or 0),
     protected = h.protected,
   }
 end

@@ -3,32 +3,36 @@
 -- Read-only. One row per GPU the host has (also those nvidia-smi does not
 -- list: their memory is unknown): host, index, name, state (free, held,
 -- memory-held, protected, suspicious, unknown), used/total MiB, the holders
--- as "pid user comm (unit)" with "*" after those owning memory, and the
--- reason when not free. Every host's rows are gathered into one fleet table.
+-- as "pid user comm* MEM (where)": "*" after those owning memory, MEM their
+-- memory on that GPU, where their unit, container or pod; and the reason
+-- when not free. Every host's rows are gathered into one fleet table.
 --
 -- vars: none
 --
 -- example: gpush run gpu_status.lua -i ct129 --limit 'gpu[01-04]'
+local util = require("util")
 local snap = gpu.snapshot()
 if not snap.smi then
   log.warn("nvidia-smi unavailable: %s", table.concat(snap.warnings, "; "))
 end
 
+-- Each holder on each GPU's row with its memory on that GPU, not its total.
 local by = {}
 for _, h in ipairs(snap.holders) do
   for _, g in ipairs(h.gpus) do
-    by[g] = by[g] or {}
     local who = string.format("%d %s %s%s", h.pid, h.user or "?", h.comm or "?", h.owner and "*" or "")
-    local owner = h.unit or h.container
-    if owner ~= nil then who = who .. " (" .. owner .. ")" end
+    local mib = h.mem_by_gpu[g] or 0
+    if mib > 0 then who = who .. " " .. util.mib(mib) end
+    if h.where ~= nil then who = who .. " (" .. h.where .. ")" end
+    by[g] = by[g] or {}
     table.insert(by[g], who)
   end
 end
 
+local status = util.index_by(snap.status, "index")
 local rows = {}
 for _, g in ipairs(snap.gpus) do
-  local st = {}
-  for _, s in ipairs(snap.status) do if s.index == g.index then st = s end end
+  local st = status[g.index] or {}
   rows[#rows + 1] = {
     gpu = g.index,
     name = g.name,

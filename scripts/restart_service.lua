@@ -38,14 +38,7 @@ s = systemd.start(unit)
 if not s.ok then fail("start %s: %s", unit, s.reason or s.active_state or "failed") end
 log.info("started %s (main pid %d)", unit, s.main_pid or 0)
 
--- Seconds of a duration as gpush gives it ("2m0s", "90s") or a number.
-local function seconds(d)
-  if type(d) == "number" then return d end
-  local total, unit = 0, {h = 3600, m = 60, s = 1, ms = 0.001}
-  for n, u in string.gmatch(d, "([%d.]+)(%a+)") do total = total + tonumber(n) * (unit[u] or 0) end
-  return total
-end
-local timeout = math.ceil(seconds(vars.start_timeout or "120s"))
+local timeout = math.ceil(require("util").duration(vars.start_timeout) or 120)
 for waited = 0, timeout - 1 do
   local hs = gpu.holders{units = {unit}, owner = true}
   if #hs > 0 then

@@ -7,6 +7,7 @@ import (
 
 	glua "github.com/yuin/gopher-lua"
 
+	gpushlua "github.com/gpush/gpush/lua"
 	"github.com/gpush/gpush/modules/gpu"
 	logmod "github.com/gpush/gpush/modules/log"
 	"github.com/gpush/gpush/modules/luaconv"
@@ -65,6 +66,20 @@ func runScript(t *testing.T, model *modulestest.GPUHost, name string, check bool
 		return 0
 	}))
 	L.SetGlobal("sleep", L.NewFunction(func(*glua.LState) int { return 0 }))
+	// require("util") finds the runtime's own lib/util.lua, as gpush run does.
+	L.PreloadModule("util", func(L *glua.LState) int {
+		src, err := fs.ReadFile(gpushlua.Lib, "lib/util.lua")
+		if err != nil {
+			L.RaiseError("util: %v", err)
+		}
+		fn, err := L.LoadString(string(src))
+		if err != nil {
+			L.RaiseError("util: %v", err)
+		}
+		L.Push(fn)
+		L.Call(0, 1)
+		return 1
+	})
 	src, err := fs.ReadFile(FS, name)
 	if err != nil {
 		t.Fatal(err)

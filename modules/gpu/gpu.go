@@ -7,6 +7,7 @@ import (
 	_ "embed"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -82,53 +83,101 @@ func (m *mod) holders(L *glua.LState) int {
 	s := m.fetch(L, "gpu.holders")
 	var keep []helper.Holder
 	for _, h := range s.Holders {
-		if f.match(h) {
+		if f.keep(h) {
 			keep = append(keep, h)
 		}
+	}
+	if f.perGPU {
+		L.Push(perGPUList(L, keep, f.include.gpus))
+		return 1
 	}
 	L.Push(holderList(L, keep))
 	return 1
 }
 
-// filter selects holders; each list matches any of its entries.
+// filter selects holders: every key given in include must match (a list
+// matches any of its entries), no key given in exclude may match.
 type filter struct {
-	gpus                      []int
-	users, units, commands    []string
+	include, exclude          match
 	keepShared, keepProtected bool
 	owner                     *bool
+	minAge                    time.Duration
+	perGPU                    bool
+}
+
+// match is the list keys a filter and its exclude share.
+type match struct {
+	gpus, pids                         []int
+	users, units, commands, containers []string
+	// anyContainer: containers=true (in some container).
+	anyContainer bool
 }
 
 func checkFilter(L *glua.LState, n int) filter {
 	const fn = "gpu.holders"
 	o := luaconv.CheckOpts(L, n, fn)
-	f := filter{gpus: o.Ints("gpus"), users: o.Strings("users"), units: o.Strings("units"),
-		commands: o.Strings("commands"), keepShared: o.Bool("shared", true), keepProtected: o.Bool("protected", true)}
+	t, _ := L.Get(n).(*glua.LTable)
+	f := filter{include: checkMatch(L, n, o, t, fn), keepShared: o.Bool("shared", true), keepProtected: o.Bool("protected", true),
+		minAge: o.Duration("min_age", 0), perGPU: o.Bool("per_gpu", false)}
 	if o.Has("owner") {
 		v := o.Bool("owner", false)
 		f.owner = &v
 	}
-	// A filter given as an empty list ({vars.user} with vars.user nil) must
-	// not widen to "every holder": it is a mistake in the script.
-	for _, k := range []struct {
-		key string
-		n   int
-	}{{"gpus", len(f.gpus)}, {"users", len(f.users)}, {"units", len(f.units)}, {"commands", len(f.commands)}} {
-		if o.Has(k.key) && k.n == 0 {
-			L.ArgError(n, fmt.Sprintf("%s: option %s: empty list (leave it out to mean every holder)", fn, k.key))
-		}
+	if f.minAge < 0 {
+		L.ArgError(n, fmt.Sprintf("%s: option min_age: %s is negative", fn, f.minAge))
 	}
-	for _, list := range [][]string{f.users, f.units, f.commands} {
-		for _, p := range list {
-			if _, err := path.Match(p, ""); err != nil {
-				L.ArgError(n, fmt.Sprintf("gpu.holders: bad glob %q: %v", p, err))
-			}
+	if o.Has("exclude") {
+		x, ok := t.RawGetString("exclude").(*glua.LTable)
+		if !ok {
+			L.ArgError(n, fn+": option exclude: want a table of filter lists ({users={...}, units={...}, ...})")
 		}
+		xo := luaconv.OptsOf(L, n, fn+": exclude", x)
+		f.exclude = checkMatch(L, n, xo, x, fn+": exclude")
+		xo.Done()
 	}
 	o.Done()
 	return f
 }
 
-func (f filter) match(h helper.Holder) bool {
+// checkMatch reads the list keys of o. A list given empty ({vars.user}
+// with vars.user nil) must not widen to "every holder" (nor, in exclude,
+// to "exclude nobody"): it is a mistake in the script.
+func checkMatch(L *glua.LState, n int, o *luaconv.Opts, t *glua.LTable, fn string) match {
+	m := match{gpus: o.Ints("gpus"), pids: o.Ints("pids"), users: o.Strings("users"), units: o.Strings("units"),
+		commands: o.Strings("commands")}
+	if o.Has("containers") {
+		switch v := t.RawGetString("containers").(type) {
+		case glua.LBool:
+			if !v {
+				L.ArgError(n, fn+": option containers: false is not a filter (exclude={containers=true} means outside containers)")
+			}
+			m.anyContainer = true
+		default:
+			m.containers = o.Strings("containers")
+			if len(m.containers) == 0 {
+				L.ArgError(n, fmt.Sprintf("%s: option containers: empty list (true means any container)", fn))
+			}
+		}
+	}
+	for _, k := range []struct {
+		key string
+		n   int
+	}{{"gpus", len(m.gpus)}, {"pids", len(m.pids)}, {"users", len(m.users)}, {"units", len(m.units)}, {"commands", len(m.commands)}} {
+		if o.Has(k.key) && k.n == 0 {
+			L.ArgError(n, fmt.Sprintf("%s: option %s: empty list (leave it out to mean every holder)", fn, k.key))
+		}
+	}
+	for _, list := range [][]string{m.users, m.units, m.commands, m.containers} {
+		for _, p := range list {
+			if _, err := path.Match(p, ""); err != nil {
+				L.ArgError(n, fmt.Sprintf("%s: bad glob %q: %v", fn, p, err))
+			}
+		}
+	}
+	return m
+}
+
+func (f filter) keep(h helper.Holder) bool {
 	if !f.keepShared && h.SharedOnly {
 		return false
 	}
@@ -138,25 +187,71 @@ func (f filter) match(h helper.Holder) bool {
 	if f.owner != nil && h.Owner != *f.owner {
 		return false
 	}
-	if len(f.gpus) > 0 && !anyInt(f.gpus, h.GPUs) {
+	if f.minAge > 0 && h.AgeSeconds < f.minAge.Seconds() {
 		return false
 	}
-	if len(f.users) > 0 && !globAny(f.users, h.User) {
-		return false
-	}
-	if len(f.units) > 0 && !globAny(f.units, h.Unit) {
-		return false
-	}
-	if len(f.commands) > 0 {
-		argv0 := ""
-		if len(h.Cmdline) > 0 {
-			argv0 = path.Base(h.Cmdline[0])
-		}
-		if !globAny(f.commands, h.Comm) && (argv0 == "" || !globAny(f.commands, argv0)) {
+	return f.include.all(h) && !f.exclude.any(h)
+}
+
+// all: every key given matches h.
+func (m match) all(h helper.Holder) bool {
+	for _, t := range m.tests() {
+		if t.given && !t.ok(h) {
 			return false
 		}
 	}
 	return true
+}
+
+// any: some key given matches h.
+func (m match) any(h helper.Holder) bool {
+	for _, t := range m.tests() {
+		if t.given && t.ok(h) {
+			return true
+		}
+	}
+	return false
+}
+
+type keyTest struct {
+	given bool
+	ok    func(helper.Holder) bool
+}
+
+func (m match) tests() []keyTest {
+	return []keyTest{
+		{len(m.gpus) > 0, func(h helper.Holder) bool { return anyInt(m.gpus, h.GPUs) }},
+		{len(m.pids) > 0, func(h helper.Holder) bool { return anyInt(m.pids, []int{h.PID}) }},
+		{len(m.users) > 0, func(h helper.Holder) bool { return globAny(m.users, h.User) }},
+		{len(m.units) > 0, func(h helper.Holder) bool { return h.Unit != "" && globAny(m.units, h.Unit) }},
+		{len(m.commands) > 0, func(h helper.Holder) bool {
+			argv0 := ""
+			if len(h.Cmdline) > 0 {
+				argv0 = path.Base(h.Cmdline[0])
+			}
+			return globAny(m.commands, h.Comm) || argv0 != "" && globAny(m.commands, argv0)
+		}},
+		{m.anyContainer, func(h helper.Holder) bool { return h.Container != "" }},
+		{len(m.containers) > 0, func(h helper.Holder) bool { return inContainers(m.containers, h) }},
+	}
+}
+
+// inContainers: h runs in a container one of the globs names, by short or
+// full id, container name, pod name, NAMESPACE/POD or pod uid.
+func inContainers(globs []string, h helper.Holder) bool {
+	if h.Container == "" {
+		return false
+	}
+	names := []string{h.Container, h.ContainerID, h.ContainerName, h.Pod, h.PodUID}
+	if h.Pod != "" && h.Namespace != "" {
+		names = append(names, h.Namespace+"/"+h.Pod)
+	}
+	for _, n := range names {
+		if n != "" && globAny(globs, n) {
+			return true
+		}
+	}
+	return false
 }
 
 func globAny(patterns []string, s string) bool {
@@ -177,6 +272,51 @@ func anyInt(want, have []int) bool {
 		}
 	}
 	return false
+}
+
+// MemOn is h's memory on GPU idx in MiB: its per-GPU figure from
+// nvidia-smi's compute apps; 0 where it owns nothing there; -1 where the
+// amount is unknown (listed without one, or a total an older helper did
+// not split over several GPUs).
+func MemOn(h helper.Holder, idx int) int64 {
+	if m, ok := h.MemByGPU[idx]; ok {
+		return m
+	}
+	switch {
+	case len(h.MemByGPU) > 0 || h.MemMiB == 0:
+		return 0
+	case len(h.GPUs) == 1 && h.GPUs[0] == idx:
+		return h.MemMiB
+	}
+	return -1
+}
+
+// perGPUList is gpu.holders{per_gpu=true}: one entry per holder and GPU it
+// holds (only the GPUs in only, when given), mem_mib its memory on that
+// GPU and total_mib on all; a holder of no GPU (shared devices only) is
+// one entry without gpu.
+func perGPUList(L *glua.LState, hs []helper.Holder, only []int) *glua.LTable {
+	list := L.CreateTable(len(hs), 0)
+	for _, h := range hs {
+		gpus := h.GPUs
+		if len(gpus) == 0 {
+			t := HolderTable(L, h)
+			t.RawSetString("total_mib", glua.LNumber(h.MemMiB))
+			list.Append(t)
+			continue
+		}
+		for _, g := range gpus {
+			if len(only) > 0 && !slices.Contains(only, g) {
+				continue
+			}
+			t := HolderTable(L, h)
+			t.RawSetString("gpu", glua.LNumber(g))
+			t.RawSetString("mem_mib", glua.LNumber(MemOn(h, g)))
+			t.RawSetString("total_mib", glua.LNumber(h.MemMiB))
+			list.Append(t)
+		}
+	}
+	return list
 }
 
 // signals the first signal may be; the helper sends KILL itself after grace.
@@ -242,7 +382,7 @@ func (m *mod) callKill(L *glua.LState, fn string, req helper.KillRequest) helper
 func checkTargets(L *glua.LState, n int) ([]helper.Identity, []int) {
 	t := L.CheckTable(n)
 	if t.RawGetString("pid") != glua.LNil {
-		return []helper.Identity{checkIdentity(L, n, t, "target")}, nil
+		return []helper.Identity{checkIdentity(L, n, t, "gpu.kill", "target")}, nil
 	}
 	var ids []helper.Identity
 	var pids []int
@@ -257,7 +397,7 @@ func checkTargets(L *glua.LState, n int) ([]helper.Identity, []int) {
 			}
 			pids = append(pids, pid)
 		case *glua.LTable:
-			ids = append(ids, checkIdentity(L, n, v, fmt.Sprintf("target %d", i)))
+			ids = append(ids, checkIdentity(L, n, v, "gpu.kill", fmt.Sprintf("target %d", i)))
 		default:
 			L.ArgError(n, fmt.Sprintf("gpu.kill: target %d: want a holder (from gpu.holders()) or a pid, got %s", i, v.Type()))
 		}
@@ -265,11 +405,11 @@ func checkTargets(L *glua.LState, n int) ([]helper.Identity, []int) {
 	return ids, pids
 }
 
-func checkIdentity(L *glua.LState, n int, t *glua.LTable, what string) helper.Identity {
+func checkIdentity(L *glua.LState, n int, t *glua.LTable, fn, what string) helper.Identity {
 	pid, ok1 := t.RawGetString("pid").(glua.LNumber)
 	st, ok2 := t.RawGetString("start_time").(glua.LNumber)
 	if !ok1 || !ok2 || pid <= 0 {
-		L.ArgError(n, fmt.Sprintf("gpu.kill: %s: a holder needs pid and start_time (use the tables gpu.holders() returns)", what))
+		L.ArgError(n, fmt.Sprintf("%s: %s: a holder needs pid and start_time (use the tables gpu.holders() returns)", fn, what))
 	}
 	id := helper.Identity{PID: int(pid), StartTime: uint64(st)}
 	if b, ok := t.RawGetString("boot_id").(glua.LString); ok {
@@ -281,6 +421,8 @@ func checkIdentity(L *glua.LState, n int, t *glua.LTable, what string) helper.Id
 func killResultTable(L *glua.LState, r helper.KillResult) *glua.LTable {
 	rt := L.NewTable()
 	rt.RawSetString("pid", glua.LNumber(r.PID))
+	rt.RawSetString("start_time", glua.LNumber(r.StartTime))
+	rt.RawSetString("boot_id", glua.LString(r.BootID))
 	rt.RawSetString("ppid", glua.LNumber(r.PPID))
 	rt.RawSetString("comm", glua.LString(r.Comm))
 	rt.RawSetString("outcome", glua.LString(r.Outcome))
@@ -322,11 +464,21 @@ func (m *mod) waitFree(L *glua.LState) int {
 		req.Interval = helper.Duration(o.Duration("interval", 0))
 	}
 	settle := o.Duration("settle", 0)
+	givenOpt := o.Has("holders")
 	o.Done()
 	if req.ThresholdMiB != nil && *req.ThresholdMiB < 0 {
 		L.ArgError(1, fmt.Sprintf("%s: option threshold_mib: %d is negative", fn, *req.ThresholdMiB))
 	}
-	resp, _ := m.callWait(L, fn, req, settle)
+	var resp helper.WaitFreeResponse
+	if givenOpt {
+		req.Holders = m.checkGiven(L, fn)
+	}
+	if givenOpt && len(req.Holders) == 0 {
+		// Nothing given, nothing to wait for: never "every holder".
+		resp = helper.WaitFreeResponse{OK: true, Outcome: helper.WaitReleased, Reason: "no holders given: nothing to wait for"}
+	} else {
+		resp, _ = m.callWait(L, fn, req, settle)
+	}
 	t := L.NewTable()
 	t.RawSetString("ok", glua.LBool(resp.OK))
 	t.RawSetString("outcome", glua.LString(resp.Outcome))
@@ -344,10 +496,66 @@ func (m *mod) waitFree(L *glua.LState) int {
 	}
 	t.RawSetString("gpus", gpus)
 	t.RawSetString("holders", holderList(L, resp.Holders))
-	t.RawSetString("status", statusList(L, resp.Status))
+	status := statusList(L, resp.Status)
+	if givenOpt {
+		// Every GPU says which given holders still hold it, none included.
+		for i, st := range resp.Status {
+			status.RawGetInt(i+1).(*glua.LTable).RawSetString("waiting", luaconv.ToLua(L, nonNil(st.Waiting)))
+		}
+	}
+	t.RawSetString("status", status)
 	t.RawSetString("supervisors", supervisorList(L, m.h.Respawners().List()))
 	L.Push(t)
 	return 1
+}
+
+// checkGiven reads wait_free's holders option: holders (gpu.holders), kill
+// results or a gpu.kill result (what it signalled: skipped ones were never
+// signalled and are left out), or pids, resolved through a fresh snapshot
+// (a pid holding nothing is released already).
+func (m *mod) checkGiven(L *glua.LState, fn string) []helper.Identity {
+	v := L.CheckTable(1).RawGetString("holders")
+	t, ok := v.(*glua.LTable)
+	if !ok {
+		L.ArgError(1, fmt.Sprintf("%s: option holders: want holders (from gpu.holders), a gpu.kill result or pids, got %s", fn, v.Type()))
+	}
+	if res, ok := t.RawGetString("results").(*glua.LTable); ok {
+		t = res
+	}
+	if t.RawGetString("pid") != glua.LNil {
+		one := L.NewTable()
+		one.Append(t)
+		t = one
+	}
+	var ids []helper.Identity
+	var pids []int
+	for i := 1; i <= t.Len(); i++ {
+		switch x := t.RawGetInt(i).(type) {
+		case glua.LNumber:
+			if pid := int(x); float64(pid) == float64(x) && pid > 0 {
+				pids = append(pids, pid)
+				continue
+			}
+			L.ArgError(1, fmt.Sprintf("%s: option holders: entry %d: %v is not a pid", fn, i, x))
+		case *glua.LTable:
+			if x.RawGetString("outcome") == glua.LString(helper.OutcomeSkipped) {
+				continue
+			}
+			id := checkIdentity(L, 1, x, fn, fmt.Sprintf("option holders: entry %d", i))
+			ids = append(ids, id)
+		default:
+			L.ArgError(1, fmt.Sprintf("%s: option holders: entry %d: want a holder or a pid, got %s", fn, i, x.Type()))
+		}
+	}
+	if len(pids) > 0 {
+		s := m.fetch(L, fn)
+		for _, h := range s.Holders {
+			if slices.Contains(pids, h.PID) {
+				ids = append(ids, h.Identity)
+			}
+		}
+	}
+	return ids
 }
 
 // callWait sends a wait-free. While something that may restart a worker
@@ -447,10 +655,41 @@ func HolderTable(L *glua.LState, h helper.Holder) *glua.LTable {
 	t.RawSetString("zombie_leader", glua.LBool(h.ZombieLeader))
 	luaconv.SetStr(t, "unit", h.Unit)
 	luaconv.SetStr(t, "container", h.Container)
+	luaconv.SetStr(t, "container_id", h.ContainerID)
+	luaconv.SetStr(t, "container_name", h.ContainerName)
+	luaconv.SetStr(t, "runtime", h.Runtime)
+	luaconv.SetStr(t, "pod", h.Pod)
+	luaconv.SetStr(t, "namespace", h.Namespace)
+	luaconv.SetStr(t, "pod_uid", h.PodUID)
+	luaconv.SetStr(t, "pod_qos", h.PodQoS)
+	luaconv.SetStr(t, "where", Where(h))
 	t.RawSetString("age_s", glua.LNumber(h.AgeSeconds))
 	t.RawSetString("protected", glua.LBool(h.Protected))
 	luaconv.SetStr(t, "protected_why", h.ProtectedWhy)
 	return t
+}
+
+// Where names the place a holder runs in, for a report: "pod NS/POD" (or
+// "pod UID" when the kubelet's folders do not name it), "RUNTIME NAME" or
+// "RUNTIME SHORTID" for another container, else its systemd unit; "" when
+// none is known.
+func Where(h helper.Holder) string {
+	switch {
+	case h.Pod != "" && h.Namespace != "":
+		return "pod " + h.Namespace + "/" + h.Pod
+	case h.PodUID != "":
+		return "pod " + h.PodUID
+	case h.Container != "":
+		rt := h.Runtime
+		if rt == "" {
+			rt = "container"
+		}
+		if h.ContainerName != "" {
+			return rt + " " + h.ContainerName
+		}
+		return rt + " " + h.Container
+	}
+	return h.Unit
 }
 
 func holderList(L *glua.LState, hs []helper.Holder) *glua.LTable {
@@ -517,6 +756,9 @@ func StatusTable(L *glua.LState, st helper.GPUStatus) *glua.LTable {
 	t.RawSetString("protected", luaconv.ToLua(L, nonNil(st.Protected)))
 	t.RawSetString("suspicious", luaconv.ToLua(L, nonNil(st.Suspicious)))
 	t.RawSetString("ghosts", ghostList(L, st.Ghosts))
+	if st.Waiting != nil {
+		t.RawSetString("waiting", luaconv.ToLua(L, st.Waiting))
+	}
 	return t
 }
 

@@ -396,7 +396,9 @@ func (g *GPUHost) holderList() []helper.Holder {
 			}
 			c.Suspicious = fmt.Sprintf("protected name %s, but %s", c.Comm, why)
 		}
-		c.AgeSeconds = float64(c.StartTime) / 100
+		if c.AgeSeconds == 0 {
+			c.AgeSeconds = float64(c.StartTime) / 100
+		}
 		out = append(out, c)
 	}
 	return out
@@ -474,7 +476,7 @@ func (g *GPUHost) remove(pid int, killed bool) {
 		}
 		if killed && h.RespawnAfterPolls != 0 && g.proc(h.PPID) != nil {
 			c := *h
-			c.PID, c.StartTime, c.PGID, c.SID, c.GPUs, c.Devices, c.Heir = 0, 0, 0, 0, nil, nil, 0
+			c.PID, c.StartTime, c.PGID, c.SID, c.GPUs, c.Devices, c.Heir, c.AgeSeconds = 0, 0, 0, 0, nil, nil, 0, 0
 			c.AppearAfterPolls = max(h.RespawnAfterPolls, 0)
 			g.addHolder(c)
 		}
@@ -666,6 +668,9 @@ func (g *GPUHost) waitFree(ctx context.Context, req helper.WaitFreeRequest) (hel
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	resp := helper.WaitFreeResponse{Version: helper.Version, ThresholdMiB: map[int]int64{}}
+	if len(req.Holders) > 0 {
+		return g.waitGiven(ctx, req, interval, timeout)
+	}
 	watched := map[int]bool{}
 	for _, x := range g.gpus {
 		if len(req.GPUs) == 0 || contains(req.GPUs, x.Index) {
@@ -785,6 +790,161 @@ func (g *GPUHost) waitFree(ctx context.Context, req helper.WaitFreeRequest) (hel
 			}
 		}
 		resp.Status, resp.Holders = status, blocking
+		return resp, nil
+	}
+}
+
+// given: h is one of the identities (a start time of 0 matches any).
+func given(ids []helper.Identity, h helper.Holder) bool {
+	for _, id := range ids {
+		if id.PID == h.PID && (id.StartTime == 0 || id.StartTime == h.StartTime) && (id.BootID == "" || id.BootID == h.BootID) {
+			return true
+		}
+	}
+	return false
+}
+
+// waitGiven is waitFree for given holders (req.Holders), as the helper
+// does it: polls until none of them holds a device or memory charged to
+// its dead pid (a ghost an heir keeps), whoever else holds the GPUs; the
+// GPUs are those they held at the first poll unless req.GPUs says. While
+// a watched supervisor starts a new holder during Settle, it ends as
+// new-holder. Called with g.mu held.
+func (g *GPUHost) waitGiven(ctx context.Context, req helper.WaitFreeRequest, interval, timeout time.Duration) (helper.WaitFreeResponse, error) {
+	resp := helper.WaitFreeResponse{Version: helper.Version, ThresholdMiB: map[int]int64{}}
+	watched := map[int]bool{}
+	for _, idx := range req.GPUs {
+		watched[idx] = true
+	}
+	for _, h := range g.holderList() {
+		if len(req.GPUs) == 0 && given(req.Holders, h) {
+			for _, idx := range h.GPUs {
+				watched[idx] = true
+			}
+		}
+	}
+	var atFree map[int]bool
+	freeSince := time.Duration(-1)
+	for t := time.Duration(0); ; t += interval {
+		if err := ctx.Err(); err != nil {
+			return resp, fmt.Errorf("wait-free interrupted: %w", err)
+		}
+		resp.Polls++
+		g.polls++
+		for _, h := range g.holders {
+			if h.ExitAfterPolls > 0 && g.visible(h) {
+				h.ExitAfterPolls--
+				if h.ExitAfterPolls == 0 {
+					g.remove(h.PID, false)
+					break
+				}
+			}
+		}
+		gpus, holders, ghosts, all := g.assess(nil)
+		var left []helper.Holder
+		for _, h := range holders {
+			if given(req.Holders, h) {
+				left = append(left, h)
+			}
+		}
+		var mine []helper.Ghost
+		for _, gh := range ghosts {
+			for _, id := range req.Holders {
+				if gh.PID == id.PID {
+					mine = append(mine, gh)
+				}
+			}
+		}
+		var status []helper.GPUStatus
+		for _, st := range all {
+			if !watched[st.Index] {
+				continue
+			}
+			st.Waiting = []int{}
+			for _, h := range left {
+				if contains(h.GPUs, st.Index) {
+					st.Waiting = append(st.Waiting, h.PID)
+				}
+			}
+			for _, gh := range mine {
+				if gh.GPU == st.Index && !contains(st.Waiting, gh.PID) {
+					st.Waiting = append(st.Waiting, gh.PID)
+				}
+			}
+			sort.Ints(st.Waiting)
+			status = append(status, st)
+		}
+		sample := helper.Sample{T: helper.Duration(t), UsedMiB: map[int]int64{}, Holders: len(left)}
+		for _, x := range gpus {
+			if watched[x.Index] {
+				sample.UsedMiB[x.Index] = x.MemUsedMiB
+			}
+		}
+		resp.Timeline = append(resp.Timeline, sample)
+		resp.Elapsed = helper.Duration(t)
+		released := len(left) == 0 && len(mine) == 0
+		if released && freeSince < 0 {
+			freeSince, atFree = t, map[int]bool{}
+			for _, h := range holders {
+				atFree[h.PID] = true
+			}
+		}
+		var back []string
+		if freeSince >= 0 {
+			for _, h := range holders {
+				for _, w := range req.Watch {
+					if !atFree[h.PID] && w.PID != 0 && w.PID == h.PPID {
+						back = append(back, fmt.Sprintf("new holder %s %s after the given holders were gone; %s",
+							helper.Label(h.PID, h.Comm, h.Cmdline), t-freeSince, w.Why))
+					}
+				}
+			}
+		}
+		settled := freeSince >= 0 && (t-freeSince >= req.Settle.D() || len(req.Watch) == 0)
+		switch {
+		case len(back) > 0:
+			resp.Outcome, resp.Reason = helper.WaitNewHolder, strings.Join(back, "; ")
+		case settled:
+			resp.OK, resp.Outcome = true, helper.WaitReleased
+		case t+interval > timeout:
+			resp.Outcome = helper.WaitTimedOut
+			var parts []string
+			for _, st := range status {
+				var who []string
+				for _, h := range left {
+					if contains(st.Waiting, h.PID) {
+						w := helper.Label(h.PID, h.Comm, h.Cmdline)
+						if m := h.MemByGPU[st.Index]; m > 0 {
+							w += fmt.Sprintf(" %d MiB", m)
+						}
+						who = append(who, w)
+					}
+				}
+				for _, gh := range mine {
+					if gh.GPU == st.Index {
+						who = append(who, fmt.Sprintf("pid %d (%s) is gone but %d MiB is still charged to it", gh.PID, gh.Name, gh.MemMiB))
+					}
+				}
+				if len(who) > 0 {
+					parts = append(parts, fmt.Sprintf("GPU %d: still held by %s", st.Index, strings.Join(who, ", ")))
+				}
+			}
+			resp.Reason = strings.Join(parts, "; ")
+			if released {
+				resp.Reason = "the given holders were gone but the deadline came into the settle"
+			}
+		default:
+			continue
+		}
+		if freeSince >= 0 {
+			resp.Settled = helper.Duration(t - freeSince)
+		}
+		for _, x := range gpus {
+			if watched[x.Index] {
+				resp.GPUs = append(resp.GPUs, x)
+			}
+		}
+		resp.Status, resp.Holders = status, left
 		return resp, nil
 	}
 }

@@ -90,6 +90,7 @@ func RunLuaFiles(t *testing.T, glob string, newHost func(t *testing.T) *Host, mo
 // Fake returns the `fake` table Lua tests use to drive the model behind h:
 //
 //	fake.add_holder{mem={[0]=10850}, gpus={0}, comm=, user=, unit=, pid=, ppid=, pgid=,
+//	    container=ID, runtime=, container_name=, pod=, namespace=, pod_uid=, age_s=,
 //	    cmdline={...}, ignore_term=, stuck=, protected=, monitor=, uvm=, heir=,
 //	    respawn_after_polls=, zombie_leader=, exit_after_polls=, appear_after_polls=} -> pid
 //	fake.add_proc{pid=, ppid=, comm=, cmdline={...}} -> pid   (a supervisor, no GPU)
@@ -135,6 +136,15 @@ func Fake(L *glua.LState, h *Host) *glua.LTable {
 			fh.Comm = o.String("comm", "")
 			fh.User = o.String("user", "")
 			fh.Unit = o.String("unit", "")
+			// A container as the helper names it: the full id in, the short
+			// one shown; pod and names as the kubelet's folders give them.
+			if id := o.String("container", ""); id != "" {
+				fh.ContainerID, fh.Container = id, helper.ShortID(id)
+				fh.Runtime = o.String("runtime", "docker")
+			}
+			fh.ContainerName = o.String("container_name", "")
+			fh.Pod, fh.Namespace, fh.PodUID = o.String("pod", ""), o.String("namespace", ""), o.String("pod_uid", "")
+			fh.AgeSeconds = float64(o.Int("age_s", 0))
 			fh.IgnoreTerm = o.Bool("ignore_term", false)
 			fh.Stuck = o.Bool("stuck", false)
 			fh.Protected = o.Bool("protected", false)
