@@ -305,8 +305,8 @@ func TestReplTerminal(t *testing.T) {
 	tm.send("()\r")
 	tm.expect("HOST")
 	tm.expect("USED_MIB")
-	tm.expect("lab01       0      NVIDIA H200  10240")
-	tm.expect("lab[02-03]  0      NVIDIA H200  0")
+	tm.expect("lab01       1  0      NVIDIA H200  10240")
+	tm.expect("lab[02-03]  2  0      NVIDIA H200  0")
 	tm.expect("gpush lab[01-03]> ")
 
 	// A statement shows nothing, its globals persist; an open block continues.
