@@ -13,6 +13,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	// Keeps kevinburke/ssh_config required in go.mod: its module zip
+	// carries the testdata/ files this comparison reads.
+	_ "github.com/kevinburke/ssh_config"
 )
 
 // probeHosts are tried against every file, beside the literal names its
@@ -135,7 +139,49 @@ func literalHosts(data []byte) []string {
 	return out
 }
 
-func TestSSHConfigAgainstOpenSSH(t *testing.T) {
+// kevinburkeFiles are the inputs of kevinburke/ssh_config's testdata/
+// (module v1.6.0, as go.mod requires) that the comparison reads. Left out:
+// include, include-recursive, include-shell and system-include (they need
+// files placed in the real ~/.ssh or /etc/ssh) and the fuzz corpus.
+var kevinburkeFiles = []string{
+	"anotherfile", "config-no-ending-newline", "config1", "config2", "config3", "config4",
+	"dos-lines", "eol-comments", "eqsign", "extraspace", "identities", "invalid-port",
+	"match-all", "match-directive", "match-host", "match-host-negation", "match-mixed",
+	"negated", "quoted-identities",
+}
+
+// kevinburkeTestdata is the testdata/ folder of the kevinburke/ssh_config
+// module as `go mod download` (make deps) leaves it in the module cache:
+// public inputs come from the module zip at test time, not from copies in
+// this repository.
+func kevinburkeTestdata(t *testing.T) string {
+	const mod = "github.com/kevinburke/ssh_config"
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", mod).Output()
+	dir := strings.TrimSpace(string(out))
+	if err == nil && dir != "" {
+		dir = filepath.Join(dir, "testdata")
+		for _, n := range kevinburkeFiles {
+			if _, err = os.Stat(filepath.Join(dir, n)); err != nil {
+				break
+			}
+		}
+	} else if err == nil {
+		err = fmt.Errorf("not in the module cache (run go mod download)")
+	}
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			err = fmt.Errorf("%v: %s", err, bytes.TrimSpace(ee.Stderr))
+		}
+		msg := fmt.Sprintf("%s testdata (the ssh -G comparison's public inputs): %v", mod, err)
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI: " + msg)
+		}
+		t.Skip(msg)
+	}
+	return dir
+}
+
+func TestSSHConfigCompareOpenSSH(t *testing.T) {
 	if _, err := exec.LookPath("ssh"); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI: ssh (openssh-client) must be installed for this comparison: %v", err)
@@ -153,16 +199,24 @@ func TestSSHConfigAgainstOpenSSH(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// srcs maps each compared name to the file it is read from.
+	srcs := map[string]string{}
 	var names []string
-	for _, sub := range []string{"kevinburke", "gpush"} {
-		ents, err := os.ReadDir(filepath.Join(abs, sub))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range ents {
-			if !e.IsDir() {
-				names = append(names, sub+"/"+e.Name())
-			}
+	kb := kevinburkeTestdata(t)
+	for _, n := range kevinburkeFiles {
+		name := "kevinburke/" + n
+		srcs[name] = filepath.Join(kb, n)
+		names = append(names, name)
+	}
+	ents, err := os.ReadDir(filepath.Join(abs, "gpush"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if !e.IsDir() {
+			name := "gpush/" + e.Name()
+			srcs[name] = filepath.Join(abs, name)
+			names = append(names, name)
 		}
 	}
 	tmp := t.TempDir()
@@ -189,7 +243,7 @@ func TestSSHConfigAgainstOpenSSH(t *testing.T) {
 	var diffs []string
 	byReason := map[string]int{}
 	for _, name := range names {
-		data, err := os.ReadFile(filepath.Join(abs, name))
+		data, err := os.ReadFile(srcs[name])
 		if err != nil {
 			t.Fatal(err)
 		}
