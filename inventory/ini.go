@@ -15,6 +15,9 @@ func ParseINI(file string, data []byte) (*Inventory, error) {
 	if err := parseINIInto(inv, file, data); err != nil {
 		return nil, err
 	}
+	if err := inv.checkUndeclared(nil); err != nil {
+		return nil, err
+	}
 	if err := inv.finalize(); err != nil {
 		return nil, err
 	}
@@ -25,6 +28,34 @@ type pendingDecl struct {
 	at      Pos
 	section string
 	kind    string
+	group   string // the group referred to
+}
+
+// iniRefs are the groups an INI file's [g:vars] and [g:children] sections
+// refer to without declaring them. Ansible checks them against the whole
+// inventory when the file ends, so a group an earlier -i declared counts:
+// the check waits until the sources before this one are merged.
+type iniRefs struct {
+	pending  []pendingDecl
+	declared map[string]bool
+}
+
+// checkUndeclared fails on the first group an INI file refers to that
+// neither it nor an earlier source (known) declares.
+func (inv *Inventory) checkUndeclared(known map[string]bool) error {
+	if inv.iniRefs == nil {
+		return nil
+	}
+	for _, d := range inv.iniRefs.pending {
+		if inv.iniRefs.declared[d.group] || known[d.group] {
+			continue
+		}
+		if d.kind == "vars" {
+			return fmt.Errorf("%s: section [%s:vars] is for group %q, which is never declared", d.at, d.group, d.group)
+		}
+		return fmt.Errorf("%s: section [%s:children] names group %q, which is never declared (add a [%s] section)", d.at, d.section, d.group, d.group)
+	}
+	return nil
 }
 
 func parseINIInto(inv *Inventory, file string, data []byte) error {
@@ -61,7 +92,7 @@ func parseINIInto(inv *Inventory, file string, data []byte) error {
 			case "vars":
 				if !declared[groupName] {
 					if _, ok := pending[groupName]; !ok {
-						pending[groupName] = pendingDecl{at, groupName, "vars"}
+						pending[groupName] = pendingDecl{at: at, section: groupName, kind: "vars"}
 						pendingOrder = append(pendingOrder, groupName)
 					}
 				}
@@ -75,6 +106,9 @@ func parseINIInto(inv *Inventory, file string, data []byte) error {
 		}
 		switch kind {
 		case "hosts":
+			if line == "---" {
+				return fmt.Errorf("%s: invalid host pattern \"---\": a YAML document start; is this a YAML inventory with an INI name?", at)
+			}
 			if err := parseINIHostLine(inv, groupName, line, at); err != nil {
 				return err
 			}
@@ -101,22 +135,23 @@ func parseINIInto(inv *Inventory, file string, data []byte) error {
 			}
 			if !declared[child] {
 				if _, ok := pending[child]; !ok {
-					pending[child] = pendingDecl{at, groupName, "children"}
+					pending[child] = pendingDecl{at: at, section: groupName, kind: "children"}
 					pendingOrder = append(pendingOrder, child)
 				}
 			}
 			inv.addChild(groupName, child, at)
 		}
 	}
+	refs := &iniRefs{declared: declared}
 	for _, name := range pendingOrder {
-		if declared[name] {
-			continue
+		if !declared[name] {
+			d := pending[name]
+			d.group = name
+			refs.pending = append(refs.pending, d)
 		}
-		d := pending[name]
-		if d.kind == "vars" {
-			return fmt.Errorf("%s: section [%s:vars] is for group %q, which is never declared", d.at, name, name)
-		}
-		return fmt.Errorf("%s: section [%s:children] names group %q, which is never declared (add a [%s] section)", d.at, d.section, name, name)
+	}
+	if len(refs.pending) > 0 {
+		inv.iniRefs = refs
 	}
 	return nil
 }
@@ -161,8 +196,12 @@ var (
 
 // parseHostPattern splits "name[:port]" and expands Ansible ranges in name
 // (and ClusterShell node sets too where nodeSets is set: command-line host
-// lists). "[2001:db8::1]:2222" and bare IPv6 addresses are single hosts.
+// lists). "[2001:db8::1]:2222" and bare IPv6 addresses are single hosts,
+// with a zone too ("fe80::1%eth0", "[fe80::1%eth0]:2222").
 func parseHostPattern(pat string, nodeSets bool) ([]string, string, error) {
+	if addr, port, ok := splitZonedIPv6(pat); ok {
+		return []string{addr}, port, nil
+	}
 	if m := bracketedIPv6RE.FindStringSubmatch(pat); m != nil && strings.Count(m[1], ":") >= 2 &&
 		(strings.Contains(m[1], "::") || strings.Count(m[1], ":") == 7) {
 		return []string{m[1]}, m[2], nil

@@ -63,6 +63,9 @@ type Inventory struct {
 	sources int
 	// loadErr is the first error setGroupVar could not return.
 	loadErr error
+	// iniRefs are an INI source's references to groups it does not
+	// declare, checked once earlier sources are merged (checkUndeclared).
+	iniRefs *iniRefs
 }
 
 // varSet is the vars one source's group_vars/ or host_vars/ files give a
@@ -267,6 +270,12 @@ func (inv *Inventory) finalize() error {
 		return err
 	}
 	inv.computeDepths()
+	for _, name := range inv.hostOrder {
+		if _, ok := inv.groups[name]; ok {
+			// Patterns take the host (see matchTerm); say so, as Ansible does.
+			inv.warnf(inv.hosts[name].at, "found both group and host with same name: %s (a --limit of %s selects the host)", name, name)
+		}
+	}
 	ungrouped := inv.groups["ungrouped"]
 	ungrouped.hosts, ungrouped.hostSet = nil, map[string]bool{}
 	for _, name := range inv.hostOrder {

@@ -56,6 +56,11 @@ func loadAll(specs []string, opts Options) (*Inventory, error) {
 		out.Source = parts[0].Source // the file a name was found as
 	}
 	for _, p := range parts {
+		// An INI source may name groups an earlier source declared, as
+		// in Ansible, where every source fills the one inventory.
+		if err := p.checkUndeclared(out.groupSet()); err != nil {
+			return nil, err
+		}
 		out.merge(p)
 	}
 	for _, d := range varDirs {
@@ -73,6 +78,15 @@ func loadAll(specs []string, opts Options) (*Inventory, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// groupSet is the names of the groups declared so far.
+func (inv *Inventory) groupSet() map[string]bool {
+	set := make(map[string]bool, len(inv.groups))
+	for name := range inv.groups {
+		set[name] = true
+	}
+	return set
 }
 
 func mergedKind(parts []*Inventory) Kind {
@@ -199,9 +213,10 @@ func loadFile(path string, opts Options) (*Inventory, error) {
 }
 
 // parseFile reads an inventory file as Ansible's plugins would pick it:
-// .yaml, .yml and .json are YAML; a file with no extension is YAML when it
-// is a YAML mapping (the yaml plugin accepts no extension and comes before
-// ini), else INI; anything else is INI.
+// .yaml, .yml and .json are YAML, or INI when the YAML reading fails and
+// the INI one does not (the ini plugin is tried next); a file with no
+// extension is YAML when it is a YAML mapping (the yaml plugin accepts no
+// extension and comes before ini), else INI; anything else is INI.
 func parseFile(path string) (*Inventory, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -217,10 +232,18 @@ func parseFile(path string) (*Inventory, error) {
 		root, err := yamlRoot(path, data)
 		asYAML = err == nil && root != nil && root.Kind == yaml.MappingNode
 	}
-	if asYAML {
-		err = parseYAMLInto(inv, path, data)
-	} else {
+	if !asYAML {
 		err = parseINIInto(inv, path, data)
+	} else if err = parseYAMLInto(inv, path, data); err == nil {
+		err = inv.loadErr
+	}
+	if err != nil && asYAML && filepath.Ext(path) != "" {
+		// Ansible's ini plugin comes after the yaml one and reads what
+		// it refused: INI text in a file named .yaml is common.
+		ini := newInventory(path, KindFile)
+		if iniErr := parseINIInto(ini, path, data); iniErr == nil && ini.loadErr == nil {
+			return ini, nil
+		}
 	}
 	if err != nil {
 		return nil, err

@@ -9,13 +9,17 @@ import (
 	"strings"
 )
 
-// List renders hosts like `ansible-inventory --list`: every group that
-// holds one of them with its direct hosts and children, and each host's
+// List renders hosts like `ansible-inventory --list`: every group with its
+// direct hosts (the selected ones) and all its child groups, and each host's
 // effective vars under _meta.hostvars. nil hosts means every host. The
 // JSON has no trailing newline. It is a superset of Ansible's: each host's
 // effective connection (ConnectionOf) is under _meta.gpush.connections.
 // Non-finite floats are written Infinity, -Infinity and NaN, as Python's
-// json module (so ansible-inventory) writes them.
+// json module (so ansible-inventory) writes them. For every host, as in
+// Ansible, a group with neither hosts nor children has no entry of its own
+// but is still named among its parent's children (ungrouped in all's,
+// always). For some hosts (a --limit, which ansible-inventory 2.14 does not
+// have), only the groups that hold one of them are shown.
 func (inv *Inventory) List(hosts []Host) ([]byte, error) {
 	if hosts == nil {
 		hosts = inv.Hosts()
@@ -36,17 +40,20 @@ func (inv *Inventory) List(hosts []Host) ([]byte, error) {
 		hostvars[h.Name] = nf.replace(vars)
 		conns[h.Name] = inv.ConnectionOf(h)
 	}
-	keep := inv.groupsWith(selected)
+	var keep map[string]bool // nil: every group
+	if len(selected) < len(inv.hostOrder) {
+		keep = inv.groupsWith(selected)
+	}
 	out := map[string]any{"_meta": map[string]any{"hostvars": hostvars, "gpush": map[string]any{"connections": conns}}}
 	for _, name := range inv.groupOrder {
-		if !keep[name] {
+		if keep != nil && !keep[name] {
 			continue
 		}
 		g := inv.groups[name]
 		entry := map[string]any{}
-		var children, members []string
+		var members, children []string
 		for _, c := range g.children {
-			if keep[c] {
+			if keep == nil || keep[c] {
 				children = append(children, c)
 			}
 		}
@@ -63,7 +70,9 @@ func (inv *Inventory) List(hosts []Host) ([]byte, error) {
 		if len(members) > 0 {
 			entry["hosts"] = members
 		}
-		out[name] = entry
+		if len(entry) > 0 || name == "all" {
+			out[name] = entry
+		}
 	}
 	data, err := json.MarshalIndent(out, "", "    ")
 	if err != nil {

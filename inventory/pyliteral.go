@@ -359,8 +359,9 @@ func (p *pyParser) number() (any, error) {
 	}
 	clean := strings.ReplaceAll(text, "_", "")
 	if isFloat {
+		// Out of range is Python's inf (1e309), not a syntax error.
 		f, err := strconv.ParseFloat(clean, 64)
-		if err != nil {
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
 			return nil, errNoLiteral
 		}
 		return f, nil
