@@ -1,0 +1,51 @@
+package lua
+
+import (
+	"strings"
+	"testing"
+)
+
+// The hints are checked through Run, on the real module tables a script
+// sees, so a renamed module function shows up here.
+func TestErrorsNameWhatWasNil(t *testing.T) {
+	for _, c := range []struct {
+		src, want string
+	}{
+		{"local x = 1\nreturn gpu.holder()", "t.lua:2: gpu.holder is nil; did you mean gpu.holders? (attempt to call it)"},
+		{"return gpus.x", "t.lua:1: gpus is nil; did you mean gpu? (attempt to index it with 'x')"},
+		{"return nosuchthing_at_all.x", "t.lua:1: nosuchthing_at_all is nil (attempt to index it with 'x')"},
+		{"gpus.x = 1", "t.lua:1: gpus is nil; did you mean gpu? (attempt to index it with 'x')"},
+		{"function helper() end\nhelpr()", "t.lua:2: helpr is nil; did you mean helper? (attempt to call it)"},
+		{"limit = 3\nlimit()", "t.lua:2: limit is a number (attempt to call it)"},
+		{"return gpu.mem().x.y", ""}, // a call's result: not a name
+		{"vars.a = {}\nreturn vars.a.b.c", "t.lua:2: vars.a.b is nil (attempt to index it with 'c')"},
+		{"return systemd:stp()", "t.lua:1: systemd.stp is nil; did you mean systemd.stop? (attempt to call it)"},
+		{"return json.encode(vars.nope[1])", "t.lua:1: vars.nope is nil (attempt to index it with '1')"},
+		{"local gpu = {}\nreturn gpu.holder()", ""},                      // a local: not looked up
+		{"local function f(host) return host.x.y end\nreturn f({})", ""}, // a parameter
+	} {
+		res, _ := one(t, c.src, Options{})
+		if res.Status != StatusFailed {
+			t.Errorf("%q: status %s, want failed", c.src, res.Status)
+			continue
+		}
+		if c.want == "" {
+			if strings.Contains(res.Error, " is nil") || !strings.Contains(res.Error, "attempt to") {
+				t.Errorf("%q: error %q, want gopher-lua's own message", c.src, res.Error)
+			}
+			continue
+		}
+		if res.Error != c.want {
+			t.Errorf("%q:\n got %q\nwant %q", c.src, res.Error, c.want)
+		}
+	}
+}
+
+func TestClosest(t *testing.T) {
+	names := []string{"holders", "kill", "wait_free", "mem", "free"}
+	for in, want := range map[string]string{"holder": "holders", "kil": "kill", "wait_fre": "wait_free", "xyzzy": "", "holders": ""} {
+		if got := Closest(in, names); got != want {
+			t.Errorf("Closest(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
