@@ -18,16 +18,18 @@ import (
 	"github.com/gpush/gpush/modules"
 	"github.com/gpush/gpush/remote"
 	"github.com/gpush/gpush/report"
-	"github.com/gpush/gpush/scripts"
 )
 
 func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "run",
 		Usage:     "run a Lua script on every selected host at once",
-		ArgsUsage: "SCRIPT",
+		ArgsUsage: "SCRIPT | -c CODE",
 		Description: "SCRIPT is a path, or a name looked up in ./scripts, $GPUSH_PATH, the config dir's\n" +
-			"gpush/scripts and the embedded library (gpush scripts lists them).\n\n" +
+			"gpush/scripts and the embedded library (gpush scripts lists them); gpush run SCRIPT --help\n" +
+			"shows its description and vars. -c CODE runs Lua given on the command line instead\n" +
+			"(named \"-c\" in errors; -e needs its vars declared in CODE, as a script's: -- @var ...).\n" +
+			"Durations (--timeout) are seconds (5, 0.5) or Go durations (1m30s).\n\n" +
 			"Exit status: 0 every host ok; 2 a host failed; 4 a host unreachable (wins over 2);\n" +
 			"1 a usage or internal error; 130 quit at a second interrupt (Ctrl-C), the unfinished hosts named.\n\n" +
 			"Ctrl-C stops every host; one stuck in a long builtin is given up after 2s\n" +
@@ -36,6 +38,8 @@ func runCommand() *cli.Command {
 		Flags: append(fleetFlags("hosts run at once", "per-host time limit (0: none)"),
 			&cli.BoolFlag{Name: "json", Usage: "one JSON object per host (JSON lines) on stdout"},
 			&cli.BoolFlag{Name: "gather", Aliases: []string{"b"}, Usage: "print each distinct host line once at the end, with the hosts that printed it"},
+			&cli.StringFlag{Name: "code", Aliases: []string{"c"}, Usage: "Lua code to run instead of a SCRIPT: -c 'return gpu.mem()'"},
+			&cli.BoolFlag{Name: scriptHelpFlag, Hidden: true},
 			&cli.StringFlag{Name: "lua-memory", Value: "256MiB", Usage: "bound on each host's Lua data (the host var " + lua.MemoryVar + " overrides it)", EnvVars: []string{"GPUSH_LUA_MEMORY"}},
 		),
 		Action: runRun,
@@ -43,13 +47,9 @@ func runCommand() *cli.Command {
 }
 
 func runRun(c *cli.Context) error {
-	if c.Args().Len() != 1 {
-		return usagef("run: want exactly one SCRIPT argument, got %d (gpush scripts lists them)", c.Args().Len())
-	}
-	name := c.Args().First()
-	script, err := lua.ResolveScript(name, lua.ResolveOptions{Embedded: scripts.FS})
-	if err != nil {
-		return usagef("run: %w", err)
+	script, err := chooseScript(c)
+	if err != nil || c.Bool(scriptHelpFlag) {
+		return err
 	}
 	// A syntax error is the same on every host: report it once, before the
 	// inventory is read or any host dialled.
