@@ -26,21 +26,18 @@ func runCommand() *cli.Command {
 		Usage:     "run a Lua script on every selected host at once",
 		ArgsUsage: "SCRIPT | -c CODE",
 		Description: "SCRIPT is a path, or a name looked up in ./scripts, $GPUSH_PATH, the config dir's\n" +
-			"gpush/scripts and the embedded library (gpush scripts lists them); gpush run SCRIPT --help\n" +
-			"shows its description and vars. -c CODE runs Lua given on the command line instead\n" +
-			"(named \"-c\" in errors; -e needs its vars declared in CODE, as a script's: -- @var ...).\n" +
-			"Durations (--timeout) are seconds (5, 0.5) or Go durations (1m30s).\n\n" +
+			"gpush/scripts and the embedded library (gpush scripts lists them).\n\n" +
 			"Exit status: 0 every host ok; 2 a host failed; 4 a host unreachable (wins over 2);\n" +
 			"1 a usage or internal error; 130 quit at a second interrupt (Ctrl-C), the unfinished hosts named.\n\n" +
 			"Ctrl-C stops every host; one stuck in a long builtin is given up after 2s\n" +
 			"(\"did not stop\"), as is one past --timeout. Each host's Lua data is bounded by\n" +
-			"--lua-memory (or the host var gpush_lua_memory): past it the host fails \"memory limit\".",
+			"--lua-memory (or the host var gpush_lua_memory): past it the host fails \"memory limit\".\n\n" + scriptSourceHelp,
 		Flags: append(fleetFlags("hosts run at once", "per-host time limit (0: none)"),
 			&cli.BoolFlag{Name: "json", Usage: "one JSON object per host (JSON lines) on stdout"},
 			&cli.BoolFlag{Name: "gather", Aliases: []string{"b"}, Usage: "print each distinct host line once at the end, with the hosts that printed it"},
+			&cli.StringFlag{Name: "lua-memory", Value: "256MiB", Usage: "bound on each host's Lua data (the host var " + lua.MemoryVar + " overrides it)", EnvVars: []string{"GPUSH_LUA_MEMORY"}},
 			&cli.StringFlag{Name: "code", Aliases: []string{"c"}, Usage: "Lua code to run instead of a SCRIPT: -c 'return gpu.mem()'"},
 			&cli.BoolFlag{Name: scriptHelpFlag, Hidden: true},
-			&cli.StringFlag{Name: "lua-memory", Value: "256MiB", Usage: "bound on each host's Lua data (the host var " + lua.MemoryVar + " overrides it)", EnvVars: []string{"GPUSH_LUA_MEMORY"}},
 		),
 		Action: runRun,
 	}

@@ -105,6 +105,12 @@ func varsLine(fsys fs.FS, name string) string {
 	return "vars: " + strings.Join(decls.Names(), ", ")
 }
 
+// scriptSourceHelp ends gpush run --help: how the script is given.
+const scriptSourceHelp = "gpush run SCRIPT --help shows the script's description and vars. -c CODE runs Lua given\n" +
+	"on the command line instead of a SCRIPT (named \"-c\" in errors; -e needs its vars declared\n" +
+	"in CODE, as a script's: -- @var NAME TYPE HELP). Durations (--timeout) are seconds (5, 0.5)\n" +
+	"or Go durations (1m30s)."
+
 // chooseScript is the script gpush run runs: -c CODE, or the one SCRIPT
 // argument resolved as lua.ResolveScript does. Asked for the script's help
 // (gpush run SCRIPT --help), it prints that too.
