@@ -19,9 +19,10 @@ import (
 // variable, into "gpu.holder is nil; did you mean gpu.holders?". The VM
 // does not say which expression failed, so the expressions on the failing
 // line are read from the source and looked up in the state the script
-// stopped in. Only globals and their fields are looked up: a name the
-// script declares local anywhere is left alone, so a hint never describes
-// a different variable than the one that failed.
+// stopped in. Only globals, module aliases (local util = require("util"))
+// and their fields are looked up: any other name the script declares local
+// anywhere is left alone, so a hint never describes a different variable
+// than the one that failed.
 
 var (
 	callError  = regexp.MustCompile(`^attempt to call a non-function object$`)
@@ -87,7 +88,7 @@ func explainCall(L *glua.LState, src []byte, line int) string {
 		if s.call == nil {
 			continue
 		}
-		v, parent, ok := lookup(L, s.call)
+		v, parent, ok := lookup(L, s, s.call)
 		if !ok {
 			continue
 		}
@@ -110,7 +111,7 @@ func explainIndex(L *glua.LState, src []byte, line int, typ, key string) string 
 		if s.indexed == nil || s.key != key {
 			continue
 		}
-		v, parent, ok := lookup(L, s.indexed)
+		v, parent, ok := lookup(L, s, s.indexed)
 		if !ok || v.Type().String() != typ {
 			continue
 		}
@@ -139,11 +140,25 @@ func describeNil(c chain, v, parent glua.LValue) string {
 	return out
 }
 
-// lookup reads c in L's globals without running any Lua (no metamethods):
-// ok is false where a step is not a plain table. parent is the table that
-// holds the last name (the globals for a one-name chain).
-func lookup(L *glua.LState, c chain) (v, parent glua.LValue, ok bool) {
+// lookup reads c without running any Lua (no metamethods), from L's
+// globals, or for a module alias (local util = require("util")) from the
+// loaded module: ok is false where a step is not a plain table. parent is
+// the table that holds the last name.
+func lookup(L *glua.LState, s site, c chain) (v, parent glua.LValue, ok bool) {
 	t := L.G.Global
+	if s.module != "" {
+		loaded, isTable := L.GetField(L.Get(glua.RegistryIndex), "_LOADED").(*glua.LTable)
+		if !isTable {
+			return nil, nil, false
+		}
+		if t, isTable = loaded.RawGetString(s.module).(*glua.LTable); !isTable {
+			return nil, nil, false
+		}
+		if len(c) == 1 {
+			return t, nil, true
+		}
+		c = c[1:]
+	}
 	for i, k := range c {
 		if mt, isTable := t.Metatable.(*glua.LTable); isTable && mt.RawGetString("__index") != glua.LNil {
 			return nil, nil, false
@@ -162,45 +177,86 @@ func lookup(L *glua.LState, c chain) (v, parent glua.LValue, ok bool) {
 }
 
 // site is one expression on the failing line that can raise the error: a
-// call of a chain, or the indexing of a chain with key.
+// call of a chain, or the indexing of a chain with key. module is set when
+// the chain starts with a local alias of a required module.
 type site struct {
 	call    chain
 	indexed chain
 	key     string
+	module  string
 }
 
 // sitesOn parses src and returns, in source order, the calls and indexings
 // of chains that start on line, less those whose first name is declared
-// local anywhere in src.
+// local anywhere in src; a local that is only ever a module's alias (a
+// top-level local util = require("util") above the line, never assigned
+// again) is kept, as that module.
 func sitesOn(src []byte, line int) []site {
 	stmts, err := parse.Parse(bytes.NewReader(src), "hint")
 	if err != nil {
 		return nil
 	}
-	w := &siteWalker{line: line, locals: map[string]bool{}}
+	w := &siteWalker{line: line, locals: map[string]int{}, assigned: map[string]bool{}}
 	w.stmts(stmts)
+	aliases := map[string]string{}
+	if w.locals["require"] == 0 && !w.assigned["require"] {
+		for _, st := range stmts {
+			la, ok := st.(*ast.LocalAssignStmt)
+			if !ok || la.Line() >= line {
+				continue
+			}
+			for i, n := range la.Names {
+				if m := requiredName(la.Exprs, i); m != "" && w.locals[n] == 1 && !w.assigned[n] {
+					aliases[n] = m
+				}
+			}
+		}
+	}
 	var out []site
 	for _, s := range w.sites {
 		head := s.call
 		if head == nil {
 			head = s.indexed
 		}
-		if !w.locals[head[0]] {
+		if m, ok := aliases[head[0]]; ok {
+			s.module = m
+			out = append(out, s)
+		} else if w.locals[head[0]] == 0 {
 			out = append(out, s)
 		}
 	}
 	return out
 }
 
+// requiredName is "NAME" when exprs[i] is require("NAME").
+func requiredName(exprs []ast.Expr, i int) string {
+	if i >= len(exprs) {
+		return ""
+	}
+	call, ok := exprs[i].(*ast.FuncCallExpr)
+	if !ok || len(call.Args) != 1 {
+		return ""
+	}
+	fn, ok := call.Func.(*ast.IdentExpr)
+	arg, isString := call.Args[0].(*ast.StringExpr)
+	if !ok || fn.Value != "require" || !isString {
+		return ""
+	}
+	return arg.Value
+}
+
 type siteWalker struct {
-	line   int
-	locals map[string]bool
-	sites  []site
+	line int
+	// locals counts the declarations of each local name; assigned are the
+	// names assigned to (a = ...) anywhere.
+	locals   map[string]int
+	assigned map[string]bool
+	sites    []site
 }
 
 func (w *siteWalker) names(ns []string) {
 	for _, n := range ns {
-		w.locals[n] = true
+		w.locals[n]++
 	}
 }
 
@@ -213,6 +269,11 @@ func (w *siteWalker) stmts(ss []ast.Stmt) {
 func (w *siteWalker) stmt(s ast.Stmt) {
 	switch s := s.(type) {
 	case *ast.AssignStmt:
+		for _, e := range s.Lhs {
+			if id, ok := e.(*ast.IdentExpr); ok {
+				w.assigned[id.Value] = true
+			}
+		}
 		w.exprs(s.Lhs)
 		w.exprs(s.Rhs)
 	case *ast.LocalAssignStmt:
@@ -242,6 +303,9 @@ func (w *siteWalker) stmt(s ast.Stmt) {
 		w.stmts(s.Stmts)
 	case *ast.FuncDefStmt:
 		if s.Name != nil {
+			if id, ok := s.Name.Func.(*ast.IdentExpr); ok {
+				w.assigned[id.Value] = true // function util() ... replaces util
+			}
 			w.expr(s.Name.Func)
 			w.expr(s.Name.Receiver)
 		}

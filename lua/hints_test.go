@@ -1,8 +1,11 @@
 package lua
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+
+	glua "github.com/yuin/gopher-lua"
 )
 
 // The hints are checked through Run, on the real module tables a script
@@ -21,7 +24,13 @@ func TestErrorsNameWhatWasNil(t *testing.T) {
 		{"vars.a = {}\nreturn vars.a.b.c", "t.lua:2: vars.a.b is nil (attempt to index it with 'c')"},
 		{"return systemd:stp()", "t.lua:1: systemd.stp is nil; did you mean systemd.stop? (attempt to call it)"},
 		{"return json.encode(vars.nope[1])", "t.lua:1: vars.nope is nil (attempt to index it with '1')"},
-		{"local gpu = {}\nreturn gpu.holder()", ""},                      // a local: not looked up
+		{"local gpu = {}\nreturn gpu.holder()", ""}, // a local: not looked up
+		{"local util = require(\"util\")\nreturn util.lst(\"a\")", "t.lua:2: util.lst is nil; did you mean util.list? (attempt to call it)"},
+		{"local g = require(\"gpu\")\nlocal function f() return g.holder() end\nreturn f()", "t.lua:2: g.holder is nil; did you mean g.holders? (attempt to call it)"},
+		{"local util = require(\"util\")\nutil = {}\nreturn util.lst()", ""},                   // reassigned: not the module any more
+		{"local util = require(\"util\")\nfunction util() end\nreturn util.lst()", ""},         // replaced by a function
+		{"function f() return util.lst() end\nlocal util = require(\"util\")\nreturn f()", ""}, // line 1 reads a global util
+		{"local require = function() return {} end\nlocal util = require(\"util\")\nreturn util.lst()", ""},
 		{"local function f(host) return host.x.y end\nreturn f({})", ""}, // a parameter
 	} {
 		res, _ := one(t, c.src, Options{})
@@ -48,4 +57,27 @@ func TestClosest(t *testing.T) {
 			t.Errorf("Closest(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// ExplainError runs on every failing host: whatever the source and the
+// line, it must not panic and must keep the chunk:line prefix.
+func FuzzExplainError(f *testing.F) {
+	f.Add("return gpu.holder()", 1, true)
+	f.Add("local util = require('util')\nreturn util.x.y", 2, false)
+	f.Add("function a.b:c() return self.d.e end", 1, false)
+	f.Add("x = {[1] = y.z, w = q:r()}", 1, true)
+	f.Fuzz(func(t *testing.T, src string, line int, call bool) {
+		L := glua.NewState()
+		defer L.Close()
+		L.SetGlobal("gpu", L.NewTable())
+		text := "attempt to index a non-table object(nil) with key 'z'"
+		if call {
+			text = "attempt to call a non-function object"
+		}
+		msg := fmt.Sprintf("f.lua:%d: %s", line, text)
+		got := ExplainError(L, "f.lua", []byte(src), msg)
+		if !strings.HasPrefix(got, fmt.Sprintf("f.lua:%d: ", line)) {
+			t.Fatalf("ExplainError(%q) = %q: lost the prefix", msg, got)
+		}
+	})
 }
