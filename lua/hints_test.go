@@ -1,9 +1,12 @@
 package lua
 
 import (
+	"bytes"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	glua "github.com/yuin/gopher-lua"
 )
@@ -80,4 +83,30 @@ func FuzzExplainError(f *testing.F) {
 			t.Fatalf("ExplainError(%q) = %q: lost the prefix", msg, got)
 		}
 	})
+}
+
+// BenchmarkExplainError: the cost of a hint on the largest library script,
+// reported as a ratio to compiling that script once (what every run does).
+func BenchmarkExplainError(b *testing.B) {
+	src, err := os.ReadFile("../scripts/free_gpus.lua")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := &Script{Name: "free_gpus.lua", Source: src}
+	lines := bytes.Count(src, []byte("\n"))
+	L := glua.NewState()
+	defer L.Close()
+	msg := fmt.Sprintf("free_gpus.lua:%d: attempt to call a non-function object", lines/2)
+	start := time.Now()
+	for range 50 {
+		if _, err := s.Compile(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	compile := time.Since(start) / 50
+	b.ResetTimer()
+	for b.Loop() {
+		ExplainError(L, "free_gpus.lua", src, msg)
+	}
+	b.ReportMetric(float64(b.Elapsed())/float64(b.N)/float64(compile), "x-compile")
 }
