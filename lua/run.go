@@ -321,7 +321,7 @@ func scriptOnHost(parent, ctx context.Context, s *Script, decls VarDecls, h inve
 		msg := callErr.Error()
 		var apiErr *glua.ApiError
 		if errors.As(callErr, &apiErr) {
-			msg = apiErr.Object.String()
+			msg = ExplainError(L, s.Name, s.Source, apiErr.Object.String())
 			hs.logger.Debug("script error", "err", msg, "trace", apiErr.StackTrace)
 		}
 		res.Status, res.Error = StatusFailed, msg

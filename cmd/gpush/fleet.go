@@ -18,7 +18,7 @@ func fleetFlags(forksUsage, timeoutUsage string) []cli.Flag {
 		&cli.IntFlag{Name: "forks", Aliases: []string{"f"}, Value: 50, Usage: forksUsage},
 		&cli.BoolFlag{Name: "check", Aliases: []string{"C"}, Usage: "change nothing: destructive calls say what they would do"},
 		&cli.StringSliceFlag{Name: "extra-vars", Aliases: []string{"e"}, Usage: "vars for the script: k=v (v may hold commas: a,b), @file.yaml or {\"k\": ...} (repeatable; later wins); checked against the script's declared vars (gpush doc SCRIPT)"},
-		&cli.DurationFlag{Name: "timeout", Usage: timeoutUsage},
+		durationFlag("timeout", nil, 0, timeoutUsage),
 		&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "show debug lines and connection logs (on stderr)"},
 		&cli.StringFlag{Name: "known-hosts", Usage: "known_hosts file (default ~/.ssh/known_hosts)", EnvVars: []string{"GPUSH_KNOWN_HOSTS"}},
 		&cli.StringFlag{Name: "host-key-policy", Value: remote.HostKeyStrict, Usage: "strict (unknown hosts refused) or accept-new (learn unknown, refuse changed)"},
@@ -44,7 +44,7 @@ type fleet struct {
 // parseFleet checks the fleet flags (usage errors name the flag), then loads
 // the inventory and applies --limit.
 func parseFleet(c *cli.Context) (*fleet, error) {
-	f := &fleet{forks: c.Int("forks"), timeout: c.Duration("timeout"), check: c.Bool("check")}
+	f := &fleet{forks: c.Int("forks"), timeout: durationOf(c, "timeout"), check: c.Bool("check")}
 	if f.forks < 1 {
 		return nil, usagef("--forks %d: must be at least 1", f.forks)
 	}

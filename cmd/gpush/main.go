@@ -28,7 +28,7 @@ func main() {
 // run is main without the exit, for tests.
 func run(args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
-	err := app.Run(interspersed(app, args))
+	err := app.Run(scriptHelp(app, interspersed(app, args)))
 	if err == nil {
 		return 0
 	}
@@ -53,9 +53,6 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		// -e services=a.service,b.service is one var holding a list, not
 		// two -e arguments: the var's declared type decides what a comma means.
 		DisableSliceFlagSeparator: true,
-		OnUsageError: func(c *cli.Context, err error, _ bool) error {
-			return usageError{err}
-		},
 		Commands: []*cli.Command{
 			runCommand(),
 			replCommand(),
@@ -68,6 +65,12 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			fmt.Fprintf(termsafe.NewWriter(c.App.ErrWriter, false), "gpush: unknown command %q (gpush help lists them)\n", name)
 		},
 	}
+	for _, cmd := range app.Commands {
+		if cmd.OnUsageError == nil {
+			cmd.OnUsageError = flagUsageError(cmd.Name, func() []cli.Flag { return cmd.Flags })
+		}
+	}
+	app.OnUsageError = flagUsageError("", func() []cli.Flag { return app.Flags })
 	app.Action = func(c *cli.Context) error {
 		if c.Args().Len() > 0 {
 			return usagef("unknown command %q (gpush help lists them)", c.Args().First())

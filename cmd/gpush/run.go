@@ -17,14 +17,13 @@ import (
 	"github.com/gpush/gpush/modules"
 	"github.com/gpush/gpush/remote"
 	"github.com/gpush/gpush/report"
-	"github.com/gpush/gpush/scripts"
 )
 
 func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "run",
 		Usage:     "run a Lua script on every selected host at once",
-		ArgsUsage: "SCRIPT",
+		ArgsUsage: "SCRIPT | -c CODE",
 		Description: "SCRIPT is a path, or a name looked up in ./scripts, $GPUSH_PATH, the config dir's\n" +
 			"gpush/scripts and the embedded library (gpush scripts lists them).\n\n" +
 			"Exit status (ansible-playbook's): 0 every host ok or skipped; 2 a host failed; 4 a host\n" +
@@ -32,25 +31,23 @@ func runCommand() *cli.Command {
 			"130 quit at a second interrupt, the unfinished hosts named.\n\n" +
 			"Ctrl-C stops every host; one stuck in a long builtin is given up after 2s\n" +
 			"(\"did not stop\"), as is one past --timeout. Each host's Lua data is bounded by\n" +
-			"--lua-memory (or the host var gpush_lua_memory): past it the host fails \"memory limit\".",
+			"--lua-memory (or the host var gpush_lua_memory): past it the host fails \"memory limit\".\n\n" + scriptSourceHelp,
 		Flags: append(fleetFlags("hosts run at once", "per-host time limit (0: none)"),
 			&cli.BoolFlag{Name: "json", Usage: "one JSON object per host (JSON lines) on stdout"},
 			&cli.BoolFlag{Name: "gather", Aliases: []string{"b"}, Usage: "at the end, print lines that differ only in numbers once, with their hosts, their count and the numbers' values ([0,2-3] exact, [0.8..1.2] lowest to highest); each host's lines stay in its order"},
 			&cli.BoolFlag{Name: "by-output", Aliases: []string{"B", "dshbak"}, Usage: "at the end, print each distinct whole host output once under a header naming its hosts, as clush -b does (with -b, outputs that differ only in numbers are one)"},
 			&cli.StringFlag{Name: "lua-memory", Value: "256MiB", Usage: "bound on each host's Lua data (the host var " + lua.MemoryVar + " overrides it)", EnvVars: []string{"GPUSH_LUA_MEMORY"}},
+			&cli.StringFlag{Name: "code", Aliases: []string{"c"}, Usage: "Lua code to run instead of a SCRIPT: -c 'return gpu.mem()'"},
+			&cli.BoolFlag{Name: scriptHelpFlag, Hidden: true},
 		),
 		Action: runRun,
 	}
 }
 
 func runRun(c *cli.Context) error {
-	if c.Args().Len() != 1 {
-		return usagef("run: want exactly one SCRIPT argument, got %d (gpush scripts lists them)", c.Args().Len())
-	}
-	name := c.Args().First()
-	script, err := lua.ResolveScript(name, lua.ResolveOptions{Embedded: scripts.FS})
-	if err != nil {
-		return usagef("run: %w", err)
+	script, err := chooseScript(c)
+	if err != nil || c.Bool(scriptHelpFlag) {
+		return err
 	}
 	// A syntax error is the same on every host: report it once, before the
 	// inventory is read or any host dialled.

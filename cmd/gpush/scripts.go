@@ -104,3 +104,48 @@ func varsLine(fsys fs.FS, name string) string {
 	}
 	return "vars: " + strings.Join(decls.Names(), ", ")
 }
+
+// scriptSourceHelp ends gpush run --help: how the script is given.
+const scriptSourceHelp = "gpush run SCRIPT --help shows the script's description and vars. -c CODE runs Lua given\n" +
+	"on the command line instead of a SCRIPT (named \"-c\" in errors; -e needs its vars declared\n" +
+	"in CODE, as a script's: -- @var NAME TYPE HELP). Durations (--timeout) are seconds (5, 0.5)\n" +
+	"or Go durations (1m30s)."
+
+// chooseScript is the script gpush run runs: -c CODE, or the one SCRIPT
+// argument resolved as lua.ResolveScript does. Asked for the script's help
+// (gpush run SCRIPT --help), it prints that too.
+func chooseScript(c *cli.Context) (*lua.Script, error) {
+	var s *lua.Script
+	if c.IsSet("code") {
+		if c.Args().Len() > 0 {
+			return nil, usagef("run: give a SCRIPT or -c CODE, not both (got -c and %q)", strings.Join(c.Args().Slice(), " "))
+		}
+		code := c.String("code")
+		if strings.TrimSpace(code) == "" {
+			return nil, usagef("run: -c: empty code")
+		}
+		wd, err := os.Getwd()
+		if err != nil {
+			return nil, fmt.Errorf("run -c: working dir: %w", err)
+		}
+		// require finds modules beside the operator, as in the REPL.
+		s = &lua.Script{Name: "-c", Path: "-c", Source: []byte(code), Dir: wd}
+	} else {
+		if c.Args().Len() != 1 {
+			return nil, usagef("run: want exactly one SCRIPT argument or -c CODE, got %d arguments (gpush scripts lists the scripts)", c.Args().Len())
+		}
+		var err error
+		if s, err = lua.ResolveScript(c.Args().First(), lua.ResolveOptions{Embedded: scripts.FS}); err != nil {
+			return nil, usagef("run: %w", err)
+		}
+	}
+	if c.Bool(scriptHelpFlag) {
+		w := termsafe.NewWriter(c.App.Writer, false) // a header is a file's text
+		if err := scriptDoc(w, s); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(w, "\nusage: gpush run %s -i INVENTORY [--limit PATTERN] [--check] [-e NAME=VALUE ...]\n", s.Name)
+		fmt.Fprintln(w, "(gpush run --help lists every flag)")
+	}
+	return s, nil
+}
