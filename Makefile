@@ -8,12 +8,12 @@ TESTFLAGS ?= -race -timeout 20m
 # Helper builds are static and stripped: they run on hosts we know nothing about.
 HELPER_BUILD = CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags '-s -w -X github.com/gpush/gpush/helper.Version=$(VERSION)'
 
-.PHONY: help deps build helpers gpush test lint fuzz demo bench clean
+.PHONY: help deps build helpers gpush test test-scale lint fuzz demo bench clean
 
 help:
 	@echo "make deps    install what the tests and the lab need (Debian, as root)"
 	@echo "make build   gpush-helper for linux/amd64+arm64, then bin/gpush embedding them"
-	@echo "make test    go vet + go test -race ./..."
+	@echo "make test    go vet + go test -race ./...;  make test-scale: the 300-host output test"
 	@echo "make demo    start a simulated GPU lab behind sshd and run free_gpus.lua on it"
 	@echo "make lint    gofmt + go vet;  make fuzz: every fuzz target for FUZZTIME"
 	@echo "make bench   gpush vs pdsh on 50 lab hosts"
@@ -53,9 +53,16 @@ build: helpers gpush
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags scale ./e2e/
 
 test: lint
 	$(GO) test $(TESTFLAGS) ./...
+
+# test-scale runs the heavy suites (build tag scale: 300 lab hosts behind one
+# sshd) alone, after the others: on 2 cores they would starve the tests that
+# run beside them.
+test-scale:
+	$(GO) test $(TESTFLAGS) -tags scale -run 'Scale' ./e2e/
 
 # fuzz runs each Fuzz target of the module for FUZZTIME.
 fuzz:

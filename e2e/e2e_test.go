@@ -233,11 +233,12 @@ func TestFreeGPUs(t *testing.T) {
 			if !services {
 				continue
 			}
-			// Holders carry their unit, from their cgroup.
+			// Holders carry their unit, from their cgroup, and their own
+			// memory on that GPU.
 			m, c := l.Find(h.Name, lab.RoleServiceMain), l.Find(h.Name, lab.RoleServiceChild)
-			requireRowHas(t, r.stdout, h.Name, 0, "NVIDIA H200 held 10240 143771", fmt.Sprintf("%d %s python3* (vllm-embed.service)", m[0].PID, l.User))
+			requireRowHas(t, r.stdout, h.Name, 0, "NVIDIA H200 held 10240 143771", fmt.Sprintf("%d %s python3* 10.0 GiB (vllm-embed.service)", m[0].PID, l.User))
 			requireRowHas(t, r.stdout, h.Name, 3, "NVIDIA H200 held 10240 143771",
-				fmt.Sprintf("%d %s python3* (sglang-qwen.service)", m[1].PID, l.User), fmt.Sprintf("%d %s python3* (sglang-qwen.service)", c[0].PID, l.User))
+				fmt.Sprintf("%d %s python3* 2.0 GiB (sglang-qwen.service)", m[1].PID, l.User), fmt.Sprintf("%d %s python3* 8.0 GiB (sglang-qwen.service)", c[0].PID, l.User))
 		}
 	})
 

@@ -1,3 +1,5 @@
+//go:build scale
+
 package e2e
 
 import (

@@ -400,6 +400,23 @@ func TestSMIHangIsAnError(t *testing.T) {
 	}
 }
 
+// A failing nvidia-smi on a host where nothing else names a GPU (no driver
+// entry, no held device): the snapshot is an error, never an empty list
+// that would read as "no GPU here".
+func TestSnapshotSMIFailsNothingKnown(t *testing.T) {
+	h := newHost(t, 1)
+	for _, fault := range []string{"fail", "hang"} {
+		h.fake.Fault = fault
+		h.save()
+		cfg := h.cfg
+		cfg.SMITimeout = Duration(300 * time.Millisecond)
+		s, err := TakeSnapshot(context.Background(), cfg)
+		if err == nil || !strings.Contains(err.Error(), "no GPU is known otherwise") {
+			t.Errorf("%s: snapshot %+v, err %v; want an error saying the GPUs cannot be told", fault, s, err)
+		}
+	}
+}
+
 func TestKillPlain(t *testing.T) {
 	h := newHost(t, 1)
 	p := h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "100")

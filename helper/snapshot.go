@@ -742,6 +742,11 @@ func (s *scanner) snapshot(ctx context.Context) (*Snapshot, error) {
 		return nil, err
 	}
 	if smiErr != nil {
+		if len(gs.gpus) == 0 {
+			// Neither the driver nor a held device names a GPU: an empty
+			// list would read as "no GPU here", which nobody can tell.
+			return nil, fmt.Errorf("nvidia-smi failed and no GPU is known otherwise (no /proc/driver/nvidia entry, no held device): how many GPUs this host has and what they hold cannot be told: %w", smiErr)
+		}
 		gs.warns = append(gs.warns, "nvidia-smi failed: "+smiErr.Error())
 	}
 	if !gs.smiOK {

@@ -558,7 +558,7 @@ func runScript(ctx context.Context, abs string, args []string, opts ScriptOption
 	case errors.Is(cause, errScriptTooLarge):
 		reason = fmt.Errorf("printed more than %d bytes (the cap); stopped it", opts.MaxOutput)
 	case errors.Is(cause, errScriptTimeout):
-		reason = fmt.Errorf("still running after %s; stopped it (set $%s for a longer timeout)", opts.Timeout, TimeoutEnv)
+		reason = fmt.Errorf("still running after %s; stopped it (--inventory-timeout or $%s give it longer)", opts.Timeout, TimeoutEnv)
 	case cause != nil:
 		reason = fmt.Errorf("stopped: %w", cause)
 	case sig != nil:

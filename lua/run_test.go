@@ -447,6 +447,10 @@ func TestSession(t *testing.T) {
 	if v, err := s.Eval(ctx, `x`); err != nil || fmt.Sprint(v) != "[20]" {
 		t.Errorf("session goes on after fail: %v %v", v, err)
 	}
+	// A typo'd module function is named, with the one meant.
+	if _, err := s.Eval(ctx, `gpu.holder()`); err == nil || !strings.Contains(err.Error(), "gpu.holder is nil; did you mean gpu.holders?") {
+		t.Errorf("nil call in session: %v", err)
+	}
 	if _, err := s.Eval(ctx, `)`); err == nil {
 		t.Errorf("syntax error not reported")
 	}

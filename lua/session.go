@@ -101,8 +101,10 @@ func (s *Session) eval(ctx context.Context, code string) ([]any, error) {
 	// A session outlives a tripped limit: the next line may let go of the
 	// data (big = nil), and the next measurement judges again.
 	defer s.guard.forgive()
-	fn, err := L.LoadString("return " + code)
+	loaded := "return " + code
+	fn, err := L.LoadString(loaded)
 	if err != nil {
+		loaded = code
 		if fn, err = L.LoadString(code); err != nil {
 			// The parser's message ends in a newline; one line reads better.
 			return nil, errors.New(strings.TrimSpace(err.Error()))
@@ -124,7 +126,9 @@ func (s *Session) eval(ctx context.Context, code string) ([]any, error) {
 		}
 		var apiErr *glua.ApiError
 		if errors.As(callErr, &apiErr) {
-			return nil, errors.New(strings.TrimSpace(apiErr.Object.String()))
+			// What was nil, and the name meant, as a script's errors say.
+			msg := ExplainError(L, "<string>", []byte(loaded), apiErr.Object.String())
+			return nil, errors.New(strings.TrimSpace(msg))
 		}
 		return nil, callErr
 	}

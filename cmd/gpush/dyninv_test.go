@@ -56,3 +56,22 @@ esac
 		t.Errorf("bad JSON: exit %d, stderr %q", code, stderr)
 	}
 }
+
+// --inventory-timeout bounds an inventory script's run: one that hangs is
+// killed and the error says so, naming the flag's value.
+func TestInventoryScriptTimeoutFlag(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	t.Setenv("HOME", dir)
+	if err := os.WriteFile(filepath.Join(dir, "slow.sh"), []byte("#!/bin/sh\nexec sleep 60\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := gpush(t, "hosts", "-i", "./slow.sh", "--inventory-timeout", "1")
+	if code != 1 || !strings.Contains(stderr, "still running after 1s") || !strings.Contains(stderr, "--inventory-timeout") {
+		t.Errorf("hung script with --inventory-timeout 1: exit %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = gpush(t, "hosts", "-i", "./slow.sh", "--inventory-timeout", "-1")
+	if code != 1 || !strings.Contains(stderr, "--inventory-timeout") {
+		t.Errorf("negative timeout: exit %d, stderr %q", code, stderr)
+	}
+}

@@ -32,7 +32,11 @@ func selectHosts(c *cli.Context) (*inventory.Inventory, []inventory.Host, error)
 	if spec == "" {
 		return nil, nil, usagef("--inventory (-i) is required (a file, inventory/NAME or \"host1,host2\")")
 	}
-	inv, err := inventory.ResolveAll(specs, inventory.Options{})
+	timeout := durationOf(c, "inventory-timeout")
+	if timeout < 0 {
+		return nil, nil, usagef("--inventory-timeout %v: must not be negative", timeout)
+	}
+	inv, err := inventory.ResolveAll(specs, inventory.Options{Script: inventory.ScriptOptions{Timeout: timeout}})
 	if err != nil {
 		return nil, nil, usagef("--inventory %s: %w", spec, err)
 	}

@@ -87,5 +87,6 @@ func inventoryFlags() []cli.Flag {
 		// split on commas (the app disables the separator): "a,b," is one host list.
 		&cli.StringSliceFlag{Name: "inventory", Aliases: []string{"i"}, Usage: "inventory file or folder, inventory/NAME, \"h1,h2,\" or one host; repeat to merge", EnvVars: []string{"GPUSH_INVENTORY"}},
 		&cli.StringFlag{Name: "limit", Aliases: []string{"l"}, Usage: "host pattern (groups, globs, node sets, !exclude, &intersect)"},
+		durationFlag("inventory-timeout", nil, 0, "how long an inventory script (-i ./inv.py) may run; 0: $GPUSH_INVENTORY_TIMEOUT, else 30"),
 	}
 }
