@@ -109,7 +109,13 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 				return nil, err
 			}
 			if given != nil && len(req.GPUs) == 0 {
-				want = given.gpus(gs.holders)
+				// The GPUs the given holders hold; every GPU when none of
+				// them is left to say (killed before the first poll): memory
+				// may still be charged to them anywhere, and each GPU's
+				// state is still reported.
+				if g := given.gpus(gs.holders); len(g) > 0 {
+					want = g
+				}
 			}
 		} else if len(req.GPUs) == 0 && given == nil {
 			// "All" includes a GPU first seen now (a held /dev/nvidiaN).

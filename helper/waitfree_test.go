@@ -318,11 +318,12 @@ func TestWaitFreeGivenHolders(t *testing.T) {
 	}
 
 	// A given identity whose pid now names another process (start time
-	// differs) is gone already: released at the first poll.
+	// differs) is gone already: released at the first poll. Which GPUs it
+	// held nobody can say now, so every GPU's state is reported.
 	old := identity(t, alice.pid)
 	old.StartTime--
 	r = waitFree(t, WaitFreeRequest{Config: h.cfg, Holders: []Identity{old}, Timeout: Duration(5 * time.Second)})
-	if !r.OK || r.Outcome != WaitReleased || r.Polls != 1 || len(r.GPUs) != 0 {
+	if !r.OK || r.Outcome != WaitReleased || r.Polls != 1 || len(r.GPUs) != 2 || len(r.Status) != 2 {
 		t.Errorf("reused pid: outcome %s polls %d gpus %+v reason %q", r.Outcome, r.Polls, r.GPUs, r.Reason)
 	}
 }

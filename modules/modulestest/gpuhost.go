@@ -807,7 +807,8 @@ func given(ids []helper.Identity, h helper.Holder) bool {
 // waitGiven is waitFree for given holders (req.Holders), as the helper
 // does it: polls until none of them holds a device or memory charged to
 // its dead pid (a ghost an heir keeps), whoever else holds the GPUs; the
-// GPUs are those they held at the first poll unless req.GPUs says. While
+// GPUs are those they held at the first poll (every GPU when none of them
+// is left then) unless req.GPUs says. While
 // a watched supervisor starts a new holder during Settle, it ends as
 // new-holder. Called with g.mu held.
 func (g *GPUHost) waitGiven(ctx context.Context, req helper.WaitFreeRequest, interval, timeout time.Duration) (helper.WaitFreeResponse, error) {
@@ -821,6 +822,11 @@ func (g *GPUHost) waitGiven(ctx context.Context, req helper.WaitFreeRequest, int
 			for _, idx := range h.GPUs {
 				watched[idx] = true
 			}
+		}
+	}
+	if len(watched) == 0 {
+		for _, gpu := range g.gpus {
+			watched[gpu.Index] = true
 		}
 	}
 	var atFree map[int]bool
