@@ -51,7 +51,9 @@ type Options struct {
 	// LogLevel is sshd's LogLevel (default VERBOSE).
 	LogLevel string
 	// ExtraConfig lines are appended to sshd_config verbatim (test setups
-	// only: "MaxStartups 100", "AllowUsers root", ...).
+	// only: "MaxStartups 100", "AllowUsers root", ...). A keyword they set
+	// before any Match line replaces the default line of that keyword:
+	// sshd takes the first value it reads, so both would leave the default.
 	ExtraConfig []string
 	// Binary is the sshd to run; empty finds sshd on PATH, then /usr/sbin/sshd.
 	Binary string
@@ -298,12 +300,42 @@ func (s *Server) writeConfig(opts Options, port int) error {
 		"Subsystem sftp internal-sftp",
 		"LogLevel " + level,
 	}
-	lines = append(lines, opts.ExtraConfig...)
+	lines = append(withoutKeywords(lines, globalKeywords(opts.ExtraConfig)), opts.ExtraConfig...)
 	cfg := strings.Join(lines, "\n") + "\n"
 	if err := os.WriteFile(s.ConfigPath, []byte(cfg), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", s.ConfigPath, err)
 	}
 	return nil
+}
+
+// globalKeywords are the keywords (lower case) lines set before their
+// first Match block.
+func globalKeywords(lines []string) map[string]bool {
+	set := map[string]bool{}
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		kw := strings.ToLower(f[0])
+		if kw == "match" {
+			break
+		}
+		set[kw] = true
+	}
+	return set
+}
+
+// withoutKeywords drops the lines that set one of drop's keywords.
+func withoutKeywords(lines []string, drop map[string]bool) []string {
+	var out []string
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) > 0 && drop[strings.ToLower(f[0])] {
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
 }
 
 func (s *Server) run(ctx context.Context, bin string, opts Options) error {

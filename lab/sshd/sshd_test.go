@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -126,5 +127,24 @@ func TestStartBadConfig(t *testing.T) {
 	dir := strings.Fields(err.Error())[3] // "sshd BIN -f DIR/sshd_config ..."
 	if _, serr := os.Stat(filepath.Dir(dir)); !os.IsNotExist(serr) {
 		t.Fatalf("folder %s left behind (stat: %v)", filepath.Dir(dir), serr)
+	}
+}
+
+// An ExtraConfig keyword replaces the default's line: sshd reads the first
+// value, so appending alone would keep MaxStartups 200 (as the lab had it).
+func TestExtraConfigOverridesDefaults(t *testing.T) {
+	if _, err := FindBinary(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	s := StartT(t, Options{ExtraConfig: []string{"MaxStartups 1000", "MaxSessions 1000"}})
+	bin, _ := FindBinary()
+	out, err := exec.Command(bin, "-T", "-f", s.ConfigPath).CombinedOutput()
+	if err != nil {
+		t.Fatalf("sshd -T: %v\n%s", err, out)
+	}
+	for _, want := range []string{"maxstartups 1000:30:1000", "maxsessions 1000"} {
+		if !strings.Contains(string(out), want+"\n") {
+			t.Errorf("sshd -T lacks %q:\n%s", want, out)
+		}
 	}
 }
