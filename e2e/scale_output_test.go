@@ -153,6 +153,10 @@ func keepOutput(t *testing.T, name string, r runResult) {
 	if dir == "" {
 		return
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Errorf("keep output: %v", err)
+		return
+	}
 	if err := os.WriteFile(filepath.Join(dir, name), []byte(r.stdout), 0o644); err != nil {
 		t.Errorf("keep output: %v", err)
 	}
