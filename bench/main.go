@@ -45,7 +45,8 @@ type sample struct {
 	conns, sessions int
 	code            int
 	stdout, stderr  string
-	held, collat    int // GPUs with memory used after the job; protected processes killed
+	held, collat    int  // GPUs with memory used after the job; protected processes killed
+	checked         bool // held and collat were counted (not for the read-only status)
 }
 
 func main() {
@@ -134,9 +135,13 @@ func bench(n int, rtts []time.Duration, gpushBin, dir, sleep string) error {
 	for _, r := range rows {
 		s := r.s
 		host := (s.machine - s.cpu - s.self) / time.Duration(n)
-		fmt.Printf("| %v | %s | %.2f s | %.2f s | %.1f MiB (%d procs) | %.2f | %.2f | %.3f s | %d | %d |\n",
+		held, collat := "-", "-"
+		if s.checked {
+			held, collat = strconv.Itoa(s.held), strconv.Itoa(s.collat)
+		}
+		fmt.Printf("| %v | %s | %.2f s | %.2f s | %.1f MiB (%d procs) | %.2f | %.2f | %.3f s | %s | %s |\n",
 			r.rtt, r.tool, s.wall.Seconds(), s.cpu.Seconds(), float64(s.treeRSS)/1024, s.procs,
-			float64(s.conns)/float64(n), float64(s.sessions)/float64(n), host.Seconds(), s.held, s.collat)
+			float64(s.conns)/float64(n), float64(s.sessions)/float64(n), host.Seconds(), held, collat)
 	}
 	for _, rtt := range rtts {
 		var g, o *sample
@@ -221,6 +226,7 @@ func runGpushAndPdsh(ctx context.Context, n int, rtt time.Duration, dir string, 
 		fmt.Printf("gpush free_gpus.lua exited %d (reported in the table):\n%s\n%s\n", g.code, tail(g.stdout), g.stderr)
 	}
 	g.held, g.collat = after(l)
+	g.checked = true
 	fmt.Printf("gpush: wall %v cpu %v, %d GPUs held after\n", g.wall.Round(time.Millisecond), g.cpu.Round(time.Millisecond), g.held)
 	return []row{{rtt, toolGpush, g}, {rtt, toolPdsh, p}}, nil
 }
@@ -269,6 +275,7 @@ func runOneLiner(ctx context.Context, n int, rtt time.Duration, dir string, bins
 		return nil, fmt.Errorf("one-liner: %d GPU lines, want %d:\n%s\n%s", got, 4*n, tail(o.stdout), o.stderr)
 	}
 	o.held, o.collat = after(l)
+	o.checked = true
 	fmt.Printf("one-liner: wall %v cpu %v, %d GPUs held after\n", o.wall.Round(time.Millisecond), o.cpu.Round(time.Millisecond), o.held)
 	return []row{{rtt, toolOneLiner, o}}, nil
 }
