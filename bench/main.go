@@ -195,9 +195,17 @@ func runGpushAndPdsh(ctx context.Context, n int, rtt time.Duration, dir string, 
 	defer l.Stop()
 	env := append(os.Environ(), "SSH_AUTH_SOCK=", "NO_COLOR=1")
 	common := []string{"-i", l.Inventory, "--known-hosts", l.KnownHosts, "--forks", strconv.Itoa(n)}
-	// Warm-up, read-only: deploys the helper on every host.
-	if s := measure(ctx, l, env, gpushBin, append([]string{"run", "gpu_status.lua"}, common...)...); s.code != 0 {
-		return nil, fmt.Errorf("warm-up gpush gpu_status.lua exited %d:\n%s\n%s", s.code, tail(s.stdout), s.stderr)
+	// Warm-up, read-only: deploys the helper on every host. On a loaded
+	// machine some hosts time out: again, up to three times.
+	for try := 1; ; try++ {
+		s := measure(ctx, l, env, gpushBin, append([]string{"run", "gpu_status.lua"}, common...)...)
+		if s.code == 0 {
+			break
+		}
+		if try == 3 {
+			return nil, fmt.Errorf("warm-up gpush gpu_status.lua exited %d, 3 times:\n%s\n%s", s.code, tail(s.stdout), s.stderr)
+		}
+		fmt.Printf("warm-up gpush gpu_status.lua exited %d (%s); again\n", s.code, recap(s.stdout))
 	}
 	cfg, err := pdshConfig(l)
 	if err != nil {
@@ -227,7 +235,7 @@ func runGpushAndPdsh(ctx context.Context, n int, rtt time.Duration, dir string, 
 	}
 	g.held, g.collat = after(l)
 	g.checked = true
-	fmt.Printf("gpush: wall %v cpu %v, %d GPUs held after\n", g.wall.Round(time.Millisecond), g.cpu.Round(time.Millisecond), g.held)
+	fmt.Printf("gpush: wall %v cpu %v, %d GPUs held after; %s\n", g.wall.Round(time.Millisecond), g.cpu.Round(time.Millisecond), g.held, recap(g.stdout))
 	return []row{{rtt, toolGpush, g}, {rtt, toolPdsh, p}}, nil
 }
 
@@ -460,6 +468,16 @@ func logCounts(path string) counts {
 		}
 	}
 	return c
+}
+
+// recap is gpush's RECAP line.
+func recap(out string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "RECAP") {
+			return line
+		}
+	}
+	return "no RECAP line"
 }
 
 func tail(s string) string {
