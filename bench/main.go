@@ -1,10 +1,23 @@
-// Command bench measures gpush against pdsh on lab hosts: controller CPU
-// (user+sys, children included) and wall time of a warm `gpush run
-// free_gpus.lua` (helper already deployed) vs `pdsh -R ssh -w <hosts> true`
-// through the same sshd and keys, in the same run. It also counts the SSH
-// connections and sessions (round trips) per host from the sshd log.
+// Command bench measures gpush against its peers doing the same job on the
+// same lab hosts, each host behind a latency proxy of its own (lab/latency):
 //
-//	go run ./bench [-n 50] [-runs 3] [-gpush bin/gpush]
+//   - gpush run free_gpus.lua, warm (the helper deployed by a gpu_status.lua
+//     run first), on hosts with leftovers;
+//   - the seeds' one-liner over one ssh per host, all in parallel, on fresh
+//     hosts with the same leftovers: `systemctl stop UNITS; fuser -k
+//     /dev/nvidia*; sleep 5; nvidia-smi --query-gpu=...`, with the lab
+//     host's own systemctl, device folder and nvidia-smi;
+//   - pdsh -R ssh running a read-only status (the host's nvidia-smi).
+//
+// For each it reports wall time, controller CPU (user+sys of the command and
+// every descendant it reaped), controller RSS (the sum of the peak RSS,
+// VmHWM, of every process of the command's tree seen by a /proc poll every
+// 50 ms; for gpush that is its one process), SSH connections and sessions
+// per host from the sshd log, host-side CPU per host (the whole machine's
+// busy CPU less the command's and this process's, which runs the proxies),
+// GPUs still held after the job and protected processes killed.
+//
+//	go run ./bench [-n 50] [-rtt 0,20ms] [-gpush bin/gpush]
 package main
 
 import (
@@ -15,8 +28,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -24,30 +38,60 @@ import (
 )
 
 type sample struct {
-	wall, cpu          time.Duration
-	machine            time.Duration // whole machine busy CPU: the lab hosts' side included
-	conns, sessions    int
-	code               int
-	stdoutTail, stderr string
+	wall, cpu       time.Duration
+	machine, self   time.Duration // whole machine busy CPU; this process's CPU (proxies, poller)
+	treeRSS, maxRSS int64         // KiB: sum of peak RSS over the tree; rusage's largest one
+	procs           int           // processes of the tree seen
+	conns, sessions int
+	code            int
+	stdout, stderr  string
+	held, collat    int  // GPUs with memory used after the job; protected processes killed
+	checked         bool // held and collat were counted (not for the read-only status)
 }
 
 func main() {
-	n := flag.Int("n", 50, "lab hosts")
-	runs := flag.Int("runs", 3, "measured runs of each tool (the median is reported)")
+	n := flag.Int("n", 50, "lab hosts (300 and 1000 work, given time and memory)")
+	rtts := flag.String("rtt", "20ms", "round trips to measure, comma-separated (e.g. 0,20ms,100ms)")
 	gpushBin := flag.String("gpush", "", "gpush binary (default: build one)")
 	dir := flag.String("dir", "", "lab folder (default: a temporary one, removed)")
+	sleep := flag.String("sleep", "5", "the one-liner's sleep between fuser -k and nvidia-smi (seconds)")
 	flag.Parse()
-	if err := bench(*n, *runs, *gpushBin, *dir); err != nil {
+	var list []time.Duration
+	for _, s := range strings.Split(*rtts, ",") {
+		if s == "0" {
+			s = "0s"
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil || d < 0 {
+			fmt.Fprintf(os.Stderr, "bench: -rtt %q: %q is not a duration >= 0 (e.g. 20ms)\n", *rtts, s)
+			os.Exit(2)
+		}
+		list = append(list, d)
+	}
+	if _, err := strconv.ParseFloat(*sleep, 64); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: -sleep %q: not a number of seconds\n", *sleep)
+		os.Exit(2)
+	}
+	if err := bench(*n, list, *gpushBin, *dir, *sleep); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func bench(n, runs int, gpushBin, dir string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+type row struct {
+	rtt  time.Duration
+	tool string
+	s    sample
+}
+
+func bench(n int, rtts []time.Duration, gpushBin, dir, sleep string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
 	defer cancel()
 	if _, err := exec.LookPath("pdsh"); err != nil {
 		return fmt.Errorf("pdsh not installed (apt-get install pdsh): %w", err)
+	}
+	if _, err := exec.LookPath("fuser"); err != nil {
+		return fmt.Errorf("fuser not installed (apt-get install psmisc): %w", err)
 	}
 	if dir == "" {
 		d, err := os.MkdirTemp("", "gpush-bench-")
@@ -66,83 +110,247 @@ func bench(n, runs int, gpushBin, dir string) error {
 	} else if abs, err := filepath.Abs(gpushBin); err == nil {
 		gpushBin = abs
 	}
-	fmt.Printf("starting %d lab hosts ...\n", n)
-	l, err := lab.Start(ctx, lab.Options{Hosts: n, Dir: dir, Scenario: lab.ScenarioIdle})
+	bins, err := lab.Build(ctx, filepath.Join(dir, "bin"), lab.Binaries{})
+	if err != nil {
+		return err
+	}
+	var rows []row
+	for _, rtt := range rtts {
+		// gpush and pdsh share one lab: pdsh only reads.
+		r, err := runGpushAndPdsh(ctx, n, rtt, filepath.Join(dir, fmt.Sprintf("rtt%v-a", rtt)), bins, gpushBin)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, r...)
+		// The one-liner needs leftovers of its own.
+		r, err = runOneLiner(ctx, n, rtt, filepath.Join(dir, fmt.Sprintf("rtt%v-b", rtt)), bins, sleep)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, r...)
+	}
+	fmt.Printf("\n%d hosts (leftovers scenario, 4 fake GPUs each), one run each, every host behind its own latency proxy\n", n)
+	fmt.Printf("| RTT | tool | wall | ctl cpu | ctl RSS (tree) | conns/host | sessions/host | host cpu/host | GPUs held after | protected killed |\n")
+	fmt.Printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, r := range rows {
+		s := r.s
+		host := (s.machine - s.cpu - s.self) / time.Duration(n)
+		held, collat := "-", "-"
+		if s.checked {
+			held, collat = strconv.Itoa(s.held), strconv.Itoa(s.collat)
+		}
+		fmt.Printf("| %v | %s | %.2f s | %.2f s | %.1f MiB (%d procs) | %.2f | %.2f | %.3f s | %s | %s |\n",
+			r.rtt, r.tool, s.wall.Seconds(), s.cpu.Seconds(), float64(s.treeRSS)/1024, s.procs,
+			float64(s.conns)/float64(n), float64(s.sessions)/float64(n), host.Seconds(), held, collat)
+	}
+	for _, rtt := range rtts {
+		var g, o *sample
+		for i := range rows {
+			if rows[i].rtt != rtt {
+				continue
+			}
+			switch rows[i].tool {
+			case toolGpush:
+				g = &rows[i].s
+			case toolOneLiner:
+				o = &rows[i].s
+			}
+		}
+		if g != nil && o != nil {
+			fmt.Printf("RTT %v: gpush / one-liner: wall %.2fx, controller cpu %.2fx, controller RSS %.2fx\n",
+				rtt, ratio(g.wall, o.wall), ratio(g.cpu, o.cpu), float64(g.treeRSS)/float64(max(o.treeRSS, 1)))
+		}
+	}
+	return nil
+}
+
+const (
+	toolGpush    = "gpush free_gpus.lua (warm)"
+	toolOneLiner = "seeds' one-liner, ssh per host"
+	toolPdsh     = "pdsh -R ssh, read-only status"
+)
+
+func startLab(ctx context.Context, n int, rtt time.Duration, dir string, bins lab.Binaries) (*lab.Lab, error) {
+	fmt.Printf("starting %d lab hosts at RTT %v in %s ...\n", n, rtt, dir)
+	o := lab.Options{Hosts: n, Dir: dir, Scenario: lab.ScenarioLeftovers, Bin: bins,
+		HostRTT: func(int) time.Duration { return rtt }}
+	// pdsh runs one command on every host: each learns its lab name from
+	// the environment its ssh sends (SetEnv in the bench's ssh_config).
+	o.SSHD.ExtraConfig = []string{"AcceptEnv GPUSH_LAB_HOST"}
+	l, err := lab.Start(ctx, o)
 	if err != nil {
 		if l != nil {
 			l.Stop()
 		}
-		return err
+		return nil, err
+	}
+	return l, nil
+}
+
+func runGpushAndPdsh(ctx context.Context, n int, rtt time.Duration, dir string, bins lab.Binaries, gpushBin string) ([]row, error) {
+	l, err := startLab(ctx, n, rtt, dir, bins)
+	if err != nil {
+		return nil, err
 	}
 	defer l.Stop()
-	forks := fmt.Sprint(n)
-	gpushArgs := []string{"run", "free_gpus.lua", "-i", l.Inventory, "--known-hosts", l.KnownHosts, "--forks", forks}
 	env := append(os.Environ(), "SSH_AUTH_SOCK=", "NO_COLOR=1")
-	// Warm-up: deploys the helper on every host (they share the lab's remote
-	// dir, but each host checks it) and fills caches, for gpush and pdsh alike.
-	if s := measure(ctx, l, env, gpushBin, gpushArgs...); s.code != 0 {
-		return fmt.Errorf("warm-up gpush run exited %d:\n%s\n%s", s.code, s.stdoutTail, s.stderr)
+	common := []string{"-i", l.Inventory, "--known-hosts", l.KnownHosts, "--forks", strconv.Itoa(n)}
+	// Warm-up, read-only: deploys the helper on every host. On a loaded
+	// machine some hosts time out: again, up to three times.
+	for try := 1; ; try++ {
+		s := measure(ctx, l, env, gpushBin, append([]string{"run", "gpu_status.lua"}, common...)...)
+		if s.code == 0 {
+			break
+		}
+		if try == 3 {
+			return nil, fmt.Errorf("warm-up gpush gpu_status.lua exited %d, 3 times:\n%s\n%s", s.code, tail(s.stdout), s.stderr)
+		}
+		fmt.Printf("warm-up gpush gpu_status.lua exited %d (%s); again\n", s.code, recap(s.stdout))
+	}
+	cfg, err := pdshConfig(l)
+	if err != nil {
+		return nil, err
 	}
 	names := make([]string, 0, n)
 	for _, h := range l.Hosts {
 		names = append(names, h.Name)
 	}
-	pdshEnv := append(env, "PDSH_SSH_ARGS_APPEND=-F "+l.SSHConfig)
-	pdshArgs := []string{"-R", "ssh", "-f", forks, "-w", strings.Join(names, ","), "true"}
+	pdshEnv := append(env, "PDSH_SSH_ARGS_APPEND=-F "+cfg)
+	status := filepath.Join(l.Dir, "hosts") + `/"$GPUSH_LAB_HOST"/smi/nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader`
+	pdshArgs := []string{"-R", "ssh", "-f", strconv.Itoa(n), "-w", strings.Join(names, ","), status}
 	if s := measure(ctx, l, pdshEnv, "pdsh", pdshArgs...); s.code != 0 {
-		return fmt.Errorf("warm-up pdsh exited %d:\n%s\n%s", s.code, s.stdoutTail, s.stderr)
+		return nil, fmt.Errorf("warm-up pdsh exited %d:\n%s\n%s", s.code, tail(s.stdout), s.stderr)
 	}
-	var gs, ps []sample
-	for i := 0; i < runs; i++ {
-		g := measure(ctx, l, env, gpushBin, gpushArgs...)
-		if g.code != 0 {
-			return fmt.Errorf("gpush run %d exited %d:\n%s\n%s", i+1, g.code, g.stdoutTail, g.stderr)
+	p := measure(ctx, l, pdshEnv, "pdsh", pdshArgs...)
+	if p.code != 0 {
+		return nil, fmt.Errorf("pdsh exited %d:\n%s", p.code, p.stderr)
+	}
+	if got := strings.Count(p.stdout, "143771"); got != 4*n {
+		return nil, fmt.Errorf("pdsh status: %d GPU lines, want %d:\n%s", got, 4*n, tail(p.stdout))
+	}
+	fmt.Printf("pdsh: wall %v cpu %v\n", p.wall.Round(time.Millisecond), p.cpu.Round(time.Millisecond))
+	g := measure(ctx, l, env, gpushBin, append([]string{"run", "free_gpus.lua"}, common...)...)
+	if g.code != 0 {
+		fmt.Printf("gpush free_gpus.lua exited %d (reported in the table):\n%s\n%s\n", g.code, tail(g.stdout), g.stderr)
+	}
+	g.held, g.collat = after(l)
+	g.checked = true
+	fmt.Printf("gpush: wall %v cpu %v, %d GPUs held after; %s\n", g.wall.Round(time.Millisecond), g.cpu.Round(time.Millisecond), g.held, recap(g.stdout))
+	return []row{{rtt, toolGpush, g}, {rtt, toolPdsh, p}}, nil
+}
+
+// pdshConfig writes the lab's ssh_config with a SetEnv naming each host.
+func pdshConfig(l *lab.Lab) (string, error) {
+	b, err := os.ReadFile(l.SSHConfig)
+	if err != nil {
+		return "", fmt.Errorf("read the lab's ssh_config: %w", err)
+	}
+	var out strings.Builder
+	for _, line := range strings.Split(string(b), "\n") {
+		out.WriteString(line + "\n")
+		if name, ok := strings.CutPrefix(line, "Host "); ok {
+			fmt.Fprintf(&out, "  SetEnv GPUSH_LAB_HOST=%s\n", name)
 		}
-		p := measure(ctx, l, pdshEnv, "pdsh", pdshArgs...)
-		if p.code != 0 {
-			return fmt.Errorf("pdsh run %d exited %d:\n%s", i+1, p.code, p.stderr)
+	}
+	p := filepath.Join(l.Dir, "ssh_config.pdsh")
+	if err := os.WriteFile(p, []byte(out.String()), 0o644); err != nil {
+		return "", fmt.Errorf("write %s: %w", p, err)
+	}
+	return p, nil
+}
+
+func runOneLiner(ctx context.Context, n int, rtt time.Duration, dir string, bins lab.Binaries, sleep string) ([]row, error) {
+	l, err := startLab(ctx, n, rtt, dir, bins)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Stop()
+	// One ssh per host, all at once, as `for h in ...; do ssh $h '...' & done; wait`.
+	var sh strings.Builder
+	sh.WriteString("set -u\n")
+	for _, h := range l.Hosts {
+		remote := fmt.Sprintf("%s stop %s; fuser -k %s/nvidia*; sleep %s; %s --query-gpu=index,memory.used,memory.total --format=csv,noheader",
+			h.Systemctl, strings.Join(h.Services, " "), h.DevDir, sleep, h.SMI)
+		fmt.Fprintf(&sh, "ssh -F %s %s %s &\n", shq(l.SSHConfig), h.Name, shq(remote))
+	}
+	sh.WriteString("wait\n")
+	script := filepath.Join(l.Dir, "oneliner.sh")
+	if err := os.WriteFile(script, []byte(sh.String()), 0o755); err != nil {
+		return nil, fmt.Errorf("write %s: %w", script, err)
+	}
+	o := measure(ctx, l, append(os.Environ(), "SSH_AUTH_SOCK="), "/bin/bash", script)
+	if got := strings.Count(o.stdout, "143771"); got != 4*n {
+		return nil, fmt.Errorf("one-liner: %d GPU lines, want %d:\n%s\n%s", got, 4*n, tail(o.stdout), o.stderr)
+	}
+	o.held, o.collat = after(l)
+	o.checked = true
+	fmt.Printf("one-liner: wall %v cpu %v, %d GPUs held after\n", o.wall.Round(time.Millisecond), o.cpu.Round(time.Millisecond), o.held)
+	return []row{{rtt, toolOneLiner, o}}, nil
+}
+
+func shq(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// after counts, once the fake driver's release delay has passed, the GPUs
+// still showing memory used and the protected processes (persistenced,
+// the NVML monitor, the unrelated process) no longer alive.
+func after(l *lab.Lab) (held, collateral int) {
+	time.Sleep(300 * time.Millisecond) // the lab's release delay is 70 ms
+	for _, h := range l.Hosts {
+		out, err := exec.Command(h.SMI, "--query-gpu=memory.used", "--format=csv,noheader,nounits").Output()
+		if err != nil {
+			held += 4 // unknown counts as held
+			continue
 		}
-		gs, ps = append(gs, g), append(ps, p)
-		fmt.Printf("run %d: gpush wall %v cpu %v | pdsh wall %v cpu %v\n", i+1,
-			g.wall.Round(time.Millisecond), g.cpu.Round(time.Millisecond), p.wall.Round(time.Millisecond), p.cpu.Round(time.Millisecond))
+		for _, f := range strings.Fields(string(out)) {
+			if f != "0" {
+				held++
+			}
+		}
+		for _, role := range []string{lab.RolePersistenced, lab.RoleMonitor, lab.RoleUnrelated} {
+			for _, p := range l.Find(h.Name, role) {
+				if !lab.Alive(p) {
+					collateral++
+				}
+			}
+		}
 	}
-	g, p := median(gs), median(ps)
-	fmt.Printf("\n%d hosts, median of %d runs (controller = this machine; hosts share it too)\n", n, runs)
-	fmt.Printf("%-32s %10s %10s %12s %12s %14s\n", "", "wall", "ctl cpu", "machine cpu", "ssh conns/h", "sessions/host")
-	row := func(name string, s sample) {
-		fmt.Printf("%-32s %10v %10v %12v %12.2f %14.2f\n", name, s.wall.Round(time.Millisecond), s.cpu.Round(time.Millisecond),
-			s.machine.Round(10*time.Millisecond), float64(s.conns)/float64(n), float64(s.sessions)/float64(n))
-	}
-	row("gpush run free_gpus.lua (warm)", g)
-	row("pdsh -R ssh true", p)
-	fmt.Printf("ratio gpush/pdsh: wall %.2fx, controller cpu %.2fx\n", ratio(g.wall, p.wall), ratio(g.cpu, p.cpu))
-	fmt.Println("(ctl cpu: the command and its children; machine cpu: everything, the lab hosts' sshd,")
-	fmt.Println(" helper and fake nvidia-smi included, which on a real fleet runs on the hosts)")
-	return nil
+	return held, collateral
 }
 
 // measure runs one command, returning wall time, its CPU time (user+sys of
-// it and every descendant it waited for: pdsh's ssh processes included) and
-// the sshd connections/sessions logged while it ran.
+// it and every descendant it waited for), its tree's peak RSS and the sshd
+// connections/sessions logged while it ran.
 func measure(ctx context.Context, l *lab.Lab, env []string, bin string, args ...string) sample {
 	before := logCounts(l.SSHD.LogPath)
-	busy0 := machineBusy()
+	busy0, self0 := machineBusy(), selfCPU()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = env
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	start := time.Now()
-	err := cmd.Run()
-	s := sample{wall: time.Since(start), machine: machineBusy() - busy0, stderr: errb.String()}
-	o := out.String()
-	if len(o) > 4000 {
-		o = o[len(o)-4000:]
+	var s sample
+	if err := cmd.Start(); err != nil {
+		s.code, s.stderr = -1, err.Error()
+		return s
 	}
-	s.stdoutTail = o
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.treeRSS, s.procs = pollTree(cmd.Process.Pid, stop)
+	}()
+	err := cmd.Wait()
+	s.wall = time.Since(start)
+	close(stop)
+	wg.Wait()
+	s.machine, s.self = machineBusy()-busy0, selfCPU()-self0
+	s.stdout, s.stderr = out.String(), errb.String()
 	if cmd.ProcessState != nil {
 		s.code = cmd.ProcessState.ExitCode()
 		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 			s.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+			s.maxRSS = ru.Maxrss
 		}
 	} else if err != nil {
 		s.code = -1
@@ -150,18 +358,79 @@ func measure(ctx context.Context, l *lab.Lab, env []string, bin string, args ...
 	}
 	// sshd logs a session's end after the client saw it: poll until the
 	// count stops moving rather than sleeping a fixed time.
-	after := logCounts(l.SSHD.LogPath)
-	for i := 0; i < 20; i++ {
-		time.Sleep(25 * time.Millisecond)
+	last := logCounts(l.SSHD.LogPath)
+	for i := 0; i < 40; i++ {
+		time.Sleep(50 * time.Millisecond)
 		next := logCounts(l.SSHD.LogPath)
-		if next == after {
+		if next == last {
 			break
 		}
-		after = next
+		last = next
 	}
-	s.conns = after.conns - before.conns
-	s.sessions = after.sessions - before.sessions
+	s.conns = last.conns - before.conns
+	s.sessions = last.sessions - before.sessions
 	return s
+}
+
+// pollTree samples root's process tree every 50 ms until stop and returns
+// the sum over every process seen of its last VmHWM (peak RSS, KiB).
+func pollTree(root int, stop <-chan struct{}) (int64, int) {
+	peak := map[int]int64{}
+	for {
+		for _, pid := range tree(root) {
+			if hwm := vmHWM(pid); hwm > peak[pid] {
+				peak[pid] = hwm
+			}
+		}
+		select {
+		case <-stop:
+			var sum int64
+			for _, v := range peak {
+				sum += v
+			}
+			return sum, len(peak)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// tree lists root and its descendants through /proc/PID/task/TID/children.
+func tree(root int) []int {
+	out := []int{root}
+	for i := 0; i < len(out); i++ {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", out[i]))
+		for _, t := range tasks {
+			b, _ := os.ReadFile(t)
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					out = append(out, pid)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func vmHWM(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb
+		}
+	}
+	return 0
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 type counts struct{ conns, sessions int }
@@ -179,8 +448,7 @@ func machineBusy() time.Duration {
 		if i == 3 || i == 4 { // idle, iowait
 			continue
 		}
-		var n int64
-		fmt.Sscan(v, &n)
+		n, _ := strconv.ParseInt(v, 10, 64)
 		busy += n
 	}
 	return time.Duration(busy) * time.Second / 100 // USER_HZ is 100 on Linux
@@ -202,10 +470,21 @@ func logCounts(path string) counts {
 	return c
 }
 
-func median(s []sample) sample {
-	c := append([]sample(nil), s...)
-	sort.Slice(c, func(i, j int) bool { return c[i].wall < c[j].wall })
-	return c[len(c)/2]
+// recap is gpush's RECAP line.
+func recap(out string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "RECAP") {
+			return line
+		}
+	}
+	return "no RECAP line"
+}
+
+func tail(s string) string {
+	if len(s) > 3000 {
+		return "..." + s[len(s)-3000:]
+	}
+	return s
 }
 
 func ratio(a, b time.Duration) float64 {

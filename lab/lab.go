@@ -30,6 +30,7 @@ import (
 
 	"github.com/gpush/gpush/lab/labgpu"
 	"github.com/gpush/gpush/lab/labsystemd"
+	"github.com/gpush/gpush/lab/latency"
 	"github.com/gpush/gpush/lab/sshd"
 	"gopkg.in/yaml.v3"
 )
@@ -111,6 +112,13 @@ type Options struct {
 	ReleaseDelay string
 	// SSHD tunes the sshd (log level, extra config lines).
 	SSHD sshd.Options
+	// RTT, when positive, puts a latency proxy (lab/latency) in front of
+	// the sshd for each host, delaying each direction by RTT/2: the host's
+	// inventory port and ssh_config Port are its proxy's.
+	RTT time.Duration
+	// HostRTT, when set, is host i's round trip (0-based) and gives every
+	// host a proxy, even at 0 (to measure the proxy's own cost).
+	HostRTT func(i int) time.Duration
 	// Log receives progress lines (default: discard).
 	Log io.Writer
 }
@@ -136,6 +144,11 @@ type Host struct {
 	Systemctl string `json:"systemctl"`
 	// Services are the host's units (the inventory's `services`), started.
 	Services []string `json:"services,omitempty"`
+	// Port is where the host's sshd answers: its latency proxy when it has
+	// one, else the sshd's own port.
+	Port int `json:"port"`
+	// RTT is the round trip its proxy adds (0 without a proxy).
+	RTT time.Duration `json:"rtt,omitempty"`
 }
 
 // Lab is a running set of lab hosts.
@@ -157,13 +170,14 @@ type Lab struct {
 	cgroupBase string
 	cgroups    []string
 
-	bin    Binaries
-	opts   Options
-	mu     sync.Mutex
-	procs  []*proc
-	stopCh chan struct{}
-	wg     sync.WaitGroup
-	stop   sync.Once
+	bin     Binaries
+	opts    Options
+	proxies []*latency.Proxy
+	mu      sync.Mutex
+	procs   []*proc
+	stopCh  chan struct{}
+	wg      sync.WaitGroup
+	stop    sync.Once
 }
 
 type proc struct {
@@ -257,11 +271,40 @@ func Start(ctx context.Context, o Options) (l *Lab, err error) {
 			return l, err
 		}
 	}
+	if err := l.startProxies(); err != nil {
+		return l, err
+	}
 	if err := l.writeFiles(o.Unreachable); err != nil {
 		return l, err
 	}
 	fmt.Fprintf(o.Log, "lab: %d hosts up, inventory %s\n", len(l.Hosts), l.Inventory)
 	return l, nil
+}
+
+// startProxies gives each host its port: a latency proxy of its own when
+// Options ask for one, else the sshd's.
+func (l *Lab) startProxies() error {
+	for i := range l.Hosts {
+		h := &l.Hosts[i]
+		h.Port = l.SSHD.Port
+		rtt, proxied := l.opts.RTT, l.opts.RTT > 0
+		if l.opts.HostRTT != nil {
+			rtt, proxied = l.opts.HostRTT(i), true
+		}
+		if !proxied {
+			continue
+		}
+		if rtt < 0 {
+			return fmt.Errorf("lab host %s: negative RTT %v", h.Name, rtt)
+		}
+		p, err := latency.Listen(l.SSHD.Addr, rtt/2, latency.Options{})
+		if err != nil {
+			return fmt.Errorf("lab host %s: %w", h.Name, err)
+		}
+		l.proxies = append(l.proxies, p)
+		h.Port, h.RTT = p.Port(), rtt
+	}
+	return nil
 }
 
 // Build returns the lab binaries, building with `go build` into binDir
@@ -760,6 +803,9 @@ func (l *Lab) writeFiles(unreachable int) error {
 			"gpush_systemctl":  h.Systemctl,
 			"lab_scenario":     h.Scenario,
 		}
+		if h.Port != port {
+			hosts[h.Name].(map[string]any)["ansible_port"] = h.Port
+		}
 		if len(h.Services) > 0 {
 			hosts[h.Name].(map[string]any)["services"] = h.Services
 		}
@@ -795,13 +841,18 @@ func (l *Lab) writeFiles(unreachable int) error {
 		return fmt.Errorf("lab inventory: %w", err)
 	}
 	l.KnownHosts = filepath.Join(l.Dir, "known_hosts")
-	if err := os.WriteFile(l.KnownHosts, []byte(l.SSHD.KnownHostsLine()+"\n"), 0o644); err != nil {
+	// The same host key answers on the sshd's port and every proxy's.
+	names := []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	for _, p := range l.proxies {
+		names = append(names, p.Addr())
+	}
+	if err := os.WriteFile(l.KnownHosts, []byte(l.SSHD.KnownHostsLine(names...)+"\n"), 0o644); err != nil {
 		return fmt.Errorf("lab known_hosts: %w", err)
 	}
 	var sc strings.Builder
 	for _, h := range l.Hosts {
 		fmt.Fprintf(&sc, "Host %s\n  HostName 127.0.0.1\n  Port %d\n  User %s\n  IdentityFile %s\n  IdentitiesOnly yes\n  UserKnownHostsFile %s\n  StrictHostKeyChecking yes\n  BatchMode yes\n",
-			h.Name, port, l.User, l.ClientKey, l.KnownHosts)
+			h.Name, h.Port, l.User, l.ClientKey, l.KnownHosts)
 	}
 	l.SSHConfig = filepath.Join(l.Dir, "ssh_config")
 	if err := os.WriteFile(l.SSHConfig, []byte(sc.String()), 0o644); err != nil {
@@ -862,6 +913,10 @@ func (l *Lab) Stop() error {
 				// The shared parent goes too when no other lab uses it.
 				labsystemd.Prune(filepath.Join(h, filepath.Dir(l.cgroupBase)), h)
 			}
+		}
+		// Proxies go before the sshd: no session is cut mid-stream by it.
+		for _, p := range l.proxies {
+			p.Close()
 		}
 		if l.SSHD != nil {
 			if err := l.SSHD.Stop(); err != nil {

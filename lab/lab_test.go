@@ -232,3 +232,63 @@ func parentOf(t *testing.T, pid int) int {
 }
 
 func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
+
+// Each host gets its own latency proxy: its inventory port and ssh_config
+// Port are the proxy's, its delay is half its RTT, and a real ssh login
+// goes through it to the lab's sshd.
+func TestHostRTTProxies(t *testing.T) {
+	if _, err := sshd.FindBinary(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: the lab's sshd needs root")
+	}
+	ssh, err := exec.LookPath("ssh")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("ssh client missing in CI: %v", err)
+		}
+		t.Skipf("skipping: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rtts := []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond}
+	l, err := Start(ctx, Options{Hosts: 3, Dir: t.TempDir(), Scenario: ScenarioIdle, HostRTT: func(i int) time.Duration { return rtts[i] }})
+	if err != nil {
+		if l != nil {
+			l.Stop()
+		}
+		t.Fatal(err)
+	}
+	defer l.Stop()
+	inv, err := os.ReadFile(l.Inventory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{l.SSHD.Port: true}
+	for i, h := range l.Hosts {
+		if seen[h.Port] {
+			t.Errorf("host %s: port %d is the sshd's or another host's", h.Name, h.Port)
+		}
+		seen[h.Port] = true
+		if h.RTT != rtts[i] || l.proxies[i].Delay != rtts[i]/2 || l.proxies[i].Port() != h.Port {
+			t.Errorf("host %s: RTT %v, proxy delay %v on port %d; want RTT %v, delay %v on port %d",
+				h.Name, h.RTT, l.proxies[i].Delay, l.proxies[i].Port(), rtts[i], rtts[i]/2, h.Port)
+		}
+		if !strings.Contains(string(inv), "ansible_port: "+itoa(h.Port)+"\n") {
+			t.Errorf("inventory lacks host %s's ansible_port %d:\n%s", h.Name, h.Port, inv)
+		}
+		out, err := exec.CommandContext(ctx, ssh, "-F", l.SSHConfig, h.Name, "echo", "via-proxy").CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "via-proxy" {
+			t.Errorf("ssh %s through its proxy: %v\n%s\nsshd log:\n%s", h.Name, err, out, l.SSHD.Logs())
+		}
+	}
+	if err := l.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range l.Hosts {
+		if out, err := exec.CommandContext(ctx, ssh, "-F", l.SSHConfig, "-o", "ConnectTimeout=5", h.Name, "true").CombinedOutput(); err == nil {
+			t.Errorf("ssh %s still works after Stop:\n%s", h.Name, out)
+		}
+	}
+}
