@@ -20,6 +20,7 @@ import (
 	"github.com/gpush/gpush/lab"
 	"github.com/gpush/gpush/lab/sshd"
 	"github.com/gpush/gpush/modules"
+	"github.com/gpush/gpush/modules/modulestest"
 	"github.com/gpush/gpush/remote"
 	"github.com/gpush/gpush/remote/helperbin"
 )
@@ -79,14 +80,7 @@ func BenchmarkLabMemory(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("skipping: the lab's sshd needs root")
 	}
-	n := 50
-	if s := os.Getenv("GPUSH_MEM_HOSTS"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil || v < 1 {
-			b.Fatalf("GPUSH_MEM_HOSTS=%q: want a positive number", s)
-		}
-		n = v
-	}
+	n := memHosts(b, 50)
 	if os.Getenv("GPUSH_MEMPROFILE") != "" {
 		runtime.MemProfileRate = 4096 // finer than the default 512 KiB: hosts cost KiB each
 	}
@@ -119,15 +113,63 @@ func BenchmarkLabMemory(b *testing.B) {
 	o := Options{Forks: n, Dial: func(ctx context.Context, h inventory.Host) (remote.Conn, error) {
 		return remote.Dial(ctx, h, ropts)
 	}}
-	src, err := os.ReadFile(filepath.Join("..", "scripts", "gpu_status.lua"))
+	s := gpuStatusAtBarrier(b)
+	measureHosts(b, n, func() []HostResult { return Run(ctx, s, hosts, o) })
+}
+
+// BenchmarkFakeMemory is BenchmarkLabMemory's Lua side alone: the same
+// script on GPUSH_MEM_HOSTS (default 200) fake hosts of 4 GPUs
+// (modules/modulestest), no SSH; what the runner, the Lua states and the
+// modules keep per concurrent host.
+//
+//	go test -run '^$' -bench FakeMemory -benchtime 1x ./lua/
+func BenchmarkFakeMemory(b *testing.B) {
+	n := memHosts(b, 200)
+	if os.Getenv("GPUSH_MEMPROFILE") != "" {
+		runtime.MemProfileRate = 4096
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("gpu%04d", i)
+	}
+	_, hosts := newFleet(names...)
+	dial := func(ctx context.Context, h inventory.Host) (remote.Conn, error) {
+		return modulestest.NewConn(h.Name, modulestest.NewGPUHost(h.Name, 4)), nil
+	}
+	s := gpuStatusAtBarrier(b)
+	o := Options{Forks: n, Dial: dial}
+	measureHosts(b, n, func() []HostResult { return Run(b.Context(), s, hosts, o) })
+}
+
+// gpuStatusAtBarrier is scripts/gpu_status.lua as gpush runs it, then
+// membench.wait(): its locals, results and the host's connection are all
+// live while the heap is read.
+func gpuStatusAtBarrier(b *testing.B) *Script {
+	dir := filepath.Join("..", "scripts")
+	src, err := os.ReadFile(filepath.Join(dir, "gpu_status.lua"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	// The script as gpush runs it, then the wait: its locals, results and
-	// the host's connection are all live while the heap is read.
 	wrapped := "local r = (function(...)\n" + string(src) + "\nend)(...)\nmembench.wait()\nreturn r\n"
-	s := &Script{Name: "gpu_status.lua", Source: []byte(wrapped), Dir: filepath.Join("..", "scripts")}
+	return &Script{Name: "gpu_status.lua", Source: []byte(wrapped), Dir: dir}
+}
 
+func memHosts(b *testing.B, def int) int {
+	s := os.Getenv("GPUSH_MEM_HOSTS")
+	if s == "" {
+		return def
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 1 {
+		b.Fatalf("GPUSH_MEM_HOSTS=%q: want a positive number", s)
+	}
+	return v
+}
+
+// measureHosts makes a first run (a warm-up: the helper gets deployed),
+// then for each iteration a run whose n hosts all wait at membench.wait()
+// while the heap is read, and reports the growth per host.
+func measureHosts(b *testing.B, n int, run func() []HostResult) {
 	check := func(res []HostResult) {
 		for _, r := range res {
 			if r.Status != StatusOK {
@@ -135,8 +177,7 @@ func BenchmarkLabMemory(b *testing.B) {
 			}
 		}
 	}
-	check(Run(ctx, s, hosts, o)) // deploys the helper: the measured run is warm
-
+	check(run())
 	var heap, stack, rss, goroutines float64
 	for b.Loop() {
 		runtime.GC()
@@ -150,7 +191,7 @@ func BenchmarkLabMemory(b *testing.B) {
 		all, release := memBarrier.all, memBarrier.release
 		memBarrier.mu.Unlock()
 		done := make(chan []HostResult, 1)
-		go func() { done <- Run(ctx, s, hosts, o) }()
+		go func() { done <- run() }()
 		select {
 		case <-all:
 		case res := <-done:
