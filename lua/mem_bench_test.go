@@ -208,7 +208,7 @@ func measureHosts(b *testing.B, n int, run func(onResult func(HostResult)) []Hos
 	check(run(nil))
 	var heap, stack, rss, goroutines, hosts float64
 	for b.Loop() {
-		runtime.GC()
+		settle()
 		before := readMem(b)
 		if p := os.Getenv("GPUSH_MEMPROFILE"); p != "" {
 			writeHeapProfile(b, p+".before")
@@ -228,7 +228,7 @@ func measureHosts(b *testing.B, n int, run func(onResult func(HostResult)) []Hos
 			check(<-done)
 			b.Fatal("no host reached the barrier")
 		}
-		runtime.GC()
+		settle()
 		at := readMem(b)
 		if p := os.Getenv("GPUSH_MEMPROFILE"); p != "" {
 			writeHeapProfile(b, p)
@@ -258,10 +258,20 @@ type memReading struct {
 	goroutines       int
 }
 
+// settle collects garbage until the heap profile is current: it publishes
+// a cycle's allocations and frees only two collections later.
+func settle() {
+	for range 3 {
+		runtime.GC()
+	}
+}
+
+// readMem counts live heap objects (HeapAlloc), not HeapInuse: spans left
+// part-full by the warm-up run take a later run's objects without growing.
 func readMem(b *testing.B) memReading {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return memReading{heap: int64(ms.HeapInuse), stack: int64(ms.StackInuse), rss: vmRSS(b),
+	return memReading{heap: int64(ms.HeapAlloc), stack: int64(ms.StackInuse), rss: vmRSS(b),
 		goroutines: runtime.NumGoroutine()}
 }
 
