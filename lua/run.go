@@ -302,7 +302,7 @@ func scriptOnHost(parent, ctx context.Context, s *Script, decls VarDecls, h inve
 	guard := newMemGuard(L, limit, hs.setFailed)
 	defer guard.release()
 	L.SetContext(guard.wrap(ctx))
-	fn, err := L.Load(bytes.NewReader(s.Source), s.Name)
+	fn, err := loadShared(L, s.Source, s.Name)
 	if err != nil {
 		res.Status, res.Error = StatusFailed, err.Error()
 		return res

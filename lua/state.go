@@ -1,7 +1,6 @@
 package lua
 
 import (
-	"bytes"
 	"context"
 	"embed"
 	"fmt"
@@ -36,7 +35,18 @@ type Event = modules.Event
 // finds only modules, lib/ and the script's folder (dir on disk, or fsys for
 // an embedded script; both may be empty).
 func newLState(ctx context.Context, h *hostState, dir string, fsys fs.FS) (*glua.LState, error) {
-	L := glua.NewState(glua.Options{SkipOpenLibs: true})
+	// The value stack and call stack start small and grow on demand to
+	// gopher-lua's default sizes, so the limits (and "stack overflow") are
+	// where they were; a fixed stack cost ~100 KiB per concurrent host
+	// (BenchmarkFakeMemory), most of it never used by a script.
+	L := glua.NewState(glua.Options{
+		SkipOpenLibs:        true,
+		RegistrySize:        1024,
+		RegistryMaxSize:     glua.RegistrySize,
+		RegistryGrowStep:    512,
+		CallStackSize:       glua.CallStackSize,
+		MinimizeStackMemory: true,
+	})
 	for _, lib := range []struct {
 		name string
 		fn   glua.LGFunction
@@ -129,7 +139,7 @@ func readInRoot(dir, rel string) ([]byte, error) {
 }
 
 func pushChunk(L *glua.LState, src []byte, chunk string) int {
-	fn, err := L.Load(bytes.NewReader(src), chunk)
+	fn, err := loadShared(L, src, chunk)
 	if err != nil {
 		L.RaiseError("%v", err)
 	}

@@ -1,0 +1,310 @@
+package lua
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	glua "github.com/yuin/gopher-lua"
+
+	"github.com/gpush/gpush/inventory"
+	"github.com/gpush/gpush/lab"
+	"github.com/gpush/gpush/lab/sshd"
+	"github.com/gpush/gpush/modules"
+	"github.com/gpush/gpush/modules/modulestest"
+	"github.com/gpush/gpush/remote"
+	"github.com/gpush/gpush/remote/helperbin"
+)
+
+// memBarrier holds every host of a run at the end of its script, so that
+// the heap can be read while all of them are alive at once (connection,
+// Lua state, helper results): the controller's cost per concurrent host.
+var memBarrier memBarrierT
+
+type memBarrierT struct {
+	mu      sync.Mutex
+	arrived int
+	failed  int           // hosts that ended before the barrier
+	all     chan struct{} // closed when arrived+failed reach want
+	release chan struct{}
+	want    int
+}
+
+// checkAll closes all once every host arrived or failed; mu is held.
+func (mb *memBarrierT) checkAll() {
+	if mb.all != nil && mb.arrived+mb.failed == mb.want {
+		close(mb.all)
+		mb.all = make(chan struct{}) // closed once; later arrivals need no signal
+	}
+}
+
+func init() {
+	modules.Register(modules.Module{Name: "membench", Loader: func(L *glua.LState, h modules.Host) int {
+		L.Push(L.SetFuncs(L.NewTable(), map[string]glua.LGFunction{
+			"wait": func(L *glua.LState) int {
+				memBarrier.mu.Lock()
+				all, release := memBarrier.all, memBarrier.release
+				if all == nil {
+					memBarrier.mu.Unlock()
+					return 0 // not in a measured run
+				}
+				memBarrier.arrived++
+				memBarrier.checkAll()
+				memBarrier.mu.Unlock()
+				select {
+				case <-release:
+				case <-modules.Ctx(L).Done():
+					L.RaiseError("membench.wait: %v", modules.Ctx(L).Err())
+				}
+				return 0
+			},
+		}))
+		return 1
+	}})
+}
+
+// BenchmarkLabMemory runs scripts/gpu_status.lua (warm: the helper is
+// deployed by a first run) on GPUSH_MEM_HOSTS lab hosts (default 50) at
+// --forks = hosts, through the real lab sshd and remote.Dial, and reads the
+// heap while every host waits at the end of its script. It reports heap in
+// use, Go stacks and RSS growth per concurrent host over the process before
+// the run; GPUSH_MEMPROFILE=FILE writes the heap profile taken at that
+// point and FILE.before the one before the run (`go tool pprof
+// -sample_index=inuse_space -top -base FILE.before FILE`: what the hosts hold).
+//
+//	go test -run '^$' -bench LabMemory -benchtime 1x ./lua/
+func BenchmarkLabMemory(b *testing.B) {
+	if _, err := sshd.FindBinary(); err != nil {
+		b.Skip("skipping: " + err.Error())
+	}
+	if os.Geteuid() != 0 {
+		b.Skip("skipping: the lab's sshd needs root")
+	}
+	n := memHosts(b, 50)
+	if os.Getenv("GPUSH_MEMPROFILE") != "" {
+		runtime.MemProfileRate = 4096 // finer than the default 512 KiB: hosts cost KiB each
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	bin, err := lab.Build(ctx, b.TempDir(), lab.Binaries{})
+	if err != nil {
+		b.Fatalf("build lab binaries: %v", err)
+	}
+	l, err := lab.Start(ctx, lab.Options{Hosts: n, Dir: b.TempDir(), Scenario: lab.ScenarioIdle, Bin: bin,
+		SSHD: sshd.Options{LogLevel: "ERROR"}})
+	if err != nil {
+		if l != nil {
+			l.Stop()
+		}
+		b.Fatalf("start lab: %v", err)
+	}
+	defer func() {
+		if err := l.Stop(); err != nil {
+			b.Logf("stop lab: %v", err)
+		}
+	}()
+	inv, err := inventory.Load(l.Inventory)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hosts := inv.Hosts()
+	ropts := remote.Options{KnownHostsFile: l.KnownHosts, AgentSocket: "none", SSHConfigFile: "none",
+		HelperSource: helperbin.Source}
+	o := Options{Forks: n, Dial: func(ctx context.Context, h inventory.Host) (remote.Conn, error) {
+		return remote.Dial(ctx, h, ropts)
+	}}
+	s := gpuStatusAtBarrier(b)
+	measureHosts(b, n, func(onResult func(HostResult)) []HostResult {
+		o.OnResult = onResult
+		return Run(ctx, s, hosts, o)
+	})
+}
+
+// BenchmarkFakeMemory is BenchmarkLabMemory's Lua side alone: the same
+// script on GPUSH_MEM_HOSTS (default 200) fake hosts of 4 GPUs
+// (modules/modulestest), no SSH; what the runner, the Lua states and the
+// modules keep per concurrent host.
+//
+//	go test -run '^$' -bench FakeMemory -benchtime 1x ./lua/
+func BenchmarkFakeMemory(b *testing.B) {
+	n := memHosts(b, 200)
+	if os.Getenv("GPUSH_MEMPROFILE") != "" {
+		runtime.MemProfileRate = 4096
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("gpu%04d", i)
+	}
+	_, hosts := newFleet(names...)
+	dial := func(ctx context.Context, h inventory.Host) (remote.Conn, error) {
+		return modulestest.NewConn(h.Name, modulestest.NewGPUHost(h.Name, 4)), nil
+	}
+	s := gpuStatusAtBarrier(b)
+	o := Options{Forks: n, Dial: dial}
+	measureHosts(b, n, func(onResult func(HostResult)) []HostResult {
+		o.OnResult = onResult
+		return Run(b.Context(), s, hosts, o)
+	})
+}
+
+// gpuStatusAtBarrier is scripts/gpu_status.lua as gpush runs it, then
+// membench.wait(): its locals, results and the host's connection are all
+// live while the heap is read.
+func gpuStatusAtBarrier(b *testing.B) *Script {
+	dir := filepath.Join("..", "scripts")
+	src, err := os.ReadFile(filepath.Join(dir, "gpu_status.lua"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	wrapped := "local r = (function(...)\n" + string(src) + "\nend)(...)\nmembench.wait()\nreturn r\n"
+	return &Script{Name: "gpu_status.lua", Source: []byte(wrapped), Dir: dir}
+}
+
+func memHosts(b *testing.B, def int) int {
+	s := os.Getenv("GPUSH_MEM_HOSTS")
+	if s == "" {
+		return def
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 1 {
+		b.Fatalf("GPUSH_MEM_HOSTS=%q: want a positive number", s)
+	}
+	return v
+}
+
+// measureHosts makes a first run (a warm-up: the helper gets deployed),
+// then for each iteration a run whose n hosts all wait at membench.wait()
+// while the heap is read, and reports the growth per host that got there.
+// A host that fails (a lab host too slow on a loaded machine) is logged and
+// not counted; if none got there the benchmark fails.
+func measureHosts(b *testing.B, n int, run func(onResult func(HostResult)) []HostResult) {
+	failures := 0
+	check := func(res []HostResult) {
+		for _, r := range res {
+			if r.Status != StatusOK {
+				failures++
+				b.Logf("%s: %s: %s", r.Host, r.Status, r.Error)
+			}
+		}
+	}
+	onResult := func(r HostResult) {
+		if r.Status == StatusOK {
+			return
+		}
+		memBarrier.mu.Lock()
+		memBarrier.failed++
+		memBarrier.checkAll()
+		memBarrier.mu.Unlock()
+	}
+	check(run(nil))
+	var heap, stack, rss, goroutines, hosts float64
+	for b.Loop() {
+		settle()
+		before := readMem(b)
+		if p := os.Getenv("GPUSH_MEMPROFILE"); p != "" {
+			writeHeapProfile(b, p+".before")
+		}
+		memBarrier.mu.Lock()
+		memBarrier.arrived, memBarrier.failed, memBarrier.want = 0, 0, n
+		memBarrier.all, memBarrier.release = make(chan struct{}), make(chan struct{})
+		all, release := memBarrier.all, memBarrier.release
+		memBarrier.mu.Unlock()
+		done := make(chan []HostResult, 1)
+		go func() { done <- run(onResult) }()
+		<-all
+		memBarrier.mu.Lock()
+		live := memBarrier.arrived
+		memBarrier.mu.Unlock()
+		if live == 0 {
+			check(<-done)
+			b.Fatal("no host reached the barrier")
+		}
+		settle()
+		at := readMem(b)
+		if p := os.Getenv("GPUSH_MEMPROFILE"); p != "" {
+			writeHeapProfile(b, p)
+		}
+		memBarrier.mu.Lock()
+		memBarrier.all = nil
+		memBarrier.mu.Unlock()
+		close(release)
+		check(<-done)
+		heap += float64(at.heap-before.heap) / float64(live)
+		stack += float64(at.stack-before.stack) / float64(live)
+		rss += float64(at.rss-before.rss) / float64(live)
+		goroutines += float64(at.goroutines-before.goroutines) / float64(live)
+		hosts += float64(live)
+	}
+	k := float64(b.N) * 1024
+	b.ReportMetric(heap/k, "heap-KiB/host")
+	b.ReportMetric(stack/k, "stack-KiB/host")
+	b.ReportMetric(rss/k, "rss-KiB/host")
+	b.ReportMetric(goroutines/float64(b.N), "goroutines/host")
+	b.ReportMetric(hosts/float64(b.N), "hosts-measured")
+	b.ReportMetric(float64(failures), "hosts-failed")
+}
+
+type memReading struct {
+	heap, stack, rss int64
+	goroutines       int
+}
+
+// settle collects garbage until the heap profile is current: it publishes
+// a cycle's allocations and frees only two collections later.
+func settle() {
+	for range 3 {
+		runtime.GC()
+	}
+}
+
+// readMem counts live heap objects (HeapAlloc), not HeapInuse: spans left
+// part-full by the warm-up run take a later run's objects without growing.
+func readMem(b *testing.B) memReading {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return memReading{heap: int64(ms.HeapAlloc), stack: int64(ms.StackInuse), rss: vmRSS(b),
+		goroutines: runtime.NumGoroutine()}
+}
+
+// vmRSS is this process's resident set (VmRSS of /proc/self/status), in bytes.
+func vmRSS(b *testing.B) int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				b.Fatalf("/proc/self/status: VmRSS %q: %v", rest, err)
+			}
+			return kb * 1024
+		}
+	}
+	b.Fatal("/proc/self/status: no VmRSS line")
+	return 0
+}
+
+func writeHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(fmt.Errorf("heap profile %s: %w", path, err))
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
+}
