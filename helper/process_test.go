@@ -212,6 +212,22 @@ func alive(pid int) bool {
 	return err == nil && st.State != "Z" && st.State != "X"
 }
 
+// liveThreads counts pid's threads other than its leader that still run.
+func liveThreads(pid int) int {
+	tids, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	n := 0
+	for _, d := range tids {
+		if d.Name() == strconv.Itoa(pid) {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, d.Name()))
+		if st, perr := parseStat(b); err == nil && perr == nil && st.State != "Z" && st.State != "X" {
+			n++
+		}
+	}
+	return n
+}
+
 func identity(t *testing.T, pid int) Identity {
 	t.Helper()
 	st, err := procFS{dir: "/proc"}.stat(pid)
@@ -551,7 +567,10 @@ func TestKillZombieCountsAsGone(t *testing.T) {
 	bufio.NewReader(out).ReadString('\n')
 	zid := identity(t, z.Process.Pid)
 	syscall.Kill(z.Process.Pid, syscall.SIGKILL)
-	for alive(z.Process.Pid) { // until it is a zombie; the test's deadline bounds this
+	// Until it is a whole zombie: the leader turns Z before its other
+	// threads are gone, and a Z leader with live threads is one Kill
+	// signals (zombie_leader). The test's deadline bounds this.
+	for alive(z.Process.Pid) || liveThreads(z.Process.Pid) > 0 {
 		time.Sleep(5 * time.Millisecond)
 	}
 	defer z.Wait()
