@@ -691,17 +691,7 @@ func (g *GPUHost) waitFree(ctx context.Context, req helper.WaitFreeRequest) (hel
 		if err := ctx.Err(); err != nil {
 			return resp, fmt.Errorf("wait-free interrupted: %w", err)
 		}
-		resp.Polls++
-		g.polls++
-		for _, h := range g.holders {
-			if h.ExitAfterPolls > 0 && g.visible(h) {
-				h.ExitAfterPolls--
-				if h.ExitAfterPolls == 0 {
-					g.remove(h.PID, false)
-					break
-				}
-			}
-		}
+		g.poll(&resp)
 		gpus, holders, _, all := g.assess(resp.ThresholdMiB)
 		byPID := map[int]helper.Holder{}
 		for _, h := range holders {
@@ -804,6 +794,22 @@ func given(ids []helper.Identity, h helper.Holder) bool {
 	return false
 }
 
+// poll counts one poll of a wait and lets go the holder told to exit
+// after that many polls (ExitAfterPolls). Called with g.mu held.
+func (g *GPUHost) poll(resp *helper.WaitFreeResponse) {
+	resp.Polls++
+	g.polls++
+	for _, h := range g.holders {
+		if h.ExitAfterPolls > 0 && g.visible(h) {
+			h.ExitAfterPolls--
+			if h.ExitAfterPolls == 0 {
+				g.remove(h.PID, false)
+				break
+			}
+		}
+	}
+}
+
 // waitGiven is waitFree for given holders (req.Holders), as the helper
 // does it: polls until none of them holds a device or memory charged to
 // its dead pid (a ghost an heir keeps), whoever else holds the GPUs; the
@@ -835,17 +841,7 @@ func (g *GPUHost) waitGiven(ctx context.Context, req helper.WaitFreeRequest, int
 		if err := ctx.Err(); err != nil {
 			return resp, fmt.Errorf("wait-free interrupted: %w", err)
 		}
-		resp.Polls++
-		g.polls++
-		for _, h := range g.holders {
-			if h.ExitAfterPolls > 0 && g.visible(h) {
-				h.ExitAfterPolls--
-				if h.ExitAfterPolls == 0 {
-					g.remove(h.PID, false)
-					break
-				}
-			}
-		}
+		g.poll(&resp)
 		gpus, holders, ghosts, all := g.assess(nil)
 		var left []helper.Holder
 		for _, h := range holders {
