@@ -12,19 +12,10 @@ import subprocess
 import sys
 import time
 
+from hwcheck import check, failures, log
+
 HELPER = sys.argv[1]
 HERE = os.path.dirname(os.path.abspath(__file__))
-failures = []
-
-
-def log(*a):
-    print(*a, flush=True)
-
-
-def check(cond, what):
-    log(("PASS " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
 
 
 def helper(verb, req):

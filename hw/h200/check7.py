@@ -18,22 +18,13 @@ import subprocess
 import sys
 import time
 
+from hwcheck import check, failures, log
+
 BIN = sys.argv[1]
 GPUSH = os.path.join(BIN, "gpush")
 HELPER = os.path.join(BIN, "gpush-helper-linux-amd64")
 HERE = os.path.dirname(os.path.abspath(__file__))
-failures = []
 procs = []
-
-
-def log(*a):
-    print(*a, flush=True)
-
-
-def check(cond, what):
-    log(("PASS " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
 
 
 def alive(pid):
