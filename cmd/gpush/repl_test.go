@@ -534,9 +534,15 @@ func TestReplUsage(t *testing.T) {
 	}
 }
 
-// Over SSH: lab hosts behind a real OpenSSH sshd on loopback.
-func TestReplLabSSH(t *testing.T) {
+// startReplLab starts two lab hosts with leftovers behind the lab's real
+// sshd, stopped when the test ends. It skips without root or sshd, except
+// in CI, where sshd must be there.
+func startReplLab(t *testing.T) *lab.Lab {
+	t.Helper()
 	if _, err := sshd.FindBinary(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI needs sshd: %v", err)
+		}
 		t.Skipf("skipping: %v", err)
 	}
 	if os.Geteuid() != 0 {
@@ -553,6 +559,12 @@ func TestReplLabSSH(t *testing.T) {
 		t.Fatalf("start lab: %v", err)
 	}
 	t.Cleanup(func() { l.Stop() })
+	return l
+}
+
+// Over SSH: lab hosts behind a real OpenSSH sshd on loopback.
+func TestReplLabSSH(t *testing.T) {
+	l := startReplLab(t)
 	tm := startTerm(t, []string{"NO_COLOR=1", "SSH_AUTH_SOCK=", "HOME=" + t.TempDir(), "XDG_CACHE_HOME=" + t.TempDir()},
 		"repl", "-i", l.Inventory, "--known-hosts", l.KnownHosts)
 	tm.expect("gpush lab[01-02]> ")
@@ -730,26 +742,7 @@ func (r *relay) drop() {
 // .reconnect over SSH: a host down at the start joins once it is up; a
 // host whose connection is cut is left out as lost, and comes back.
 func TestReplReconnect(t *testing.T) {
-	if _, err := sshd.FindBinary(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI needs sshd: %v", err)
-		}
-		t.Skipf("skipping: %v", err)
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: the lab's sshd needs root")
-	}
-	buildReplBins(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	l, err := lab.Start(ctx, lab.Options{Hosts: 2, Scenario: lab.ScenarioLeftovers, Dir: t.TempDir(), Bin: replBins.lab})
-	if err != nil {
-		if l != nil {
-			l.Stop()
-		}
-		t.Fatalf("start lab: %v", err)
-	}
-	t.Cleanup(func() { l.Stop() })
+	l := startReplLab(t)
 	rl := startRelay(t, fmt.Sprintf("127.0.0.1:%d", l.SSHD.Port))
 	// lab01 straight to the sshd, lab02 through the relay.
 	var inv strings.Builder
