@@ -26,10 +26,10 @@ help:
 # ansible-inventory what its inventory tests compare against, and ansible's
 # collections the public inventories they compare on).
 # Only when missing, so it is cheap.
-DEB_PACKAGES := openssh-server openssh-client sudo pdsh systemd util-linux mount clustershell python3 ansible-core ansible
+DEB_PACKAGES := openssh-server openssh-client sudo pdsh psmisc systemd util-linux mount clustershell python3 ansible-core ansible
 deps:
 	@if ! command -v sshd >/dev/null && [ ! -x /usr/sbin/sshd ] || ! command -v pdsh >/dev/null || ! command -v sudo >/dev/null \
-		|| [ ! -x /lib/systemd/systemd ] || ! command -v systemctl >/dev/null || ! command -v nsenter >/dev/null || ! command -v mount >/dev/null || ! command -v nodeset >/dev/null || ! command -v python3 >/dev/null \
+		|| [ ! -x /lib/systemd/systemd ] || ! command -v systemctl >/dev/null || ! command -v nsenter >/dev/null || ! command -v mount >/dev/null || ! command -v nodeset >/dev/null || ! command -v fuser >/dev/null || ! command -v python3 >/dev/null \
 		|| ! command -v ansible-inventory >/dev/null || [ ! -d /usr/lib/python3/dist-packages/ansible_collections ]; then \
 		if [ "$$(id -u)" != 0 ]; then echo "make deps: run as root (apt-get install $(DEB_PACKAGES))"; exit 1; fi; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEB_PACKAGES); \

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 
 	"github.com/urfave/cli/v2"
 
@@ -22,7 +23,31 @@ import (
 const exitQuit = 130
 
 func main() {
-	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+	stop, err := startCPUProfile(os.Getenv("GPUSH_CPUPROFILE"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpush: GPUSH_CPUPROFILE: %v\n", err)
+		os.Exit(1)
+	}
+	code := run(os.Args, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// startCPUProfile writes a pprof CPU profile of the whole command to path
+// (none when path is empty): the bench profiles the controller with it.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // run is main without the exit, for tests.
