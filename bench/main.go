@@ -55,6 +55,7 @@ func main() {
 	gpushBin := flag.String("gpush", "", "gpush binary (default: build one)")
 	dir := flag.String("dir", "", "lab folder (default: a temporary one, removed)")
 	sleep := flag.String("sleep", "5", "the one-liner's sleep between fuser -k and nvidia-smi (seconds)")
+	userHome = flag.Bool("user-home", false, "sessions keep the login user's own HOME and shell startup files (default: an empty home of the lab's)")
 	flag.Parse()
 	var list []time.Duration
 	for _, s := range strings.Split(*rtts, ",") {
@@ -77,6 +78,9 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// userHome is -user-home.
+var userHome *bool
 
 type row struct {
 	rtt  time.Duration
@@ -177,6 +181,19 @@ func startLab(ctx context.Context, n int, rtt time.Duration, dir string, bins la
 	// pdsh runs one command on every host: each learns its lab name from
 	// the environment its ssh sends (SetEnv in the bench's ssh_config).
 	o.SSHD.ExtraConfig = []string{"AcceptEnv GPUSH_LAB_HOST"}
+	if !*userHome {
+		// Every session's shell reads the login user's startup files: on
+		// the development machine root's .bashrc runs `pyenv init` (Debian's
+		// bash sources .bashrc for sshd commands), 0.2-0.5 s per session,
+		// which at 50 hosts swamps two cores. An empty home of the lab's
+		// own makes a session cost what sshd and a bare shell cost, for
+		// every tool alike.
+		home := dir + "-home"
+		if err := os.MkdirAll(home, 0o700); err != nil {
+			return nil, fmt.Errorf("lab home: %w", err)
+		}
+		o.SSHD.ExtraConfig = append(o.SSHD.ExtraConfig, "SetEnv HOME="+home)
+	}
 	l, err := lab.Start(ctx, o)
 	if err != nil {
 		if l != nil {

@@ -32,13 +32,21 @@ var Arches = []string{"amd64", "arm64"}
 // FileName is the helper's file name in bin/ for goarch.
 func FileName(goarch string) string { return "gpush-helper-linux-" + goarch }
 
-// Embedded returns the helper embedded for goarch, or false.
+// embeddedCopies holds each embedded helper read once: embed.FS.ReadFile
+// copies the 3 MiB on every call, which 1000 hosts deploying at once
+// turned into gigabytes of garbage.
+var embeddedCopies sync.Map // goarch -> *buildResult
+
+// Embedded returns the helper embedded for goarch, or false. The slice is
+// shared by every caller: it must not be modified.
 func Embedded(goarch string) ([]byte, bool) {
-	b, err := embedded.ReadFile("bin/" + FileName(goarch))
-	if err != nil || len(b) == 0 {
+	v, _ := embeddedCopies.LoadOrStore(goarch, &buildResult{})
+	r := v.(*buildResult)
+	r.once.Do(func() { r.b, r.err = embedded.ReadFile("bin/" + FileName(goarch)) })
+	if r.err != nil || len(r.b) == 0 {
 		return nil, false
 	}
-	return b, true
+	return r.b, true
 }
 
 type buildResult struct {
@@ -51,7 +59,7 @@ var builds sync.Map // goarch -> *buildResult
 
 // Source returns the helper for linux/goarch: the embedded one, else one
 // built once per process from the module source. Its signature fits
-// remote.Options.HelperSource.
+// remote.Options.HelperSource. The slice is shared: it must not be modified.
 //
 // Test binaries build from the source even when helpers are embedded:
 // binaries left in bin/ by an earlier `make build` would otherwise have
