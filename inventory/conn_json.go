@@ -26,6 +26,9 @@ type Connection struct {
 	ProxyCommand   string   `json:"proxy_command,omitempty"`
 	Connection     string   `json:"connection"`
 	Become         bool     `json:"become"`
+	// ConnectTimeout is ansible_ssh_timeout or ssh_config ConnectTimeout,
+	// in seconds; absent for gpush's default.
+	ConnectTimeout float64 `json:"connect_timeout,omitempty"`
 	// Dial is address:port as net.Dial takes it, IPv6 in brackets with its
 	// zone ("[fe80::1%eth0]:22"): unambiguous where "fe80::1:22" is not.
 	Dial string `json:"dial,omitempty"`
@@ -40,6 +43,7 @@ func (inv *Inventory) ConnectionOf(h Host) Connection {
 		Address: h.Address, Port: h.Port, User: h.User,
 		IdentityFiles: append([]string{}, h.IdentityFiles...), IdentitiesOnly: h.IdentitiesOnly,
 		ProxyJump: h.ProxyJump, ProxyCommand: h.ProxyCommand, Connection: h.Connection, Become: h.Become,
+		ConnectTimeout: h.ConnectTimeout.Seconds(),
 	}
 	if c.Address == "" {
 		c.Address = h.Name

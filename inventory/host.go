@@ -2,6 +2,8 @@
 // expands host ranges and node sets, and selects hosts with patterns.
 package inventory
 
+import "time"
+
 // Host is one resolved host with its effective connection settings and vars.
 type Host struct {
 	// Name is the inventory name ("gpu01").
@@ -27,6 +29,10 @@ type Host struct {
 	ProxyCommand string `json:"proxy_command,omitempty"`
 	// Connection is "ssh" or "local".
 	Connection string `json:"connection"`
+	// ConnectTimeout bounds connecting to the host (TCP, banner, key
+	// exchange, login; every hop): ansible_ssh_timeout, else ssh_config
+	// ConnectTimeout; 0 is gpush's default (10s).
+	ConnectTimeout time.Duration `json:"connect_timeout,omitempty"`
 	// Become runs the helper through sudo -n.
 	Become bool `json:"become,omitempty"`
 	// Groups the host belongs to, "all" included, sorted.

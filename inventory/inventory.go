@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Kind says what an inventory was made from.
@@ -512,6 +513,18 @@ func (inv *Inventory) buildHost(h *hostDef) (Host, error) {
 	}
 	if keyFile != "" {
 		out.IdentityFiles = []string{keyFile}
+	}
+	timeout, key, err := cv.str("ansible_ssh_timeout")
+	if err != nil {
+		return out, err
+	}
+	if timeout != "" {
+		// Ansible passes it to ssh as -o ConnectTimeout: whole seconds.
+		n, err := strconv.Atoi(strings.TrimSpace(timeout))
+		if err != nil || n < 1 {
+			return out, bad(key, fmt.Errorf("%q is not a number of seconds (1 or more)", timeout))
+		}
+		out.ConnectTimeout = time.Duration(n) * time.Second
 	}
 	conn, key, err := cv.str("ansible_connection")
 	if err != nil {

@@ -272,6 +272,9 @@ func (sc *sshConfig) complete(h *Host) error {
 	if h.IdentitiesOnly {
 		seed.identitiesOnly = "yes"
 	}
+	if h.ConnectTimeout > 0 { // ansible_ssh_timeout: ssh -o ConnectTimeout
+		seed.connectTimeout, seed.connectTimeoutSet = h.ConnectTimeout, true
+	}
 	o, err := sc.evaluate(alias, seed)
 	if err != nil {
 		return err
@@ -297,6 +300,9 @@ func (sc *sshConfig) complete(h *Host) error {
 		}
 	}
 	h.IdentitiesOnly = o.identitiesOnly == "yes"
+	if h.ConnectTimeout == 0 {
+		h.ConnectTimeout = o.connectTimeout
+	}
 	if h.ProxyJump == "" && h.ProxyCommand == "" {
 		switch {
 		case o.proxyCommand != "" && !strings.EqualFold(o.proxyCommand, "none"):

@@ -3,23 +3,27 @@ package inventory
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // sshOptions are the values ssh obtained for the keywords gpush uses; ""
 // and 0 mean not obtained yet (the first value obtained wins).
 type sshOptions struct {
-	hostName       string
-	hostNamePos    string
-	user           string
-	port           int
-	identityFiles  []sshValue // raw, as ssh -G prints them
-	identitiesOnly string     // "", "yes" or "no"
-	proxyJump      string     // raw; "none" counts as obtained
-	proxyJumpPos   string
-	proxyCommand   string // raw; "none" counts as obtained
-	hostKeyAlias   string
-	canonicalize   string
+	hostName          string
+	hostNamePos       string
+	user              string
+	port              int
+	identityFiles     []sshValue // raw, as ssh -G prints them
+	identitiesOnly    string     // "", "yes" or "no"
+	proxyJump         string     // raw; "none" counts as obtained
+	proxyJumpPos      string
+	proxyCommand      string // raw; "none" counts as obtained
+	hostKeyAlias      string
+	connectTimeout    time.Duration // 0 with connectTimeoutSet: "none"
+	connectTimeoutSet bool
+	canonicalize      string
 
 	alias string // the name ssh was given (%n, Match originalhost)
 	host  string // what ssh dials once done: HostName with %h expanded, lower case
@@ -276,7 +280,7 @@ func onlyCanonFinal(args []string) bool {
 var keywordName = map[string]string{
 	"hostname": "HostName", "user": "User", "port": "Port", "identityfile": "IdentityFile",
 	"identitiesonly": "IdentitiesOnly", "proxyjump": "ProxyJump", "proxycommand": "ProxyCommand",
-	"hostkeyalias": "HostKeyAlias", "canonicalizehostname": "CanonicalizeHostname",
+	"hostkeyalias": "HostKeyAlias", "canonicalizehostname": "CanonicalizeHostname", "connecttimeout": "ConnectTimeout",
 }
 
 // wouldSet: whether line l, were it active, would change what gpush uses.
@@ -299,6 +303,8 @@ func (e *sshEval) wouldSet(l *sshLine) bool {
 		return o.proxyCommand == "" && (o.proxyJump == "" || strings.EqualFold(o.proxyJump, "none"))
 	case "hostkeyalias":
 		return o.hostKeyAlias == ""
+	case "connecttimeout":
+		return !o.connectTimeoutSet
 	case "canonicalizehostname":
 		return !e.final && o.canonicalize == ""
 	}
@@ -362,6 +368,11 @@ func (e *sshEval) set(l *sshLine) error {
 		o.proxyJump, o.proxyJumpPos = v, l.pos()
 	case "hostkeyalias":
 		o.hostKeyAlias = v
+	case "connecttimeout":
+		if o.connectTimeout, err = parseSSHTime(v); err != nil {
+			return fmt.Errorf("ssh config %s: ConnectTimeout: %w", l.pos(), err)
+		}
+		o.connectTimeoutSet = true
 	case "canonicalizehostname":
 		o.canonicalize = v
 	}
@@ -416,4 +427,37 @@ func matchGlob(s, p string) bool {
 		pi++
 	}
 	return pi == len(p)
+}
+
+// parseSSHTime reads a time as OpenSSH's convtime does: "none", or seconds
+// with optional s/m/h/d/w units, concatenated ("90", "1m30s", "2M").
+func parseSSHTime(v string) (time.Duration, error) {
+	if strings.EqualFold(v, "none") {
+		return 0, nil
+	}
+	units := map[byte]time.Duration{'s': time.Second, 'm': time.Minute, 'h': time.Hour, 'd': 24 * time.Hour, 'w': 7 * 24 * time.Hour}
+	var total time.Duration
+	rest := v
+	for rest != "" {
+		i := 0
+		for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+			i++
+		}
+		if i == 0 || i > 9 {
+			return 0, fmt.Errorf("%q is not a time (seconds, or 1m30s; s m h d w units)", v)
+		}
+		n, _ := strconv.Atoi(rest[:i])
+		unit := time.Second
+		if i < len(rest) {
+			u, ok := units[rest[i]|0x20]
+			if !ok {
+				return 0, fmt.Errorf("%q is not a time (seconds, or 1m30s; s m h d w units)", v)
+			}
+			unit = u
+			i++
+		}
+		total += time.Duration(n) * unit
+		rest = rest[i:]
+	}
+	return total, nil
 }

@@ -24,6 +24,9 @@ import (
 // h.IsLocal(). The returned Conn is reused by every call of a run.
 func Dial(ctx context.Context, h inventory.Host, opts Options) (Conn, error) {
 	o := opts.withDefaults()
+	if h.ConnectTimeout > 0 { // the host's own: ansible_ssh_timeout, ssh_config ConnectTimeout
+		o.ConnectTimeout = h.ConnectTimeout
+	}
 	if o.HostKeyPolicy != HostKeyStrict && o.HostKeyPolicy != HostKeyAcceptNew {
 		return nil, &DialError{Host: h.Name, Addr: h.Address, Stage: StageConfig,
 			Err: fmt.Errorf("unknown host key policy %q (want %q or %q)", o.HostKeyPolicy, HostKeyStrict, HostKeyAcceptNew)}

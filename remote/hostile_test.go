@@ -101,6 +101,17 @@ func TestPeerNeverSendsBanner(t *testing.T) {
 	dialFails(t, hostileHost(addr), hostileOpts(t), StageBanner, "accepted the TCP connection but sent no SSH banner within 1s")
 }
 
+// The host's own ConnectTimeout (ansible_ssh_timeout, ssh_config) wins
+// over Options': the deadline named is the host's.
+func TestHostConnectTimeoutWins(t *testing.T) {
+	addr := listen(t, func(c net.Conn) { io.Copy(io.Discard, c) })
+	h := hostileHost(addr)
+	h.ConnectTimeout = 1500 * time.Millisecond
+	o := hostileOpts(t)
+	o.ConnectTimeout = time.Hour
+	dialFails(t, h, o, StageBanner, "sent no SSH banner within 1.5s")
+}
+
 func TestPeerStallsInKeyExchange(t *testing.T) {
 	addr := listen(t, func(c net.Conn) {
 		io.WriteString(c, "SSH-2.0-OpenSSH_9.9 stalled\r\n")

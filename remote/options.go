@@ -32,7 +32,8 @@ type Options struct {
 	// HostKeyPolicy is HostKeyStrict (default) or HostKeyAcceptNew.
 	HostKeyPolicy string
 	// ConnectTimeout bounds TCP connect, banner, key exchange and
-	// authentication of each hop (default 10s).
+	// authentication of each hop (default 10s); a host's own
+	// inventory.Host.ConnectTimeout wins.
 	ConnectTimeout time.Duration
 	// KeepaliveInterval is how long the server may be silent before a
 	// keepalive@openssh.com request is sent (default 15s; negative
