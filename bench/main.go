@@ -211,7 +211,13 @@ func runGpushAndPdsh(ctx context.Context, n int, rtt time.Duration, dir string, 
 	}
 	defer l.Stop()
 	env := append(os.Environ(), "SSH_AUTH_SOCK=", "NO_COLOR=1")
-	common := []string{"-i", l.Inventory, "--known-hosts", l.KnownHosts, "--forks", strconv.Itoa(n)}
+	// One sshd on two cores takes 1000 handshakes at once: more than
+	// gpush's default 10 s to connect (ssh and pdsh have no such bound).
+	slow := filepath.Join(l.Dir, "connect-timeout.yaml")
+	if err := os.WriteFile(slow, []byte("all:\n  vars:\n    ansible_ssh_timeout: 300\n"), 0o644); err != nil {
+		return nil, fmt.Errorf("write %s: %w", slow, err)
+	}
+	common := []string{"-i", l.Inventory, "-i", slow, "--known-hosts", l.KnownHosts, "--forks", strconv.Itoa(n)}
 	// Warm-up, read-only: deploys the helper on every host. On a loaded
 	// machine some hosts time out: again, up to three times.
 	for try := 1; ; try++ {
