@@ -2,9 +2,12 @@ package remote
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/gpush/gpush/helper"
+	"github.com/gpush/gpush/lab/latency"
 	"github.com/gpush/gpush/lab/sshd"
 )
 
@@ -83,4 +86,59 @@ func BenchmarkHelperContentCheck(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkHelperCallRTT is one helper call on a warm, open connection
+// through a latency proxy of 20 ms round trip: the old path (a session per
+// call, wrapped for cancelling) against the serve session, each iteration
+// doing one of each, so that the ratio comes from one run.
+func BenchmarkHelperCallRTT(b *testing.B) {
+	srv := sshd.StartT(b, sshd.Options{LogLevel: "ERROR"})
+	e := envFor(b, srv)
+	const rtt = 20 * time.Millisecond
+	p, err := latency.Listen(srv.Addr, rtt/2, latency.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	if err := srv.WriteKnownHosts(e.kh, fmt.Sprintf("[127.0.0.1]:%d", p.Port())); err != nil {
+		b.Fatal(err)
+	}
+	e.host.Port = p.Port()
+	c, err := Dial(context.Background(), e.host, e.opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	sc := c.(*sshConn)
+	req := helper.SnapshotRequest{Config: helper.Config{DevDir: b.TempDir(), NvidiaSMI: "/nonexistent"}}
+	// Warm both paths: deployed, serve session running.
+	if err := sc.Helper(context.Background(), helper.VerbSnapshot, req, nil); err != nil {
+		b.Fatal(err)
+	}
+	if err := sc.helperExec(context.Background(), helper.VerbSnapshot, req, nil); err != nil {
+		b.Fatal(err)
+	}
+	var execT, serveT time.Duration
+	var execS, serveS int32
+	n := 0
+	for b.Loop() {
+		s0, t0 := sc.sessions.Load(), time.Now()
+		if err := sc.helperExec(context.Background(), helper.VerbSnapshot, req, nil); err != nil {
+			b.Fatal(err)
+		}
+		s1, t1 := sc.sessions.Load(), time.Now()
+		if err := sc.Helper(context.Background(), helper.VerbSnapshot, req, nil); err != nil {
+			b.Fatal(err)
+		}
+		execT, serveT = execT+t1.Sub(t0), serveT+time.Since(t1)
+		execS, serveS = execS+s1-s0, serveS+sc.sessions.Load()-s1
+		n++
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(n) }
+	b.ReportMetric(ms(execT), "exec-ms/call")
+	b.ReportMetric(ms(serveT), "serve-ms/call")
+	b.ReportMetric(float64(serveT)/float64(execT), "serve/exec")
+	b.ReportMetric(float64(execS)/float64(n), "exec-sessions/call")
+	b.ReportMetric(float64(serveS)/float64(n), "serve-sessions/call")
 }
