@@ -96,26 +96,33 @@ func (c *sshConn) startServe(ctx context.Context, verb string) (*serveSession, e
 	}
 	token := newCancelToken()
 	cmd := warmCommand(dir, token, c.host.Become, helperDigests(c.o.HelperSource))
-	s, reason, err := c.openServe(ctx, verb, "helper serve (warm check)", cmd, token, "", true)
+	s, refused, err := c.openServe(ctx, verb, "helper serve (warm check)", cmd, token, "", true)
 	if err != nil || s != nil {
 		return s, err
 	}
-	c.log.Debug("warm check refused; deploying the helper", "why", reason)
+	c.log.Debug("warm check refused; deploying the helper", "why", refused.reason)
 	c.helper.forget()
-	p, err := c.DeployHelper(ctx)
+	p, err := c.helper.get(func() (string, error) { return c.deploy(ctx, refused.probe) })
 	if err != nil {
-		return nil, err
+		return nil, c.markLost(err)
 	}
 	s, _, err = c.openServe(ctx, verb, "helper serve", ShellJoin(serveArgv(p, token, c.host.Become)), token, p, false)
 	return s, err
 }
 
+// warmRefusal is why the warm check refused, and what it learnt of the
+// host on the way (nil when it stopped before).
+type warmRefusal struct {
+	reason string
+	probe  *probeResult
+}
+
 // openServe starts cmdline on a new session and reads up to the hello. With
 // warm, a refusal line ends it early: no session, its reason, no error.
-func (c *sshConn) openServe(ctx context.Context, verb, what, cmdline, token, path string, warm bool) (*serveSession, string, error) {
+func (c *sshConn) openServe(ctx context.Context, verb, what, cmdline, token, path string, warm bool) (*serveSession, warmRefusal, error) {
 	sess, err := c.newSession(ctx)
 	if err != nil {
-		return nil, "", err
+		return nil, warmRefusal{}, err
 	}
 	s := &serveSession{c: c, sess: sess, path: path, stderr: &tailBuffer{max: serveStderrMax},
 		pending: map[uint64]chan helper.ServeReply{}, done: make(chan struct{})}
@@ -126,17 +133,18 @@ func (c *sshConn) openServe(ctx context.Context, verb, what, cmdline, token, pat
 	}
 	if err != nil {
 		sess.Close()
-		return nil, "", c.lost("start "+what, err)
+		return nil, warmRefusal{}, c.lost("start "+what, err)
 	}
 	c.log.Debug("serve session", "warm", warm)
 	if err := sess.Start(cmdline); err != nil {
 		sess.Close()
-		return nil, "", c.lost("start "+what, err)
+		return nil, warmRefusal{}, c.lost("start "+what, err)
 	}
 	br := bufio.NewReaderSize(stdout, 4096)
 	type startup struct {
 		hello  bool
 		reason string
+		probe  *probeResult
 		out    []byte // what came before, for errors
 		err    error
 	}
@@ -157,6 +165,10 @@ func (c *sshConn) openServe(ctx context.Context, verb, what, cmdline, token, pat
 				if r, ok := warmReason(text); ok {
 					st.reason = r
 					break
+				}
+				if pr, ok := parseWarmProbe(c.host.Name, text, token); ok {
+					st.probe = &pr
+					continue
 				}
 				if p, ok := strings.CutPrefix(text, warmExecPrefix); ok {
 					s.path = p
@@ -180,15 +192,15 @@ func (c *sshConn) openServe(ctx context.Context, verb, what, cmdline, token, pat
 	case st = <-ch:
 	case <-ctx.Done():
 		sess.Close()
-		return nil, "", fmt.Errorf("%s: helper %s: start serve session: %w", c.host.Name, verb, ctx.Err())
+		return nil, warmRefusal{}, fmt.Errorf("%s: helper %s: start serve session: %w", c.host.Name, verb, ctx.Err())
 	}
 	switch {
 	case st.hello:
 		go s.read(br)
-		return s, "", nil
+		return s, warmRefusal{}, nil
 	case st.reason != "":
 		sess.Close()
-		return nil, st.reason, nil
+		return nil, warmRefusal{reason: st.reason, probe: st.probe}, nil
 	}
 	// Ended before its hello: sudo refused, a noexec mount, a missing
 	// sudo... decodeHelper words these as for a one-shot call.
@@ -200,16 +212,16 @@ func (c *sshConn) openServe(ctx context.Context, verb, what, cmdline, token, pat
 	case errors.As(waitErr, &ee):
 		res.ExitCode = ee.ExitStatus()
 	case waitErr != nil:
-		return nil, "", c.lost(what+" (ended before its hello)", waitErr)
+		return nil, warmRefusal{}, c.lost(what+" (ended before its hello)", waitErr)
 	}
 	if st.err != nil && !errors.Is(st.err, io.EOF) {
-		return nil, "", fmt.Errorf("%s: helper %s: %s: %w (stderr %.200q)", c.host.Name, verb, what, st.err, res.Stderr)
+		return nil, warmRefusal{}, fmt.Errorf("%s: helper %s: %s: %w (stderr %.200q)", c.host.Name, verb, what, st.err, res.Stderr)
 	}
 	if res.ExitCode == 0 {
-		return nil, "", fmt.Errorf("%s: helper %s: %s exited 0 without the helper's hello (stdout ends %.200q, stderr %.200q)",
+		return nil, warmRefusal{}, fmt.Errorf("%s: helper %s: %s exited 0 without the helper's hello (stdout ends %.200q, stderr %.200q)",
 			c.host.Name, verb, what, tail(st.out, 200), res.Stderr)
 	}
-	return nil, "", decodeHelper(c.host.Name, verb, s.path, c.host.Become, res, nil)
+	return nil, warmRefusal{}, decodeHelper(c.host.Name, verb, s.path, c.host.Become, res, nil)
 }
 
 // read delivers response lines to their callers until the session ends.

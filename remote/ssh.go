@@ -338,7 +338,7 @@ func (c *sshConn) helperExec(ctx context.Context, verb string, req, resp any) er
 // the first call probes the host and uploads if needed, later calls return
 // the cached path.
 func (c *sshConn) DeployHelper(ctx context.Context) (string, error) {
-	p, err := c.helper.get(func() (string, error) { return c.deploy(ctx) })
+	p, err := c.helper.get(func() (string, error) { return c.deploy(ctx, nil) })
 	if err != nil {
 		// The SFTP steps of a deployment do not pass through lost: a link
 		// dropped mid-upload is still a lost connection.
@@ -347,7 +347,9 @@ func (c *sshConn) DeployHelper(ctx context.Context) (string, error) {
 	return p, nil
 }
 
-func (c *sshConn) deploy(ctx context.Context) (string, error) {
+// deploy probes the host (unless known already: the warm check's answer)
+// and deploys the helper.
+func (c *sshConn) deploy(ctx context.Context, known *probeResult) (string, error) {
 	// SFTP setup and the probe are independent round trips: overlap them.
 	type sres struct {
 		s   *sftp.Client
@@ -358,7 +360,13 @@ func (c *sshConn) deploy(ctx context.Context) (string, error) {
 		s, err := c.sftpClient(ctx)
 		sch <- sres{s, err}
 	}()
-	pr, perr := c.probe(ctx)
+	var pr probeResult
+	var perr error
+	if known != nil {
+		pr = *known
+	} else {
+		pr, perr = c.probe(ctx)
+	}
 	sr := <-sch
 	if perr != nil {
 		return "", perr

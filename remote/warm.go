@@ -30,14 +30,15 @@ const warmScript = `set -f
 w() { printf 'gpush-warm: %s\n' "$*"; exit 0; }
 d=$1 tok=$2 become=$3
 for t in uname id stat sha256sum; do command -v "$t" >/dev/null 2>&1 || w "no $t on the host"; done
+uid=$(id -u) || w "id -u failed"
+case $HOME in /*) ;; *) w "HOME is not an absolute path" ;; esac
+printf 'gpush-probe: %s %s %s %s\n' "$tok" "$(uname -m)" "$uid" "$HOME"
 case $(uname -m) in
 x86_64|amd64) want=$4 size=$5 ;;
 aarch64|arm64) want=$6 size=$7 ;;
 *) w "architecture $(uname -m) not supported" ;;
 esac
 [ -n "$want" ] || w "no helper built for $(uname -m)"
-uid=$(id -u) || w "id -u failed"
-case $HOME in /*) ;; *) w "HOME is not an absolute path" ;; esac
 case $d in
 "~") d=$HOME ;;
 "~/"*) d=$HOME/${d#??} ;;
@@ -93,6 +94,25 @@ exec "$f" serve "$tok"`
 
 // warmPrefix starts the line of a warm check that refused.
 const warmPrefix = "gpush-warm: "
+
+// warmProbePrefix starts the line that answers what the probe asks
+// (token, uname -m, id -u, $HOME): a refused warm check saves the cold
+// path the probe's session.
+const warmProbePrefix = "gpush-probe: "
+
+// parseWarmProbe reads a probe line of this session's token.
+func parseWarmProbe(host, line, token string) (probeResult, bool) {
+	rest, ok := strings.CutPrefix(line, warmProbePrefix+token+" ")
+	if !ok {
+		return probeResult{}, false
+	}
+	f := strings.SplitN(rest, " ", 3)
+	if len(f) != 3 {
+		return probeResult{}, false
+	}
+	pr, err := parseProbe(host, []byte(strings.Join(f, "\n")))
+	return pr, err == nil
+}
 
 // warmExecPrefix starts the line naming the file it runs (for messages).
 const warmExecPrefix = "gpush-warm-exec: "
