@@ -147,6 +147,15 @@ func TestWarmCheckRefusesAndNeverRunsAPlantedFile(t *testing.T) {
 		t.Fatal("no amd64 helper")
 	}
 	name := "gpush-helper-" + d.sum[:32]
+	// The planted script does leave its marker when run.
+	probe, probeMarker := filepath.Join(e.tdir, "probe-plant"), filepath.Join(e.tdir, "probe-ran")
+	plantScript(t, probe, probeMarker, d.size)
+	if out, err := execOut(probe); err != nil {
+		t.Fatalf("planted script does not run: %v %s", err, out)
+	}
+	if _, err := os.Stat(probeMarker); err != nil {
+		t.Fatal("planted script left no marker")
+	}
 	mkdir := func(p string, mode os.FileMode) string {
 		t.Helper()
 		if err := os.MkdirAll(p, 0o700); err != nil {
@@ -179,12 +188,28 @@ func TestWarmCheckRefusesAndNeverRunsAPlantedFile(t *testing.T) {
 		}, "not a sticky root folder", "without being a sticky root folder"},
 		{"planted file of the right size", func(r string) string { return mkdir(filepath.Join(r, "gpush"), 0o700) },
 			"has sha256", ""},
+		{"group-writable file", func(r string) string { return mkdir(filepath.Join(r, "gpush"), 0o700) },
+			name + " is group- or world-writable", ""},
+		{"file not executable", func(r string) string { return mkdir(filepath.Join(r, "gpush"), 0o700) },
+			name + " is not executable", ""},
+		{"file of another size", func(r string) string { return mkdir(filepath.Join(r, "gpush"), 0o700) },
+			"has size", ""},
 	}
+	fileMode := map[string]os.FileMode{"group-writable file": 0o775, "file not executable": 0o644}
 	for i, tc := range cases {
 		root := mkdir(filepath.Join(e.tdir, "case"+strconv.Itoa(i)), 0o755)
 		dir := tc.dir(root)
 		marker := filepath.Join(root, "planted-ran")
-		plantScript(t, filepath.Join(dir, name), marker, d.size)
+		size := d.size
+		if tc.name == "file of another size" {
+			size--
+		}
+		plantScript(t, filepath.Join(dir, name), marker, size)
+		if m, ok := fileMode[tc.name]; ok {
+			if err := os.Chmod(filepath.Join(dir, name), m); err != nil {
+				t.Fatal(err)
+			}
+		}
 		e.host.Vars[VarRemoteDir] = dir
 		logStart := len(e.logs.String())
 		c := e.dial(t)
