@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -141,4 +142,51 @@ func BenchmarkHelperCallRTT(b *testing.B) {
 	b.ReportMetric(float64(serveT)/float64(execT), "serve/exec")
 	b.ReportMetric(float64(execS)/float64(n), "exec-sessions/call")
 	b.ReportMetric(float64(serveS)/float64(n), "serve-sessions/call")
+}
+
+// BenchmarkServeConnHeap is the controller heap a warm connection holds
+// with its serve session running, against one that has made a call over
+// the old exec path (no session held): what one host costs at --forks N.
+func BenchmarkServeConnHeap(b *testing.B) {
+	srv := sshd.StartT(b, sshd.Options{LogLevel: "ERROR"})
+	e := envFor(b, srv)
+	req := helper.SnapshotRequest{Config: helper.Config{DevDir: b.TempDir(), NvidiaSMI: "/nonexistent"}}
+	const conns = 20
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	measure := func(serve bool) float64 {
+		var open []Conn
+		defer func() {
+			for _, c := range open {
+				c.Close()
+			}
+		}()
+		base := heap()
+		for range conns {
+			c, err := Dial(context.Background(), e.host, e.opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			open = append(open, c)
+			call := c.(*sshConn).helperExec
+			if serve {
+				call = c.Helper
+			}
+			if err := call(context.Background(), helper.VerbSnapshot, req, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return float64(heap()-base) / conns / 1024
+	}
+	var execK, serveK float64
+	for b.Loop() {
+		execK += measure(false)
+		serveK += measure(true)
+	}
+	b.ReportMetric(execK/float64(b.N), "exec-KiB/conn")
+	b.ReportMetric(serveK/float64(b.N), "serve-KiB/conn")
 }
