@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gpush/gpush/helper"
 	"golang.org/x/crypto/ssh"
@@ -26,6 +27,9 @@ import (
 // serveStderrMax is how much of a serve session's stderr is kept (its tail):
 // it explains a helper that died.
 const serveStderrMax = 64 << 10
+
+// serveExitWait bounds waiting for the exit status of an ended session.
+const serveExitWait = 5 * time.Second
 
 // serveStartupMax bounds what is read before the hello: a chatty shell
 // startup file may print, nothing legitimate prints megabytes.
@@ -70,9 +74,13 @@ func (c *sshConn) Helper(ctx context.Context, verb string, req, resp any) error 
 // time, waiting callers honour their ctx.
 func (c *sshConn) serveSession(ctx context.Context, verb string) (*serveSession, error) {
 	select {
-	case c.serveLock <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%s: helper %s: %w", c.host.Name, verb, ctx.Err())
+	case c.serveLock <- struct{}{}: // uncontended: no ctx race
+	default:
+		select {
+		case c.serveLock <- struct{}{}:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%s: helper %s: %w", c.host.Name, verb, ctx.Err())
+		}
 	}
 	defer func() { <-c.serveLock }()
 	if s := c.serve; s != nil && !s.isEnded() {
@@ -151,10 +159,15 @@ func (c *sshConn) openServe(ctx context.Context, verb, what, cmdline, token, pat
 	ch := make(chan startup, 1)
 	go func() {
 		var st startup
+		seen := 0
 		for {
 			line, err := readLine(br, serveStartupMax)
 			if err != nil {
 				st.err = err
+				break
+			}
+			if seen += len(line) + 1; seen > serveStartupMax {
+				st.err = fmt.Errorf("over %s printed before the helper's hello: %w", sizeString(serveStartupMax), ErrOutputCap)
 				break
 			}
 			if len(st.out)+len(line) < serveStartupMax {
@@ -266,11 +279,20 @@ func (s *serveSession) end(why error) {
 	s.ended = true
 	s.pending = nil
 	s.mu.Unlock()
-	s.stdin.Close()
+	// Closing the channel ends the helper's stdin; closing stdin here
+	// would race with a writer blocked on the window.
 	s.sess.Close()
-	// The exit status, when sshd sent one before the channel closed.
+	// The exit status, when sshd sent one before the channel closed (a
+	// peer that stopped answering sends nothing: do not wait for it).
+	waited := make(chan error, 1)
+	go func() { waited <- s.sess.Wait() }()
+	var err error
+	select {
+	case err = <-waited:
+	case <-time.After(serveExitWait):
+	}
 	var ee *ssh.ExitError
-	if err := s.sess.Wait(); errors.As(err, &ee) {
+	if errors.As(err, &ee) {
 		if sig := ee.Signal(); sig != "" {
 			s.exit = "killed by signal " + sig
 		} else {
@@ -306,10 +328,27 @@ func (s *serveSession) call(ctx context.Context, verb string, body []byte, resp 
 		s.forget(id)
 		return fmt.Errorf("%s: helper %s: encode request: %w", host, verb, err)
 	}
-	if err := s.writeLine(line); err != nil {
-		// Not all of it went out, so the helper cannot have run it; the
-		// session is broken either way.
-		s.end(err)
+	// The write is cut off by ctx too: a helper that stopped reading
+	// (SIGSTOP, a hung host) fills the channel's window.
+	wrote := make(chan error, 1)
+	go func() { wrote <- s.writeLine(line) }()
+	var werr error
+	select {
+	case werr = <-wrote:
+	case <-ctx.Done():
+		select {
+		case werr = <-wrote: // sent after all: cancel it below
+		default:
+			// Part of the line may be out: the stream is out of step.
+			s.forget(id)
+			s.end(fmt.Errorf("request write cut off: %w", ctx.Err()))
+			return fmt.Errorf("%s: helper %s: %w", host, verb, ctx.Err())
+		}
+	}
+	if werr != nil {
+		// The session is broken; a line not wholly sent is never run
+		// (the helper acts on whole lines only).
+		s.end(werr)
 		return s.lostErr(verb)
 	}
 	select {

@@ -402,3 +402,37 @@ func TestServeSkipsShellNoise(t *testing.T) {
 		t.Fatalf("%d sessions on a warm host with a noisy shell, want 1", n)
 	}
 }
+
+// A helper that stopped reading (SIGSTOP) cannot hold a call past its ctx:
+// the write is cut off, the session dropped, the next call gets a new one.
+func TestServeStoppedHelperCallEndsWithCtx(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t, sshd.Options{})
+	c := e.dial(t)
+	if err := c.Helper(context.Background(), helper.VerbSnapshot, snapReq, nil); err != nil {
+		t.Fatal(err)
+	}
+	s := c.serve
+	if err := syscall.Kill(s.pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(s.pid, syscall.SIGKILL) })
+	// Larger than the channel's window and the pipes: the write blocks.
+	big := helper.SnapshotRequest{Config: helper.Config{Protected: []string{strings.Repeat("x", 8<<20)}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := c.Helper(ctx, helper.VerbSnapshot, big, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("want the ctx error, got %v", err)
+	}
+	if !s.isEnded() {
+		t.Fatal("a session with a half-written request was kept")
+	}
+	syscall.Kill(s.pid, syscall.SIGKILL)
+	before := c.sessions.Load()
+	if err := c.Helper(context.Background(), helper.VerbSnapshot, snapReq, nil); err != nil {
+		t.Fatal(err)
+	}
+	if c.sessions.Load() != before+1 {
+		t.Fatal("the next call did not start a new session")
+	}
+}
