@@ -378,7 +378,9 @@ func TestServeSkipsShellNoise(t *testing.T) {
 	if out, err := execOut("useradd", "-m", "-d", home, "-s", shell, "-p", "*", user); err != nil {
 		t.Fatalf("useradd: %v %s", err, out)
 	}
-	defer execOut("userdel", user)
+	// Before the dials' cleanups, so it runs after them; -f: the helper
+	// of the last session may still be exiting.
+	t.Cleanup(func() { execOut("userdel", "-f", user) })
 	e.host.User = user
 	e.host.Vars = map[string]any{} // ~/.cache/gpush
 	c := e.dial(t)
