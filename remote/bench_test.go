@@ -89,10 +89,10 @@ func BenchmarkHelperContentCheck(b *testing.B) {
 	})
 }
 
-// BenchmarkHelperCallRTT is one helper call on a warm, open connection
-// through a latency proxy of 20 ms round trip: the old path (a session per
-// call, wrapped for cancelling) against the serve session, each iteration
-// doing one of each, so that the ratio comes from one run.
+// BenchmarkHelperCallRTT is a helper call through a latency proxy of 20 ms
+// round trip: the old path (probe, SFTP and sha256sum per connection, a
+// session per call, wrapped for cancelling) against the serve session,
+// each iteration doing one of each, so that the ratio comes from one run.
 func BenchmarkHelperCallRTT(b *testing.B) {
 	srv := sshd.StartT(b, sshd.Options{LogLevel: "ERROR"})
 	e := envFor(b, srv)
@@ -106,6 +106,13 @@ func BenchmarkHelperCallRTT(b *testing.B) {
 		b.Fatal(err)
 	}
 	e.host.Port = p.Port()
+	b.Run("warm-conn", func(b *testing.B) { benchWarmConn(b, e) })
+	b.Run("first-call", func(b *testing.B) { benchFirstCall(b, e) })
+}
+
+// benchWarmConn is a call on an open connection whose helper is deployed
+// and whose serve session runs.
+func benchWarmConn(b *testing.B, e *env) {
 	c, err := Dial(context.Background(), e.host, e.opts)
 	if err != nil {
 		b.Fatal(err)
@@ -189,4 +196,50 @@ func BenchmarkServeConnHeap(b *testing.B) {
 	}
 	b.ReportMetric(execK/float64(b.N), "exec-KiB/conn")
 	b.ReportMetric(serveK/float64(b.N), "serve-KiB/conn")
+}
+
+// benchFirstCall is a new connection's first call on a warm host: what a
+// run pays per host before its script's other calls.
+func benchFirstCall(b *testing.B, e *env) {
+	req := helper.SnapshotRequest{Config: helper.Config{DevDir: b.TempDir(), NvidiaSMI: "/nonexistent"}}
+	dial := func() *sshConn {
+		c, err := Dial(context.Background(), e.host, e.opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return c.(*sshConn)
+	}
+	warm := dial()
+	if err := warm.Helper(context.Background(), helper.VerbSnapshot, req, nil); err != nil {
+		b.Fatal(err)
+	}
+	warm.Close()
+	var execT, serveT time.Duration
+	var execS, serveS int32
+	n := 0
+	for b.Loop() {
+		c := dial()
+		t0 := time.Now()
+		if err := c.helperExec(context.Background(), helper.VerbSnapshot, req, nil); err != nil {
+			b.Fatal(err)
+		}
+		execT += time.Since(t0)
+		execS += c.sessions.Load()
+		c.Close()
+		c = dial()
+		t0 = time.Now()
+		if err := c.Helper(context.Background(), helper.VerbSnapshot, req, nil); err != nil {
+			b.Fatal(err)
+		}
+		serveT += time.Since(t0)
+		serveS += c.sessions.Load()
+		c.Close()
+		n++
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(n) }
+	b.ReportMetric(ms(execT), "exec-ms/first-call")
+	b.ReportMetric(ms(serveT), "serve-ms/first-call")
+	b.ReportMetric(float64(serveT)/float64(execT), "serve/exec")
+	b.ReportMetric(float64(execS)/float64(n), "exec-sessions/conn")
+	b.ReportMetric(float64(serveS)/float64(n), "serve-sessions/conn")
 }

@@ -31,14 +31,15 @@ w() { printf 'gpush-warm: %s\n' "$*"; exit 0; }
 d=$1 tok=$2 become=$3
 for t in uname id stat sha256sum; do command -v "$t" >/dev/null 2>&1 || w "no $t on the host"; done
 uid=$(id -u) || w "id -u failed"
+mach=$(uname -m) || w "uname -m failed"
 case $HOME in /*) ;; *) w "HOME is not an absolute path" ;; esac
-printf 'gpush-probe: %s %s %s %s\n' "$tok" "$(uname -m)" "$uid" "$HOME"
-case $(uname -m) in
+printf 'gpush-probe: %s %s %s %s\n' "$tok" "$mach" "$uid" "$HOME"
+case $mach in
 x86_64|amd64) want=$4 size=$5 ;;
 aarch64|arm64) want=$6 size=$7 ;;
-*) w "architecture $(uname -m) not supported" ;;
+*) w "architecture $mach not supported" ;;
 esac
-[ -n "$want" ] || w "no helper built for $(uname -m)"
+[ -n "$want" ] || w "no helper built for $mach"
 case $d in
 "~") d=$HOME ;;
 "~/"*) d=$HOME/${d#??} ;;
