@@ -438,3 +438,48 @@ func TestServeStoppedHelperCallEndsWithCtx(t *testing.T) {
 		t.Fatal("the next call did not start a new session")
 	}
 }
+
+// Inventory values reach the warm check as quoted arguments: a remote dir
+// full of shell syntax is a folder name, nothing runs.
+func TestWarmCheckQuotesTheRemoteDir(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t, sshd.Options{})
+	marker := filepath.Join(e.tdir, "injected")
+	dir := filepath.Join(e.tdir, "a'b $(touch "+marker+") `touch "+marker+"`;x", "gpush")
+	e.host.Vars[VarRemoteDir] = dir
+	c := e.dial(t)
+	if err := c.Helper(context.Background(), helper.VerbSnapshot, snapReq, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	c2 := e.dial(t)
+	if err := c2.Helper(context.Background(), helper.VerbSnapshot, snapReq, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := c2.sessions.Load(); n != 1 {
+		t.Errorf("%d sessions on the warm host, want 1 (the warm check refused the folder)", n)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("shell syntax in gpush_remote_dir ran")
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("helper folder not made under its literal name: %v", err)
+	}
+}
+
+func TestParseWarmProbe(t *testing.T) {
+	pr, ok := parseWarmProbe("h1", "gpush-probe: tok x86_64 1000 /home/a b", "tok")
+	if !ok || pr.machine != "x86_64" || pr.uid != 1000 || pr.home != "/home/a b" {
+		t.Fatalf("got %+v %v", pr, ok)
+	}
+	for _, line := range []string{
+		"gpush-probe: other x86_64 1000 /home/a", // another token: noise
+		"gpush-probe: tok x86_64 root /home/a",
+		"gpush-probe: tok x86_64 1000 relative",
+		"gpush-probe: tok x86_64",
+	} {
+		if _, ok := parseWarmProbe("h1", line, "tok"); ok {
+			t.Errorf("%q accepted", line)
+		}
+	}
+}
