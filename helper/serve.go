@@ -456,6 +456,7 @@ Verbs (JSON request on stdin, JSON response on stdout):
   kill        signal holders by identity, TERM then KILL
   wait-free   poll until GPUs are free
   unit        stop/start/restart/status a systemd unit
+  serve TOKEN answer requests, one JSON line each way, until stdin ends
   version     print the version
 `
 
@@ -473,6 +474,12 @@ func Main(ctx context.Context, args []string, stdin *os.File, stdout, stderr io.
 	case "version", "--version":
 		fmt.Fprintf(stdout, "gpush-helper %s (%s %s/%s)\n", Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return 0
+	case VerbServe:
+		if len(rest) != 1 || rest[0] == "" || strings.HasPrefix(rest[0], "-") {
+			fmt.Fprint(stderr, "usage: gpush-helper serve TOKEN (one JSON request per line on stdin, one response per line on stdout)\n")
+			return 2
+		}
+		return ServeLoop(ctx, rest[0], stdin, stdout)
 	}
 	help, known := verbHelp[verb]
 	if !known {

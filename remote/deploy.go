@@ -57,6 +57,25 @@ func parseProbe(host string, out []byte) (probeResult, error) {
 // RemoteDir returns where the helper goes on h: the gpush_remote_dir var
 // (default ~/.cache/gpush), with ~ and relative paths taken from home.
 func RemoteDir(h inventory.Host, home string) (string, error) {
+	dir, err := remoteDirSetting(h)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case dir == "~":
+		dir = home
+	case strings.HasPrefix(dir, "~/"):
+		dir = path.Join(home, dir[2:])
+	case !strings.HasPrefix(dir, "/"):
+		dir = path.Join(home, dir)
+	}
+	return path.Clean(dir), nil
+}
+
+// remoteDirSetting is the host's gpush_remote_dir as given (default
+// ~/.cache/gpush), checked as far as it can be without the host's $HOME:
+// the warm check resolves ~ and relative paths on the host.
+func remoteDirSetting(h inventory.Host) (string, error) {
 	dir := DefaultRemoteDir
 	if v, ok := h.Vars[VarRemoteDir]; ok && v != nil {
 		s, ok := v.(string)
@@ -65,17 +84,10 @@ func RemoteDir(h inventory.Host, home string) (string, error) {
 		}
 		dir = strings.TrimSpace(s)
 	}
-	switch {
-	case dir == "~":
-		dir = home
-	case strings.HasPrefix(dir, "~/"):
-		dir = path.Join(home, dir[2:])
-	case strings.HasPrefix(dir, "~"):
+	if strings.HasPrefix(dir, "~") && dir != "~" && !strings.HasPrefix(dir, "~/") {
 		return "", fmt.Errorf("%s: %s=%q: ~user is not supported, give an absolute path", h.Name, VarRemoteDir, dir)
-	case !strings.HasPrefix(dir, "/"):
-		dir = path.Join(home, dir)
 	}
-	return path.Clean(dir), nil
+	return dir, nil
 }
 
 // helperCache is where a Conn's helper was deployed: found once, reused by
@@ -98,6 +110,14 @@ func (hc *helperCache) get(deploy func() (string, error)) (string, error) {
 	}
 	hc.path = p
 	return p, nil
+}
+
+// forget drops the cached path: the warm check found the file unfit, so
+// the next DeployHelper looks at the host again.
+func (hc *helperCache) forget() {
+	hc.mu.Lock()
+	hc.path = ""
+	hc.mu.Unlock()
 }
 
 // forgetIfMissing reports whether a run of the helper at p failed because

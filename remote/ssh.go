@@ -35,6 +35,14 @@ type sshConn struct {
 	helper  helperCache
 	uploads atomic.Int32
 
+	// serve is the helper's serve session (serve.go), started and replaced
+	// under serveLock (a channel: a waiting caller honours its ctx).
+	serveLock chan struct{}
+	serve     *serveSession
+	// sessions counts the sessions opened on the connection (exec, SFTP,
+	// serve): what a run costs in round trips, for tests and benches.
+	sessions atomic.Int32
+
 	deadOnce  sync.Once
 	dead      chan struct{}
 	deadMu    sync.Mutex
@@ -46,7 +54,7 @@ type sshConn struct {
 // sent anything (for the keepalive).
 func newSSHConn(h inventory.Host, client *ssh.Client, hops []*ssh.Client, heard func() time.Time, proxy *proxyConn, o Options) *sshConn {
 	c := &sshConn{host: h, client: client, hops: hops, proxy: proxy, o: o, log: o.Logger.With("host", h.Name),
-		dead: make(chan struct{})}
+		dead: make(chan struct{}), serveLock: make(chan struct{}, 1)}
 	go func() {
 		err := client.Wait()
 		if err == nil {
@@ -120,6 +128,7 @@ func (c *sshConn) newSession(ctx context.Context) (*ssh.Session, error) {
 		err error
 	}
 	ch := make(chan res, 1)
+	c.sessions.Add(1)
 	go func() {
 		s, err := c.client.NewSession()
 		ch <- res{s, err}
@@ -241,6 +250,7 @@ func (c *sshConn) sftpClient(ctx context.Context) (*sftp.Client, error) {
 		err error
 	}
 	ch := make(chan res, 1)
+	c.sessions.Add(1)
 	go func() {
 		s, err := sftp.NewClient(c.client, sftp.UseConcurrentWrites(true))
 		ch <- res{s, err}
@@ -295,7 +305,10 @@ func (c *sshConn) Get(ctx context.Context, path string) ([]byte, error) {
 	return b, nil
 }
 
-func (c *sshConn) Helper(ctx context.Context, verb string, req, resp any) error {
+// helperExec is a helper call on a session of its own (`<path> <verb>`,
+// the request on stdin): what every call cost before serve. It stays for
+// the benchmark that compares the two.
+func (c *sshConn) helperExec(ctx context.Context, verb string, req, resp any) error {
 	body, err := encodeRequest(c.host.Name, verb, req)
 	if err != nil {
 		return err
@@ -325,7 +338,7 @@ func (c *sshConn) Helper(ctx context.Context, verb string, req, resp any) error 
 // the first call probes the host and uploads if needed, later calls return
 // the cached path.
 func (c *sshConn) DeployHelper(ctx context.Context) (string, error) {
-	p, err := c.helper.get(func() (string, error) { return c.deploy(ctx) })
+	p, err := c.helper.get(func() (string, error) { return c.deploy(ctx, nil) })
 	if err != nil {
 		// The SFTP steps of a deployment do not pass through lost: a link
 		// dropped mid-upload is still a lost connection.
@@ -334,7 +347,9 @@ func (c *sshConn) DeployHelper(ctx context.Context) (string, error) {
 	return p, nil
 }
 
-func (c *sshConn) deploy(ctx context.Context) (string, error) {
+// deploy probes the host (unless known already: the warm check's answer)
+// and deploys the helper.
+func (c *sshConn) deploy(ctx context.Context, known *probeResult) (string, error) {
 	// SFTP setup and the probe are independent round trips: overlap them.
 	type sres struct {
 		s   *sftp.Client
@@ -345,7 +360,13 @@ func (c *sshConn) deploy(ctx context.Context) (string, error) {
 		s, err := c.sftpClient(ctx)
 		sch <- sres{s, err}
 	}()
-	pr, perr := c.probe(ctx)
+	var pr probeResult
+	var perr error
+	if known != nil {
+		pr = *known
+	} else {
+		pr, perr = c.probe(ctx)
+	}
 	sr := <-sch
 	if perr != nil {
 		return "", perr

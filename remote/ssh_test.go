@@ -423,11 +423,15 @@ func TestHelperDeployedOnceThenReused(t *testing.T) {
 	}
 	mustContain(t, err.Error(), "h1", "no-such-verb")
 
-	// Someone cleans the folder: the next call deploys the helper again
-	// (it had not run, so running it again is safe).
+	// Someone cleans the folder: the running serve session still answers;
+	// the next session (the helper died) deploys the helper again.
 	if err := os.Remove(p); err != nil {
 		t.Fatal(err)
 	}
+	if err := c2.Helper(context.Background(), helper.VerbSnapshot, req, &snap); err != nil || c2.uploads.Load() != 0 {
+		t.Fatalf("running session after the removal: %v, %d uploads", err, c2.uploads.Load())
+	}
+	killServe(t, c2)
 	if err := c2.Helper(context.Background(), helper.VerbSnapshot, req, &snap); err != nil {
 		t.Fatalf("call after the removal did not deploy again: %v", err)
 	}

@@ -1,0 +1,466 @@
+package remote
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpush/gpush/helper"
+	"golang.org/x/crypto/ssh"
+)
+
+// One SSH session per host per run: the first helper call of a Conn starts
+// `gpush-helper serve` (behind the warm check, see warm.go) on one channel,
+// and every call after it is one request line and one response line on
+// that channel: one round trip. Calls run concurrently, matched by id.
+//
+// A call is never sent twice: when the session dies mid-call, that call
+// fails (the helper may have acted on it: a kill must not run twice), and
+// the next call starts a new session.
+
+// serveStderrMax is how much of a serve session's stderr is kept (its tail):
+// it explains a helper that died.
+const serveStderrMax = 64 << 10
+
+// serveExitWait bounds waiting for the exit status of an ended session.
+const serveExitWait = 5 * time.Second
+
+// serveStartupMax bounds what is read before the hello: a chatty shell
+// startup file may print, nothing legitimate prints megabytes.
+const serveStartupMax = probeMaxOutput
+
+// serveSession is one running `gpush-helper serve` on its own channel.
+type serveSession struct {
+	c      *sshConn
+	sess   *ssh.Session
+	stdin  io.WriteCloser
+	path   string // the helper's path on the host, for messages
+	pid    int    // the helper's pid there (its hello), for tests
+	stderr *tailBuffer
+
+	wmu sync.Mutex // one line at a time on stdin
+
+	mu      sync.Mutex
+	nextID  uint64
+	pending map[uint64]chan helper.ServeReply
+	ended   bool
+
+	done   chan struct{} // closed when the session ended
+	endErr error         // why; set before done closes
+	exit   string        // "exit status 2", "killed by signal KILL", ...
+}
+
+// Helper runs one helper request over the Conn's serve session, starting
+// it on first use (and again after it died between calls).
+func (c *sshConn) Helper(ctx context.Context, verb string, req, resp any) error {
+	body, err := encodeRequest(c.host.Name, verb, req)
+	if err != nil {
+		return err
+	}
+	s, err := c.serveSession(ctx, verb)
+	if err != nil {
+		return err
+	}
+	return s.call(ctx, verb, body, resp)
+}
+
+// serveSession returns the running session or starts one; one start at a
+// time, waiting callers honour their ctx.
+func (c *sshConn) serveSession(ctx context.Context, verb string) (*serveSession, error) {
+	select {
+	case c.serveLock <- struct{}{}: // uncontended: no ctx race
+	default:
+		select {
+		case c.serveLock <- struct{}{}:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%s: helper %s: %w", c.host.Name, verb, ctx.Err())
+		}
+	}
+	defer func() { <-c.serveLock }()
+	if s := c.serve; s != nil && !s.isEnded() {
+		return s, nil
+	}
+	c.serve = nil
+	s, err := c.startServe(ctx, verb)
+	if err != nil {
+		return nil, err
+	}
+	c.serve = s
+	return s, nil
+}
+
+// startServe runs the warm check and, when it refuses, deploys the Go way
+// and runs the checked file directly.
+func (c *sshConn) startServe(ctx context.Context, verb string) (*serveSession, error) {
+	dir, err := remoteDirSetting(c.host)
+	if err != nil {
+		return nil, err
+	}
+	token := newCancelToken()
+	cmd := warmCommand(dir, token, c.host.Become, helperDigests(c.o.HelperSource))
+	s, refused, err := c.openServe(ctx, verb, "helper serve (warm check)", cmd, token, "", true)
+	if err != nil || s != nil {
+		return s, err
+	}
+	c.log.Debug("warm check refused; deploying the helper", "why", refused.reason)
+	c.helper.forget()
+	p, err := c.helper.get(func() (string, error) { return c.deploy(ctx, refused.probe) })
+	if err != nil {
+		return nil, c.markLost(err)
+	}
+	s, _, err = c.openServe(ctx, verb, "helper serve", ShellJoin(serveArgv(p, token, c.host.Become)), token, p, false)
+	return s, err
+}
+
+// warmRefusal is why the warm check refused, and what it learnt of the
+// host on the way (nil when it stopped before).
+type warmRefusal struct {
+	reason string
+	probe  *probeResult
+}
+
+// openServe starts cmdline on a new session and reads up to the hello. With
+// warm, a refusal line ends it early: no session, its reason, no error.
+func (c *sshConn) openServe(ctx context.Context, verb, what, cmdline, token, path string, warm bool) (*serveSession, warmRefusal, error) {
+	sess, err := c.newSession(ctx)
+	if err != nil {
+		return nil, warmRefusal{}, err
+	}
+	s := &serveSession{c: c, sess: sess, path: path, stderr: &tailBuffer{max: serveStderrMax},
+		pending: map[uint64]chan helper.ServeReply{}, done: make(chan struct{})}
+	sess.Stderr = s.stderr
+	stdout, err := sess.StdoutPipe()
+	if err == nil {
+		s.stdin, err = sess.StdinPipe()
+	}
+	if err != nil {
+		sess.Close()
+		return nil, warmRefusal{}, c.lost("start "+what, err)
+	}
+	c.log.Debug("serve session", "warm", warm)
+	if err := sess.Start(cmdline); err != nil {
+		sess.Close()
+		return nil, warmRefusal{}, c.lost("start "+what, err)
+	}
+	br := bufio.NewReaderSize(stdout, 4096)
+	type startup struct {
+		hello  bool
+		reason string
+		probe  *probeResult
+		out    []byte // what came before, for errors
+		err    error
+	}
+	ch := make(chan startup, 1)
+	go func() {
+		var st startup
+		seen := 0
+		for {
+			line, err := readLine(br, serveStartupMax)
+			if err != nil {
+				st.err = err
+				break
+			}
+			if seen += len(line) + 1; seen > serveStartupMax {
+				st.err = fmt.Errorf("over %s printed before the helper's hello: %w", sizeString(serveStartupMax), ErrOutputCap)
+				break
+			}
+			if len(st.out)+len(line) < serveStartupMax {
+				st.out = append(append(st.out, line...), '\n')
+			}
+			text := string(line)
+			if warm {
+				if r, ok := warmReason(text); ok {
+					st.reason = r
+					break
+				}
+				if pr, ok := parseWarmProbe(c.host.Name, text, token); ok {
+					st.probe = &pr
+					continue
+				}
+				if p, ok := strings.CutPrefix(text, warmExecPrefix); ok {
+					s.path = p
+					continue
+				}
+			}
+			var h helper.ServeHello
+			if strings.HasPrefix(text, `{"serve":`) && json.Unmarshal(line, &h) == nil && h.Token == token {
+				if h.Serve != helper.ServeProtocol {
+					st.err = fmt.Errorf("helper speaks serve protocol %d, want %d", h.Serve, helper.ServeProtocol)
+					break
+				}
+				s.pid, st.hello = h.PID, true
+				break
+			}
+		}
+		ch <- st
+	}()
+	var st startup
+	select {
+	case st = <-ch:
+	case <-ctx.Done():
+		sess.Close()
+		return nil, warmRefusal{}, fmt.Errorf("%s: helper %s: start serve session: %w", c.host.Name, verb, ctx.Err())
+	}
+	switch {
+	case st.hello:
+		go s.read(br)
+		return s, warmRefusal{}, nil
+	case st.reason != "":
+		sess.Close()
+		return nil, warmRefusal{reason: st.reason, probe: st.probe}, nil
+	}
+	// Ended before its hello: sudo refused, a noexec mount, a missing
+	// sudo... decodeHelper words these as for a one-shot call.
+	waitErr := sess.Wait()
+	sess.Close()
+	res := &Result{Stdout: st.out, Stderr: s.stderr.Bytes()}
+	var ee *ssh.ExitError
+	switch {
+	case errors.As(waitErr, &ee):
+		res.ExitCode = ee.ExitStatus()
+	case waitErr != nil:
+		return nil, warmRefusal{}, c.lost(what+" (ended before its hello)", waitErr)
+	}
+	if st.err != nil && !errors.Is(st.err, io.EOF) {
+		return nil, warmRefusal{}, fmt.Errorf("%s: helper %s: %s: %w (stderr %.200q)", c.host.Name, verb, what, st.err, res.Stderr)
+	}
+	if res.ExitCode == 0 {
+		return nil, warmRefusal{}, fmt.Errorf("%s: helper %s: %s exited 0 without the helper's hello (stdout ends %.200q, stderr %.200q)",
+			c.host.Name, verb, what, tail(st.out, 200), res.Stderr)
+	}
+	return nil, warmRefusal{}, decodeHelper(c.host.Name, verb, s.path, c.host.Become, res, nil)
+}
+
+// read delivers response lines to their callers until the session ends.
+func (s *serveSession) read(br *bufio.Reader) {
+	for {
+		line, err := readLine(br, HelperMaxOutput)
+		if err != nil {
+			s.end(err)
+			return
+		}
+		var r struct {
+			ID *uint64 `json:"id"`
+			helper.ServeReply
+			Fatal string `json:"fatal"`
+		}
+		if err := json.Unmarshal(line, &r); err != nil || r.ID == nil {
+			why := r.Fatal
+			if why == "" {
+				why = fmt.Sprintf("line %.120q is no response", line)
+			}
+			s.end(fmt.Errorf("helper out of step: %s", why))
+			return
+		}
+		r.ServeReply.ID = *r.ID
+		s.mu.Lock()
+		ch := s.pending[r.ServeReply.ID]
+		delete(s.pending, r.ServeReply.ID)
+		s.mu.Unlock()
+		if ch != nil { // nil: its caller gave up (a late response)
+			ch <- r.ServeReply
+		}
+	}
+}
+
+// end records why the session ended, stops it and wakes every caller.
+func (s *serveSession) end(why error) {
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
+	s.ended = true
+	s.pending = nil
+	s.mu.Unlock()
+	// Closing the channel ends the helper's stdin; closing stdin here
+	// would race with a writer blocked on the window.
+	s.sess.Close()
+	// The exit status, when sshd sent one before the channel closed (a
+	// peer that stopped answering sends nothing: do not wait for it).
+	waited := make(chan error, 1)
+	go func() { waited <- s.sess.Wait() }()
+	var err error
+	select {
+	case err = <-waited:
+	case <-time.After(serveExitWait):
+	}
+	var ee *ssh.ExitError
+	if errors.As(err, &ee) {
+		if sig := ee.Signal(); sig != "" {
+			s.exit = "killed by signal " + sig
+		} else {
+			s.exit = fmt.Sprintf("exit status %d", ee.ExitStatus())
+		}
+	}
+	s.endErr = why
+	close(s.done)
+}
+
+func (s *serveSession) isEnded() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended
+}
+
+// call sends one request and waits for its response, ctx, or the end.
+func (s *serveSession) call(ctx context.Context, verb string, body []byte, resp any) error {
+	host := s.c.host.Name
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		<-s.done
+		return s.lostErr(verb)
+	}
+	s.nextID++
+	id := s.nextID
+	ch := make(chan helper.ServeReply, 1)
+	s.pending[id] = ch
+	s.mu.Unlock()
+	line, err := json.Marshal(helper.ServeRequest{ID: id, Verb: verb, Req: body})
+	if err != nil {
+		s.forget(id)
+		return fmt.Errorf("%s: helper %s: encode request: %w", host, verb, err)
+	}
+	// The write is cut off by ctx too: a helper that stopped reading
+	// (SIGSTOP, a hung host) fills the channel's window.
+	wrote := make(chan error, 1)
+	go func() { wrote <- s.writeLine(line) }()
+	var werr error
+	select {
+	case werr = <-wrote:
+	case <-ctx.Done():
+		select {
+		case werr = <-wrote: // sent after all: cancel it below
+		default:
+			// Part of the line may be out: the stream is out of step.
+			s.forget(id)
+			s.end(fmt.Errorf("request write cut off: %w", ctx.Err()))
+			return fmt.Errorf("%s: helper %s: %w", host, verb, ctx.Err())
+		}
+	}
+	if werr != nil {
+		// The session is broken; a line not wholly sent is never run
+		// (the helper acts on whole lines only).
+		s.end(werr)
+		return s.lostErr(verb)
+	}
+	select {
+	case r := <-ch:
+		return s.decode(verb, r, resp)
+	case <-s.done:
+		select {
+		case r := <-ch: // answered just before the end
+			return s.decode(verb, r, resp)
+		default:
+		}
+		return s.lostErr(verb)
+	case <-ctx.Done():
+		s.forget(id)
+		go func() {
+			cancel, _ := json.Marshal(helper.ServeRequest{ID: id, Cancel: true})
+			if err := s.writeLine(cancel); err != nil {
+				s.c.log.Debug("serve: cancel frame not sent", "id", id, "err", err)
+			}
+		}()
+		return fmt.Errorf("%s: helper %s: %w", host, verb, ctx.Err())
+	}
+}
+
+func (s *serveSession) forget(id uint64) {
+	s.mu.Lock()
+	delete(s.pending, id)
+	s.mu.Unlock()
+}
+
+func (s *serveSession) writeLine(line []byte) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	_, err := s.stdin.Write(append(line, '\n'))
+	return err
+}
+
+// decode turns a response into resp or the error a one-shot run with the
+// same output would give.
+func (s *serveSession) decode(verb string, r helper.ServeReply, resp any) error {
+	res := &Result{Stdout: r.Resp}
+	if r.Failed {
+		res.ExitCode = 1
+	}
+	return decodeHelper(s.c.host.Name, verb, s.path, s.c.host.Become, res, resp)
+}
+
+// lostErr is the error of a call the session's end cut off.
+func (s *serveSession) lostErr(verb string) error {
+	what := "helper " + verb + " (serve session ended mid-call; not retried: the helper may have acted on it)"
+	if why := s.c.deadCause(s.endErr); why != nil {
+		return s.c.lost(what, s.endErr)
+	}
+	exit := s.exit
+	if exit == "" {
+		exit = "no exit status"
+	}
+	return fmt.Errorf("%s: %s: helper %s, %v; stderr: %s", s.c.host.Name, what, exit, s.endErr,
+		strings.TrimSpace(string(s.stderr.Bytes())))
+}
+
+// readLine returns the next line without its newline, holding at most max
+// bytes, accumulated as they arrive; an unterminated last line is EOF.
+func readLine(br *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		if len(line)+len(frag) > max+1 {
+			return nil, fmt.Errorf("line over %s: %w", sizeString(int64(max)), ErrOutputCap)
+		}
+		line = append(line, frag...)
+		switch {
+		case err == nil:
+			return line[:len(line)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+		default:
+			return nil, err
+		}
+	}
+}
+
+// tailBuffer keeps the last max bytes written to it, growing only as
+// bytes arrive.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := len(p)
+	if len(p) > t.max {
+		p = p[len(p)-t.max:]
+	}
+	if over := len(t.b) + len(p) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	t.b = append(t.b, p...)
+	return n, nil
+}
+
+func (t *tailBuffer) Bytes() []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]byte(nil), t.b...)
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}

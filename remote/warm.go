@@ -1,0 +1,189 @@
+package remote
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/gpush/gpush/helper"
+)
+
+// The warm check: the serve session's own command checks, on the host,
+// what deployHelper checks over SFTP (every folder of the helper's path,
+// then the file and its sha256) and only then execs the helper. A warm
+// host so costs one session per run. When anything is off, or a tool is
+// missing, it prints one line "gpush-warm: <reason>" and exits 0 without
+// running anything: the controller then deploys the Go way (probe, SFTP,
+// upload, checks, with their error messages) and starts the helper again.
+//
+// The script is fixed text: every value from the inventory or the
+// controller reaches it as a quoted positional argument. It must be as
+// strict as checkHelperPath, checkPrivateDir, ancestorProblem and
+// helperFileProblem: a planted file or a folder another user could change
+// must never be run. Modes are read with stat -c %a (octal, with the
+// sticky bit) and tested as numbers: 18 is 022 (group/world write), 2 is
+// 002, 64 is 0100 (owner execute), 512 is 01000 (sticky).
+const warmScript = `set -f
+w() { printf 'gpush-warm: %s\n' "$*"; exit 0; }
+d=$1 tok=$2 become=$3
+for t in uname id stat sha256sum; do command -v "$t" >/dev/null 2>&1 || w "no $t on the host"; done
+uid=$(id -u) || w "id -u failed"
+mach=$(uname -m) || w "uname -m failed"
+case $HOME in /*) ;; *) w "HOME is not an absolute path" ;; esac
+printf 'gpush-probe: %s %s %s %s\n' "$tok" "$mach" "$uid" "$HOME"
+case $mach in
+x86_64|amd64) want=$4 size=$5 ;;
+aarch64|arm64) want=$6 size=$7 ;;
+*) w "architecture $mach not supported" ;;
+esac
+[ -n "$want" ] || w "no helper built for $mach"
+case $d in
+"~") d=$HOME ;;
+"~/"*) d=$HOME/${d#??} ;;
+/*) ;;
+*) d=$HOME/$d ;;
+esac
+c=
+IFS=/
+for p in $d; do
+  case $p in ''|.) ;; ..) c=${c%/*} ;; *) c=$c/$p ;; esac
+done
+unset IFS
+st() {
+  s=$(stat -c "$2" -- "$1" 2>/dev/null) || w "cannot stat $1"
+  u=${s%% *}; s=${s#* }; m=${s%% *}; s=${s#* }
+  case $u$m in ''|*[!0-9]*) w "stat $1 printed an unexpected line" ;; esac
+  m=$((0$m))
+}
+dir() {
+  st "$1" '%u %a %F'
+  [ "$s" = "symbolic link" ] && w "folder $1 is a symlink"
+  [ "$s" = directory ] || w "$1 is not a directory"
+  if [ "$2" = up ]; then
+    [ "$u" = 0 ] || [ "$u" = "$uid" ] || w "folder $1 is owned by uid $u"
+    if [ $((m & 18)) -ne 0 ] && ! { [ $((m & 512)) -ne 0 ] && [ "$u" = 0 ] && [ $((m & 2)) -ne 0 ]; }; then
+      w "folder $1 is group- or world-writable and not a sticky root folder"
+    fi
+  else
+    [ "$u" = "$uid" ] || w "helper folder $1 is owned by uid $u"
+    [ $((m & 18)) -eq 0 ] || w "helper folder $1 is group- or world-writable"
+  fi
+}
+if [ -n "$c" ]; then dir / up; else dir / last; fi
+cur= rest=${c#/}/
+[ "$rest" = / ] && rest=
+while [ -n "$rest" ]; do
+  cur=$cur/${rest%%/*}; rest=${rest#*/}
+  if [ -n "$rest" ]; then dir "$cur" up; else dir "$cur" last; fi
+done
+f=$c/gpush-helper-$(printf %.32s "$want")
+st "$f" '%u %a %s %F'
+sz=${s%% *}; s=${s#* }
+[ "$s" = "regular file" ] || w "$f is not a regular file"
+[ "$u" = "$uid" ] || w "$f is owned by uid $u"
+[ $((m & 18)) -eq 0 ] || w "$f is group- or world-writable"
+[ $((m & 64)) -ne 0 ] || w "$f is not executable"
+[ "$sz" = "$size" ] || w "$f has size $sz, want $size"
+h=$(sha256sum -- "$f" 2>/dev/null) || w "sha256sum $f failed"
+[ "${h%% *}" = "$want" ] || w "$f has sha256 ${h%% *}, want $want"
+printf 'gpush-warm-exec: %s\n' "$f"
+if [ -n "$become" ]; then exec sudo -n -- "$f" serve "$tok"; fi
+exec "$f" serve "$tok"`
+
+// warmPrefix starts the line of a warm check that refused.
+const warmPrefix = "gpush-warm: "
+
+// warmProbePrefix starts the line that answers what the probe asks
+// (token, uname -m, id -u, $HOME): a refused warm check saves the cold
+// path the probe's session.
+const warmProbePrefix = "gpush-probe: "
+
+// parseWarmProbe reads a probe line of this session's token.
+func parseWarmProbe(host, line, token string) (probeResult, bool) {
+	rest, ok := strings.CutPrefix(line, warmProbePrefix+token+" ")
+	if !ok {
+		return probeResult{}, false
+	}
+	f := strings.SplitN(rest, " ", 3)
+	if len(f) != 3 {
+		return probeResult{}, false
+	}
+	pr, err := parseProbe(host, []byte(strings.Join(f, "\n")))
+	return pr, err == nil
+}
+
+// warmExecPrefix starts the line naming the file it runs (for messages).
+const warmExecPrefix = "gpush-warm-exec: "
+
+// helperDigest is the sha256 and size of one architecture's helper.
+type helperDigest struct {
+	sum  string
+	size int64
+}
+
+// digestCache holds the helpers' digests per HelperSource function: they
+// are computed once per process (reading the binaries is not free).
+var digestCache sync.Map // uintptr -> map[string]helperDigest
+
+// helperDigests returns the digests for amd64 and arm64; an architecture
+// the source cannot give is left out (the warm check then refuses it and
+// the cold path reports the source's error).
+func helperDigests(source func(goarch string) ([]byte, error)) map[string]helperDigest {
+	if source == nil {
+		return nil
+	}
+	key := reflect.ValueOf(source).Pointer()
+	if v, ok := digestCache.Load(key); ok {
+		return v.(map[string]helperDigest)
+	}
+	out := map[string]helperDigest{}
+	for _, arch := range []string{"amd64", "arm64"} {
+		bin, err := source(arch)
+		if err != nil {
+			continue
+		}
+		sum := sha256.Sum256(bin)
+		out[arch] = helperDigest{sum: hex.EncodeToString(sum[:]), size: int64(len(bin))}
+	}
+	v, _ := digestCache.LoadOrStore(key, out)
+	return v.(map[string]helperDigest)
+}
+
+// warmCommand is the serve session's command line for a host: the fixed
+// script with its arguments, all quoted.
+func warmCommand(dir, token string, become bool, digests map[string]helperDigest) string {
+	b := ""
+	if become {
+		b = "1"
+	}
+	args := []string{dir, token, b}
+	for _, arch := range []string{"amd64", "arm64"} {
+		d := digests[arch]
+		size := ""
+		if d.sum != "" {
+			size = strconv.FormatInt(d.size, 10)
+		}
+		args = append(args, d.sum, size)
+	}
+	return "set -- " + ShellJoin(args) + "\n" + warmScript
+}
+
+// serveArgv is how the cold path runs a helper it has just checked.
+func serveArgv(p, token string, become bool) []string {
+	argv := []string{p, helper.VerbServe, token}
+	if become {
+		argv = sudoArgv(argv)
+	}
+	return argv
+}
+
+// warmReason returns the reason of a refusal line, if line is one.
+func warmReason(line string) (string, bool) {
+	if r, ok := strings.CutPrefix(line, warmPrefix); ok {
+		return r, true
+	}
+	return "", false
+}
