@@ -3,8 +3,6 @@ package remote
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -181,8 +179,7 @@ func deployHelper(ctx context.Context, t deployTarget) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(bin)
-	want := hex.EncodeToString(sum[:])
+	want := binSum(bin)
 	final := path.Join(dir, "gpush-helper-"+want[:32])
 
 	// Both stats go out at once: over SFTP they share one round trip.

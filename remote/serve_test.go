@@ -368,9 +368,9 @@ func TestServeSkipsShellNoise(t *testing.T) {
 	}
 	shell := filepath.Join(e.tdir, "noisy-sh")
 	noise := "#!/bin/sh\necho 'Welcome to the lab'\necho '{\"serve\":1,\"token\":\"not-yours\"}'\necho 'gpush-warm-exec: /bin/false'\nexec /bin/sh \"$@\"\n"
-	// Quiet for the cold deployment: its sha256sum check (verify.go's
-	// parseSumLine) reads the first line of output only.
-	if err := os.WriteFile(shell, []byte("#!/bin/sh\nexec /bin/sh \"$@\"\n"), 0o755); err != nil {
+	// Noisy from the start: the cold deployment (its sha256sum check
+	// after the upload) reads through the noise too.
+	if err := os.WriteFile(shell, []byte(noise), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	home := filepath.Join(e.tdir, "home")
@@ -389,9 +389,6 @@ func TestServeSkipsShellNoise(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
-	if err := os.WriteFile(shell, []byte(noise), 0o755); err != nil {
-		t.Fatal(err)
-	}
 	c2 := e.dial(t)
 	if res, err := c2.Run(context.Background(), []string{"true"}, RunOptions{}); err != nil || !strings.Contains(string(res.Stdout), "Welcome") {
 		t.Fatalf("the login shell is not noisy: %v %+v", err, res)

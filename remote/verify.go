@@ -157,9 +157,11 @@ func (c *sshConn) hostSum(ctx context.Context, p string) (string, error) {
 	return parseSumLine(res.Stdout)
 }
 
-// parseSumLine takes the digest from sha256sum's "<64 hex>  <name>" line.
+// parseSumLine takes the digest from sha256sum's "<64 hex>  <name>" line,
+// the last one printed: a chatty shell startup file may print before it.
 func parseSumLine(out []byte) (string, error) {
-	f := strings.Fields(string(out))
+	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	f := strings.Fields(lines[len(lines)-1])
 	if len(f) == 0 || len(f[0]) != 64 {
 		return "", fmt.Errorf("%s printed %.100q, not a sha256 line", sumCommand, out)
 	}

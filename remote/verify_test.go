@@ -265,6 +265,10 @@ func TestParseSumLine(t *testing.T) {
 	if got, err := parseSumLine([]byte(d + "  /x/gpush-helper\n")); err != nil || got != d {
 		t.Fatalf("%q %v", got, err)
 	}
+	// A chatty login shell prints first; the digest is the last line.
+	if got, err := parseSumLine([]byte("Welcome to gpu01\n" + strings.Repeat("0", 64) + "  /y\n" + d + "  /x/gpush-helper\n")); err != nil || got != d {
+		t.Fatalf("after noise: %q %v", got, err)
+	}
 	for _, bad := range []string{"", "abc  /x\n", strings.Repeat("g", 64) + "  /x\n"} {
 		if _, err := parseSumLine([]byte(bad)); err == nil {
 			t.Errorf("%q: accepted", bad)
@@ -330,4 +334,22 @@ func FuzzPathComponents(f *testing.F) {
 			}
 		}
 	})
+}
+
+// binSum hashes each distinct slice once, and never answers for other
+// bytes: a copy at another address with other content gets its own sum.
+func TestBinSumBySliceIdentity(t *testing.T) {
+	a := []byte("helper one")
+	b := append([]byte(nil), a...)
+	b[0] = 'H'
+	want := func(p []byte) string { s := sha256.Sum256(p); return hex.EncodeToString(s[:]) }
+	if got := binSum(a); got != want(a) {
+		t.Fatalf("binSum(a) = %s", got)
+	}
+	if got := binSum(b); got != want(b) {
+		t.Fatalf("binSum(b) = %s, want %s", got, want(b))
+	}
+	if got := binSum(a[:4]); got != want(a[:4]) {
+		t.Fatalf("a prefix of a cached slice: %s, want %s", got, want(a[:4]))
+	}
 }
