@@ -1,0 +1,578 @@
+package helper
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// The scan cache keeps, for the life of the helper process, what each
+// process's fd table held when it was last read, and reuses it only when
+// the table provably cannot have changed since. Why the rule holds:
+//
+//   - Only a running task changes its own fd table: open, dup, close,
+//     exec's close-on-exec, SCM_RIGHTS (installed by the receiver's
+//     recvmsg), seccomp's ADDFD and binder's fd fixups (installed by the
+//     target in its own context) all run in the task whose table changes.
+//     pidfd_getfd copies out of a table, not into it.
+//   - Whether any thread of a process ran is told by its process CPU clock
+//     (clock_gettime on the pid's CPUCLOCK_SCHED): the ns sum_exec_runtime
+//     of every live thread plus that of every thread that exited, so a
+//     thread that came and went moves it too. It is read before the table,
+//     so a change made while the table is read moves it for the next check.
+//     utime/stime ticks are not used: a short syscall may be charged none.
+//   - That clock lags for a thread on a CPU right now (its current slice
+//     is only added at a tick or when it leaves the CPU), so no thread may
+//     be in state R at the check; the states are read before the clock:
+//     a thread not in R then has had all its running accounted.
+//   - Same pid and same start time (field 22): a new process (pid reused)
+//     is always read, and its clock would differ besides.
+//   - Threads of one process may have a table of their own, and processes
+//     made with CLONE_FILES share one: a sharer that ran can change an
+//     idle process's table. A freshly read holder is therefore compared
+//     (kcmp KCMP_FILES) with every reused process; a match is read again.
+//     A process cached as a holder, or with an empty leader table (zombie
+//     leader, read through its threads), is always read again: they are
+//     few, and that also covers the sharer that closed the device.
+//   - fd links are paths: a file renamed into DevDir, or a mount moved,
+//     changes what a link reads without the process running. The cache is
+//     dropped when DevDir or a folder under its nvidia* entries changes
+//     (mtime, ctime, inode) or the helper's mount table changes.
+//
+// Where the clock, a state or kcmp cannot be had, the table is read as
+// without the cache. The cache is used only for the kernel's own /proc of
+// the helper's pid namespace (a fake ProcDir's pids are no kernel's).
+
+// scanEntry is what one read of a process's fd table found.
+type scanEntry struct {
+	start uint64 // start time (field 22) when read
+	cpu   int64  // process CPU clock (ns), read before the table
+	devs  []string
+	task  int   // the thread whose table held devs (zombie leader), else 0
+	nfds  int   // fds in the leader's table
+	tids  []int // the threads when read (sorted)
+	reads int   // times this process's table was read (tests, benchmark)
+}
+
+// scanCache is one config's cache; mu serialises scans that share it.
+type scanCache struct {
+	mu      sync.Mutex
+	entries map[int]*scanEntry
+	guard   []dirStamp
+	mounts  *os.File // the helper's mountinfo, polled for changes
+	// tableReads counts fd tables read (leader and thread tables).
+	tableReads int64
+	// idx: reused entries in the kcmp order of their fd tables.
+	idx []idxItem
+	// kcmpOff: the kernel has no kcmp; every scan with a fresh holder then
+	// reads every table.
+	kcmpOff bool
+	used    uint64 // scan sequence number of the last use, for eviction
+}
+
+// dirStamp is what a change under DevDir would move.
+type dirStamp struct {
+	path         string
+	dev, ino     uint64
+	mtime, ctime syscall.Timespec
+}
+
+const maxScanCaches = 8
+
+var scanCaches struct {
+	mu  sync.Mutex
+	m   map[string]*scanCache
+	seq uint64
+}
+
+// cacheFor returns the cache for s's ProcDir and DevDir, or nil when
+// ProcDir is not the kernel's /proc of this pid namespace.
+func cacheFor(s *scanner) *scanCache {
+	if !realProc(s.proc.dir) {
+		return nil
+	}
+	abs, err := filepath.Abs(s.proc.dir)
+	if err != nil {
+		return nil
+	}
+	key := abs + "\x00" + strings.Join(s.devDirs, "\x00")
+	scanCaches.mu.Lock()
+	defer scanCaches.mu.Unlock()
+	if scanCaches.m == nil {
+		scanCaches.m = map[string]*scanCache{}
+	}
+	scanCaches.seq++
+	c := scanCaches.m[key]
+	if c == nil {
+		if len(scanCaches.m) >= maxScanCaches {
+			evictOldest()
+		}
+		c = &scanCache{entries: map[int]*scanEntry{}}
+		scanCaches.m[key] = c
+	}
+	c.used = scanCaches.seq
+	return c
+}
+
+// evictOldest drops the least recently used cache (scanCaches.mu held).
+// A scan still running on it finishes on its own copy.
+func evictOldest() {
+	var oldKey string
+	var oldest uint64
+	for k, c := range scanCaches.m {
+		if oldKey == "" || c.used < oldest {
+			oldKey, oldest = k, c.used
+		}
+	}
+	if c := scanCaches.m[oldKey]; c != nil {
+		c.mu.Lock()
+		if c.mounts != nil {
+			c.mounts.Close()
+			c.mounts = nil
+		}
+		c.mu.Unlock()
+	}
+	delete(scanCaches.m, oldKey)
+}
+
+// realProc: dir is a procfs whose "self" is this process, so its pids are
+// the ones clock_gettime and kcmp take.
+func realProc(dir string) bool {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil || fs.Type != unix.PROC_SUPER_MAGIC {
+		return false
+	}
+	self, err := os.Readlink(filepath.Join(dir, "self"))
+	return err == nil && self == strconv.Itoa(os.Getpid())
+}
+
+// procCPU is the process CPU clock of pid in ns (all threads, live and
+// exited).
+func procCPU(pid int) (int64, bool) {
+	// CPUCLOCK_SCHED (2) of a process (not a thread) clock: ~pid << 3.
+	id := int32(^uint32(pid)<<3 | 2)
+	var ts unix.Timespec
+	if err := unix.ClockGettime(id, &ts); err != nil {
+		return 0, false
+	}
+	return ts.Nano(), true
+}
+
+// kcmpFilesType is KCMP_FILES of linux/kcmp.h.
+const kcmpFilesType = 2
+
+// kcmpFiles reports whether pids a and b share one fd table.
+func kcmpFiles(a, b int) (bool, error) {
+	r, _, e := unix.Syscall6(unix.SYS_KCMP, uintptr(a), uintptr(b), kcmpFilesType, 0, 0, 0)
+	if e != 0 {
+		return false, e
+	}
+	return r == 0, nil
+}
+
+// stampDirs stats DevDir (each form of it) and every folder below its
+// nvidia* entries: a rename into any of them moves its mtime.
+func stampDirs(devDirs []string) []dirStamp {
+	var out []dirStamp
+	var add func(p string, top bool)
+	add = func(p string, top bool) {
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			// Absent is a state too: its appearance moves the parent.
+			out = append(out, dirStamp{path: p})
+			return
+		}
+		out = append(out, dirStamp{path: p, dev: st.Dev, ino: st.Ino, mtime: syscall.Timespec(st.Mtim), ctime: syscall.Timespec(st.Ctim)})
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			return
+		}
+		for _, e := range ents {
+			if e.IsDir() && (!top || strings.HasPrefix(e.Name(), "nvidia")) {
+				add(filepath.Join(p, e.Name()), false)
+			}
+		}
+	}
+	for _, d := range devDirs {
+		add(d, true)
+	}
+	return out
+}
+
+// stillSame re-stats the stamped folders (no listing: a new folder moves
+// its parent's mtime).
+func stillSame(stamps []dirStamp) bool {
+	for _, d := range stamps {
+		var st unix.Stat_t
+		if err := unix.Stat(d.path, &st); err != nil {
+			if d.ino != 0 {
+				return false
+			}
+			continue
+		}
+		if d.ino != st.Ino || d.dev != st.Dev || d.mtime != syscall.Timespec(st.Mtim) || d.ctime != syscall.Timespec(st.Ctim) {
+			return false
+		}
+	}
+	return true
+}
+
+// mountsChanged polls the helper's mountinfo: the kernel flags POLLPRI
+// once per change of the mount table since the last poll.
+func (c *scanCache) mountsChanged() bool {
+	if c.mounts == nil {
+		f, err := os.Open("/proc/self/mountinfo")
+		if err != nil {
+			return true
+		}
+		c.mounts = f
+		c.pollMounts() // the first poll reports the table's creation
+		return true
+	}
+	return c.pollMounts()
+}
+
+func (c *scanCache) pollMounts() bool {
+	fds := []unix.PollFd{{Fd: int32(c.mounts.Fd()), Events: unix.POLLPRI}}
+	n, err := unix.Poll(fds, 0)
+	if err != nil {
+		return true
+	}
+	return n > 0 && fds[0].Revents&(unix.POLLPRI|unix.POLLERR) != 0
+}
+
+// idle reports whether old still describes pid's table: same process,
+// the same threads, none running now and none ran since old was read.
+// Otherwise it returns the parts of a fresh entry read before the table:
+// start time, tids and clock (cpu -1 where one cannot be had).
+func (s *scanner) idle(pid int, old *scanEntry) (fresh *scanEntry, ok bool) {
+	fresh = &scanEntry{cpu: -1, reads: 1}
+	b, err := os.ReadFile(s.proc.path(pid, "stat"))
+	if err != nil {
+		return fresh, false
+	}
+	st, err := parseStat(b)
+	if err != nil {
+		return fresh, false
+	}
+	nThreads := statThreads(b)
+	fresh.start = st.StartTime
+	if old != nil && old.start == st.StartTime {
+		fresh.reads = old.reads + 1
+	}
+	// A Z or X leader is read through its threads each time (few).
+	if st.State == "Z" || st.State == "X" || nThreads < 1 {
+		return fresh, false
+	}
+	// Thread states and tids are read before the clock (see above). A
+	// thread that exited took its last slice out of the clock: its tid is
+	// gone from the list. The list is read only where that is cheaper than
+	// the table.
+	same := old != nil && old.start == st.StartTime && len(old.devs) == 0 && st.State != "R"
+	if nThreads == 1 {
+		fresh.tids = []int{pid}
+		same = same && len(old.tids) == 1
+	} else if old == nil || nThreads <= max(old.nfds, 1) {
+		var asleep bool
+		fresh.tids, asleep = s.threads(pid)
+		same = same && asleep && slices.Equal(fresh.tids, old.tids)
+	} else {
+		return fresh, false
+	}
+	cpu, cpuOK := procCPU(pid)
+	if !cpuOK || cpu <= 0 {
+		return fresh, false
+	}
+	fresh.cpu = cpu
+	if same && cpu == old.cpu {
+		return nil, true
+	}
+	return fresh, false
+}
+
+// statThreads is num_threads (field 20) of a stat line, or 0.
+func statThreads(b []byte) int {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 18 {
+		return 0
+	}
+	n, err := strconv.Atoi(string(f[17]))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// threads lists pid's tids (sorted) and whether none is in state R; nil
+// when the list or a state cannot be read.
+func (s *scanner) threads(pid int) ([]int, bool) {
+	dir := s.proc.path(pid, "task")
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, false
+	}
+	tids := make([]int, 0, len(tasks))
+	asleep := true
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "stat"))
+		if err != nil {
+			return nil, false
+		}
+		st, err := parseStat(b)
+		if err != nil {
+			return nil, false
+		}
+		asleep = asleep && st.State != "R"
+		tids = append(tids, tid)
+	}
+	sort.Ints(tids)
+	return tids, asleep
+}
+
+// readTable reads pid's fd table into e as scanFDsUncached does; counted.
+func (s *scanner) readTable(c *scanCache, pid int, e *scanEntry) error {
+	c.tableReads++
+	devs, n, err := s.devicesIn(filepath.Join(s.proc.dir, strconv.Itoa(pid), "fd"))
+	if err != nil {
+		return err
+	}
+	e.devs, e.nfds, e.task = devs, n, 0
+	if n == 0 {
+		c.tableReads++
+		e.task, e.devs = s.threadDevices(pid)
+	}
+	return nil
+}
+
+// scanFDs is scanFDsUncached with the cache (see the top of this file).
+func (s *scanner) scanFDs() ([]rawHolder, int, error) {
+	c := cacheFor(s)
+	if c == nil {
+		return s.scanFDsUncached()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pids, err := s.proc.pids()
+	if err != nil {
+		return nil, 0, err
+	}
+	// Both checks run every scan (each resets what it watches).
+	mounts := c.mountsChanged()
+	if same := c.guard != nil && stillSame(c.guard); mounts || !same {
+		c.entries = map[int]*scanEntry{}
+		c.guard = stampDirs(s.devDirs)
+	}
+	next := make(map[int]*scanEntry, len(pids))
+	var reused, fresh []int
+	denied := 0
+	for _, pid := range pids {
+		old := c.entries[pid]
+		e, ok := s.idle(pid, old)
+		if ok {
+			next[pid] = old
+			reused = append(reused, pid)
+			continue
+		}
+		if err := s.readTable(c, pid, e); err != nil {
+			if errors.Is(err, os.ErrPermission) {
+				denied++
+			}
+			continue
+		}
+		next[pid] = e
+		if len(e.devs) > 0 {
+			fresh = append(fresh, pid)
+		}
+	}
+	if len(fresh) > 0 && len(reused) > 0 {
+		s.rereadSharers(c, next, fresh, reused)
+	}
+	c.entries = next
+	var holders []rawHolder
+	for _, pid := range pids {
+		if e := next[pid]; e != nil && len(e.devs) > 0 {
+			holders = append(holders, rawHolder{pid: pid, devices: e.devs, task: e.task})
+		}
+	}
+	return holders, denied, nil
+}
+
+// idxItem is a reused entry in the kcmp order of its fd table.
+type idxItem struct {
+	pid int
+	e   *scanEntry
+}
+
+// kcmpOrder compares the fd tables of pids a and b in the kernel's order
+// (kcmp returns 0 equal, 1 less, 2 greater).
+func kcmpOrder(a, b int) (int, error) {
+	r, _, e := unix.Syscall6(unix.SYS_KCMP, uintptr(a), uintptr(b), kcmpFilesType, 0, 0, 0)
+	switch {
+	case e != 0:
+		return 0, e
+	case r == 1:
+		return -1, nil
+	case r == 2:
+		return 1, nil
+	case r == 0:
+		return 0, nil
+	}
+	return 0, fmt.Errorf("kcmp %d %d: unexpected %d", a, b, r)
+}
+
+// errIdx: a kcmp failed in a way that leaves sharers unknown.
+var errIdx = errors.New("fd tables cannot be compared")
+
+// search finds where pid's table sits in c.idx: the first index whose
+// table is not less than pid's. A member that vanished or cannot be
+// compared is taken out (returned in drop); errIdx when pid itself cannot
+// be compared.
+func (c *scanCache) search(pid int) (at int, drop []int, err error) {
+	if !comparable(pid) {
+		return 0, nil, errIdx
+	}
+	lo, hi := 0, len(c.idx)
+	for lo < hi {
+		mid := (lo + hi) / 2
+		o, err := kcmpOrder(c.idx[mid].pid, pid)
+		if err != nil {
+			if !errors.Is(err, unix.ESRCH) && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EACCES) {
+				return 0, drop, err
+			}
+			if !comparable(pid) {
+				return 0, drop, errIdx
+			}
+			// Deleting keeps the order; search the shorter slice again.
+			drop = append(drop, c.idx[mid].pid)
+			c.idx = slices.Delete(c.idx, mid, mid+1)
+			lo, hi = 0, len(c.idx)
+			continue
+		}
+		if o < 0 {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo, drop, nil
+}
+
+// comparable reports whether kcmp can look at pid's table at all.
+func comparable(pid int) bool {
+	_, err := kcmpOrder(pid, pid)
+	return err == nil
+}
+
+// rereadSharers reads again every reused process that shares its fd table
+// with a freshly read holder (processes made with CLONE_FILES). Reused
+// entries are kept in c.idx, sorted by table (kcmp order): their tables
+// cannot have moved (exec and unshare run in the process), so each scan
+// only places the newly reused ones and looks up each fresh holder.
+func (s *scanner) rereadSharers(c *scanCache, next map[int]*scanEntry, fresh, reused []int) {
+	again, err := c.sharers(next, fresh, reused)
+	if err != nil {
+		// Unknown sharers: every reused table is read.
+		c.idx = nil
+		again = reused
+		if !errors.Is(err, errIdx) {
+			c.kcmpOff = true
+		}
+	}
+	for _, pid := range again {
+		old := next[pid]
+		if old == nil {
+			continue
+		}
+		delete(next, pid)
+		e := &scanEntry{start: old.start, cpu: -1, tids: old.tids, reads: old.reads + 1}
+		if cpu, ok := procCPU(pid); ok {
+			e.cpu = cpu
+		}
+		if err := s.readTable(c, pid, e); err == nil {
+			next[pid] = e
+		}
+	}
+}
+
+// sharers brings c.idx up to date with this scan's reused entries and
+// returns those whose table is a fresh holder's.
+func (c *scanCache) sharers(next map[int]*scanEntry, fresh, reused []int) ([]int, error) {
+	if c.kcmpOff {
+		return nil, errors.New("no kcmp")
+	}
+	// Keep the members still reused as the same entry.
+	in := map[int]bool{}
+	c.idx = slices.DeleteFunc(c.idx, func(it idxItem) bool {
+		keep := next[it.pid] == it.e
+		in[it.pid] = keep
+		return !keep
+	})
+	var again []int
+	dropped := func(pids []int) {
+		for _, p := range pids {
+			// Vanished or not comparable: read it again (if still there).
+			again = append(again, p)
+		}
+	}
+	for _, pid := range reused {
+		if in[pid] {
+			continue
+		}
+		at, drop, err := c.search(pid)
+		dropped(drop)
+		if err != nil {
+			if errors.Is(err, errIdx) {
+				// This one cannot be placed: read it again.
+				again = append(again, pid)
+				continue
+			}
+			return nil, err
+		}
+		c.idx = slices.Insert(c.idx, at, idxItem{pid: pid, e: next[pid]})
+	}
+	for _, h := range fresh {
+		self := h
+		if t := next[h].task; t > 0 {
+			self = t
+		}
+		at, drop, err := c.search(self)
+		dropped(drop)
+		if err != nil {
+			return nil, err
+		}
+		for i := at; i < len(c.idx); i++ {
+			o, err := kcmpOrder(c.idx[i].pid, self)
+			if err != nil {
+				if !comparable(self) {
+					return nil, errIdx
+				}
+				// The member failed: read it again, look further.
+				again = append(again, c.idx[i].pid)
+				continue
+			}
+			if o != 0 {
+				break
+			}
+			again = append(again, c.idx[i].pid)
+		}
+	}
+	return again, nil
+}

@@ -1,0 +1,476 @@
+package helper
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// ctlProc is a real process driven line by line: each line written to its
+// stdin runs the script's next step, which answers with one line.
+type ctlProc struct {
+	t   *testing.T
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+	pid int
+}
+
+// startCtl runs prog args in a process group of its own and waits for its
+// first line ("ready" or the pids it prints); stopped by pid at cleanup.
+func startCtl(t *testing.T, prog string, args ...string) (*ctlProc, string) {
+	t.Helper()
+	cmd := exec.Command(prog, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &ctlProc{t: t, cmd: cmd, in: in, out: bufio.NewScanner(out), pid: cmd.Process.Pid}
+	t.Cleanup(func() {
+		syscall.Kill(-p.pid, syscall.SIGKILL)
+		cmd.Wait()
+	})
+	return p, p.line()
+}
+
+func (p *ctlProc) line() string {
+	p.t.Helper()
+	if !p.out.Scan() {
+		p.t.Fatalf("pid %d: exited before answering: %v", p.pid, p.out.Err())
+	}
+	return p.out.Text()
+}
+
+// step sends one line and returns the answer.
+func (p *ctlProc) step() string {
+	p.t.Helper()
+	if _, err := io.WriteString(p.in, "\n"); err != nil {
+		p.t.Fatalf("pid %d: %v", p.pid, err)
+	}
+	return p.line()
+}
+
+// waitIdle waits until pid sleeps and its CPU clock stops moving, so that
+// a test's "idle" is the process's, not a guess.
+func waitIdle(t *testing.T, pid int) {
+	t.Helper()
+	for i := 0; i < 1000; i++ {
+		st, err := procFS{dir: "/proc"}.stat(pid)
+		if err != nil {
+			t.Fatalf("pid %d: %v", pid, err)
+		}
+		a, _ := procCPU(pid)
+		time.Sleep(10 * time.Millisecond)
+		b, _ := procCPU(pid)
+		st2, _ := procFS{dir: "/proc"}.stat(pid)
+		if st.State == "S" && st2.State == "S" && a == b && a > 0 {
+			return
+		}
+	}
+	t.Fatalf("pid %d never went idle", pid)
+}
+
+func cachedScanner(t *testing.T, cfg Config) (*scanner, *scanCache) {
+	t.Helper()
+	s, err := newScanner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cacheFor(s)
+	if c == nil {
+		t.Fatal("no scan cache for the real /proc")
+	}
+	return s, c
+}
+
+func scanNow(t *testing.T, s *scanner) map[int]rawHolder {
+	t.Helper()
+	raw, _, err := s.scanFDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[int]rawHolder{}
+	for _, r := range raw {
+		m[r.pid] = r
+	}
+	return m
+}
+
+func entryOf(c *scanCache, pid int) *scanEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.entries[pid]
+}
+
+// A process that opens a device after a scan ran, so the next scan reads
+// it; one that closes it again is read again (a cached holder always is);
+// while it sleeps its table is not read.
+func TestScanCacheOpenCloseIdle(t *testing.T) {
+	h := newHost(t, 1)
+	s, c := cachedScanner(t, h.cfg)
+	script := `echo ready; read x; exec 3<"$1"; echo opened; read x; exec 3<&-; echo closed; read x`
+	p, _ := startCtl(t, "sh", "-c", script, "sh", h.d("nvidia0"))
+	waitIdle(t, p.pid)
+	if _, ok := scanNow(t, s)[p.pid]; ok {
+		t.Fatalf("pid %d listed before it opened anything", p.pid)
+	}
+	if e := entryOf(c, p.pid); e == nil || e.reads != 1 {
+		t.Fatalf("entry after the first scan: %+v, want read once", e)
+	}
+	for i := 0; i < 3; i++ {
+		scanNow(t, s)
+	}
+	if e := entryOf(c, p.pid); e.reads != 1 {
+		t.Fatalf("idle process read %d times in 4 scans, want 1", e.reads)
+	}
+
+	if got := p.step(); got != "opened" {
+		t.Fatalf("got %q", got)
+	}
+	waitIdle(t, p.pid)
+	r, ok := scanNow(t, s)[p.pid]
+	if !ok || !slices.Equal(r.devices, []string{"nvidia0"}) {
+		t.Fatalf("after open: %+v (listed %v), want nvidia0", r, ok)
+	}
+	if e := entryOf(c, p.pid); e.reads != 2 {
+		t.Fatalf("reads %d after it ran, want 2", e.reads)
+	}
+
+	if got := p.step(); got != "closed" {
+		t.Fatalf("got %q", got)
+	}
+	waitIdle(t, p.pid)
+	if r, ok := scanNow(t, s)[p.pid]; ok {
+		t.Fatalf("after close still listed: %+v", r)
+	}
+	scanNow(t, s)
+	if e := entryOf(c, p.pid); e.reads != 3 {
+		t.Fatalf("reads %d after close and an idle scan, want 3", e.reads)
+	}
+}
+
+// A process whose fd table another process shares (clone CLONE_FILES)
+// changes without running: when the sharer opens a device, the idle one
+// is listed too, and no longer once it is closed.
+func TestScanCacheSharedTable(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI needs python3 (make deps)")
+		}
+		t.Skip("needs python3")
+	}
+	h := newHost(t, 1)
+	s, c := cachedScanner(t, h.cfg)
+	p, first := startCtl(t, py, "-c", shareFilesPy, h.d("nvidia0"))
+	f := strings.Fields(first)
+	if len(f) != 3 || f[0] != "ready" {
+		t.Fatalf("sharer said %q", first)
+	}
+	child, err := strconv.Atoi(f[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(child, syscall.SIGKILL)
+		var ws syscall.WaitStatus
+		syscall.Wait4(child, &ws, 0, nil)
+	})
+	if same, err := kcmpFiles(p.pid, child); err != nil || !same {
+		t.Fatalf("pids %d and %d do not share their fd table (%v)", p.pid, child, err)
+	}
+	waitIdle(t, child)
+	waitIdle(t, p.pid)
+	scanNow(t, s)
+	scanNow(t, s)
+	if e := entryOf(c, child); e == nil || e.reads != 1 {
+		t.Fatalf("idle sharer's entry: %+v, want read once", e)
+	}
+	if got := p.step(); got != "opened" {
+		t.Fatalf("got %q", got)
+	}
+	waitIdle(t, p.pid)
+	got := scanNow(t, s)
+	for _, pid := range []int{p.pid, child} {
+		if r, ok := got[pid]; !ok || !slices.Equal(r.devices, []string{"nvidia0"}) {
+			t.Fatalf("pid %d after its sharer opened nvidia0: %+v (listed %v)", pid, r, ok)
+		}
+	}
+	if got := p.step(); got != "closed" {
+		t.Fatalf("got %q", got)
+	}
+	waitIdle(t, p.pid)
+	got = scanNow(t, s)
+	for _, pid := range []int{p.pid, child} {
+		if r, ok := got[pid]; ok {
+			t.Fatalf("pid %d still listed after close: %+v", pid, r)
+		}
+	}
+}
+
+// shareFilesPy clones a child that shares the parent's fd table
+// (CLONE_FILES, no CLONE_VM: a fork otherwise) and only sleeps; the parent
+// opens and closes argv[1] one stdin line at a time.
+const shareFilesPy = `
+import ctypes, os, platform, signal, sys
+nr = {"x86_64": 56, "aarch64": 220}[platform.machine()]
+libc = ctypes.CDLL(None, use_errno=True)
+pid = libc.syscall(nr, 0x400 | signal.SIGCHLD, 0, 0, 0, 0)
+if pid < 0:
+    sys.exit("clone: errno %d" % ctypes.get_errno())
+if pid == 0:
+    while True:
+        signal.pause()
+print("ready", os.getpid(), pid, flush=True)
+sys.stdin.readline()
+fd = os.open(sys.argv[1], os.O_RDONLY)
+print("opened", flush=True)
+sys.stdin.readline()
+os.close(fd)
+print("closed", flush=True)
+sys.stdin.readline()
+`
+
+// A pid reused by a new process is read, whatever the cache says of the
+// old one: the old one is made idle and cached, killed, and its pid handed
+// to a holder through ns_last_pid.
+func TestScanCacheReusedPID(t *testing.T) {
+	h := newHost(t, 1)
+	s, c := cachedScanner(t, h.cfg)
+	old, _ := startCtl(t, "sh", "-c", "echo ready; read x")
+	waitIdle(t, old.pid)
+	scanNow(t, s)
+	scanNow(t, s)
+	e := entryOf(c, old.pid)
+	if e == nil || e.reads != 1 || len(e.devs) != 0 {
+		t.Fatalf("old process's entry %+v", e)
+	}
+	pid := old.pid
+	syscall.Kill(-pid, syscall.SIGKILL)
+	old.cmd.Wait()
+	// start time is in clock ticks: let one pass so the pid is all that
+	// the two share.
+	time.Sleep(30 * time.Millisecond)
+	var p *ctlProc
+	for try := 0; try < 200 && p == nil; try++ {
+		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pid-1)), 0); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("CI runs as root: ns_last_pid: %v", err)
+			}
+			t.Skipf("needs root to choose a pid: %v", err)
+		}
+		q, _ := startCtl(t, "sh", "-c", `exec 3<"$1"; echo ready; read x`, "sh", h.d("nvidia0"))
+		if q.pid == pid {
+			p = q
+		}
+	}
+	if p == nil {
+		t.Fatalf("pid %d was not handed out again in 200 tries", pid)
+	}
+	waitIdle(t, pid)
+	r, ok := scanNow(t, s)[pid]
+	if !ok || !slices.Equal(r.devices, []string{"nvidia0"}) {
+		t.Fatalf("new process at reused pid %d: %+v (listed %v)", pid, r, ok)
+	}
+	if ne := entryOf(c, pid); ne.start == e.start {
+		t.Fatalf("same start time %d for both processes", e.start)
+	}
+}
+
+// The cached scan answers what the uncached one does, on the live /proc
+// with many processes: holders of every kind (several devices, a zombie
+// leader whose threads hold them, shared devices only), sleepers, and the
+// machine's own processes. A pid whose answer changed between two uncached
+// scans is in flux and not compared.
+func TestScanCacheMatchesUncached(t *testing.T) {
+	h := newHost(t, 2)
+	h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"))
+	h.start("", "--dev", h.d("nvidia1"), "--dev", h.d("nvidia-uvm"), "--child-mem-mib", "10")
+	z := h.start("", "--dev", h.d("nvidia1"), "--zombie-leader")
+	h.start("", "--dev", h.d("nvidia-caps/nvidia-cap1"))
+	sleepers := startSleepers(t, 300)
+	for _, pid := range sleepers[:5] {
+		waitIdle(t, pid)
+	}
+	s, c := cachedScanner(t, h.cfg)
+	u1, _, err := s.scanFDsUncached()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cold := scanNow(t, s)
+	readsCold := c.tableReads
+	warm := scanNow(t, s)
+	readsWarm := c.tableReads - readsCold
+	u2, _, err := s.scanFDsUncached()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPID := func(raw []rawHolder) map[int]rawHolder {
+		m := map[int]rawHolder{}
+		for _, r := range raw {
+			m[r.pid] = r
+		}
+		return m
+	}
+	a, b := byPID(u1), byPID(u2)
+	pids := map[int]bool{}
+	for _, m := range []map[int]rawHolder{a, b, cold, warm} {
+		for pid := range m {
+			pids[pid] = true
+		}
+	}
+	compared := 0
+	for pid := range pids {
+		ra, ina := a[pid]
+		rb, inb := b[pid]
+		if ina != inb || !slices.Equal(ra.devices, rb.devices) || ra.task != rb.task {
+			continue
+		}
+		compared++
+		for name, m := range map[string]map[int]rawHolder{"cold": cold, "warm": warm} {
+			r, in := m[pid]
+			if in != ina || !slices.Equal(r.devices, ra.devices) || r.task != ra.task {
+				t.Errorf("pid %d: %s cached scan %+v (listed %v), uncached %+v (listed %v)", pid, name, r, in, ra, ina)
+			}
+		}
+	}
+	if compared < 5 {
+		t.Fatalf("only %d holders compared, want the test's 5", compared)
+	}
+	if z := a[z.pid]; z.task == 0 {
+		t.Errorf("zombie leader %d not found through its threads: %+v", z.pid, z)
+	}
+	// Most of the machine sleeps: the warm scan reads far fewer tables.
+	n, err := s.proc.pids()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if readsWarm*2 > int64(len(n)) {
+		t.Errorf("warm scan read %d fd tables of %d processes (cold: %d)", readsWarm, len(n), readsCold)
+	}
+	t.Logf("%d processes; fd tables read: cold %d, warm %d", len(n), readsCold, readsWarm)
+}
+
+// startSleepers starts n sleep processes in one process group of their
+// own and stops them by pid at cleanup.
+func startSleepers(t testing.TB, n int) []int {
+	t.Helper()
+	var pids []int
+	pgid := 0
+	t.Cleanup(func() {
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		for _, pid := range pids {
+			var ws syscall.WaitStatus
+			syscall.Wait4(pid, &ws, 0, nil)
+		}
+	})
+	for i := 0; i < n; i++ {
+		var attr syscall.ProcAttr
+		attr.Sys = &syscall.SysProcAttr{Setpgid: true, Pgid: pgid}
+		pid, err := syscall.ForkExec(sleepPath(t), []string{"sleep", "3600"}, &attr)
+		if err != nil {
+			t.Fatalf("sleeper %d: %v", i, err)
+		}
+		if pgid == 0 {
+			pgid = pid
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+func sleepPath(t testing.TB) string {
+	p, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A scan of a fake ProcDir is never cached: its pids are no kernel's.
+func TestScanCacheOnlyRealProc(t *testing.T) {
+	dir := t.TempDir()
+	if cacheFor(&scanner{proc: procFS{dir: dir}}) != nil {
+		t.Fatal("a cache for a plain folder")
+	}
+	if realProc(dir) {
+		t.Fatal("a plain folder taken for /proc")
+	}
+	if !realProc("/proc") {
+		t.Fatal("/proc not taken for the kernel's")
+	}
+}
+
+// Configs with different DevDirs get caches of their own.
+func TestScanCacheKeyed(t *testing.T) {
+	h1, h2 := newHost(t, 1), newHost(t, 1)
+	_, c1 := cachedScanner(t, h1.cfg)
+	_, c2 := cachedScanner(t, h2.cfg)
+	_, c1again := cachedScanner(t, h1.cfg)
+	if c1 == c2 || c1 != c1again {
+		t.Fatalf("caches %p %p %p: want one per DevDir", c1, c2, c1again)
+	}
+}
+
+// A file renamed to a device name changes what an idle process's fd link
+// reads: the cache notices DevDir moved and reads every table again.
+func TestScanCacheRenameIntoDevDir(t *testing.T) {
+	h := newHost(t, 1)
+	s, _ := cachedScanner(t, h.cfg)
+	other := h.d("other")
+	if err := os.WriteFile(other, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := startCtl(t, "sh", "-c", `exec 3<"$1"; echo ready; read x`, "sh", other)
+	waitIdle(t, p.pid)
+	if _, ok := scanNow(t, s)[p.pid]; ok {
+		t.Fatal("holder of a non-device file listed")
+	}
+	scanNow(t, s)
+	if err := os.Rename(other, h.d("nvidia7")); err != nil {
+		t.Fatal(err)
+	}
+	r, ok := scanNow(t, s)[p.pid]
+	if !ok || !slices.Equal(r.devices, []string{"nvidia7"}) {
+		t.Fatalf("after the rename: %+v (listed %v), want nvidia7", r, ok)
+	}
+}
+
+func TestStatThreads(t *testing.T) {
+	for line, want := range map[string]int{
+		"437 (python3) S 415 414 414 0 -1 4194560 90908 0 154 0 415 54 0 0 20 0 18 0 2602 29034573824": 18,
+		"99 (a) 1 2 (c)) R 1 2 3 0 -1 2097216 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0":                        1,
+		"99 (a) R 1 2 3":                                   0,
+		"no parenthesis at all 1 2 3 4":                    0,
+		"5 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 -3 0 7": 0,
+	} {
+		if got := statThreads([]byte(line)); got != want {
+			t.Errorf("%q: %d, want %d", line, got, want)
+		}
+	}
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := statThreads(b); n < 2 {
+		t.Errorf("this test binary has %d threads by its stat, want several (Go runtime)", n)
+	}
+}
