@@ -1,13 +1,11 @@
 package helper
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,13 +53,14 @@ import (
 
 // scanEntry is what one read of a process's fd table found.
 type scanEntry struct {
-	start uint64 // start time (field 22) when read
-	cpu   int64  // process CPU clock (ns), read before the table
-	devs  []string
-	task  int   // the thread whose table held devs (zombie leader), else 0
-	nfds  int   // fds in the leader's table
-	tids  []int // the threads when read (sorted)
-	reads int   // times this process's table was read (tests, benchmark)
+	start   uint64 // start time (field 22) when read
+	cpu     int64  // process CPU clock (ns), read before the table
+	devs    []string
+	task    int   // the thread whose table held devs (zombie leader), else 0
+	nfds    int   // fds in the leader's table
+	threads int   // num_threads when read
+	tids    []int // the threads when read, sorted (several threads only)
+	reads   int   // times this process's table was read (tests, benchmark)
 }
 
 // scanCache is one config's cache; mu serialises scans that share it.
@@ -72,6 +71,8 @@ type scanCache struct {
 	mounts  *os.File // the helper's mountinfo, polled for changes
 	// tableReads counts fd tables read (leader and thread tables).
 	tableReads int64
+	rd         *procReader
+	tidBuf     []int
 	// idx: reused entries in the kcmp order of their fd tables.
 	idx []idxItem
 	// kcmpOff: the kernel has no kcmp; every scan with a fresh holder then
@@ -98,14 +99,10 @@ var scanCaches struct {
 // cacheFor returns the cache for s's ProcDir and DevDir, or nil when
 // ProcDir is not the kernel's /proc of this pid namespace.
 func cacheFor(s *scanner) *scanCache {
-	if !realProc(s.proc.dir) {
+	key, ok := cacheKey(s)
+	if !ok {
 		return nil
 	}
-	abs, err := filepath.Abs(s.proc.dir)
-	if err != nil {
-		return nil
-	}
-	key := abs + "\x00" + strings.Join(s.devDirs, "\x00")
 	scanCaches.mu.Lock()
 	defer scanCaches.mu.Unlock()
 	if scanCaches.m == nil {
@@ -124,6 +121,19 @@ func cacheFor(s *scanner) *scanCache {
 	return c
 }
 
+// cacheKey names s's config: ProcDir and every form of DevDir, which is
+// all that decides what a table read finds.
+func cacheKey(s *scanner) (string, bool) {
+	if !realProc(s.proc.dir) {
+		return "", false
+	}
+	abs, err := filepath.Abs(s.proc.dir)
+	if err != nil {
+		return "", false
+	}
+	return abs + "\x00" + strings.Join(s.devDirs, "\x00"), true
+}
+
 // evictOldest drops the least recently used cache (scanCaches.mu held).
 // A scan still running on it finishes on its own copy.
 func evictOldest() {
@@ -140,6 +150,8 @@ func evictOldest() {
 			c.mounts.Close()
 			c.mounts = nil
 		}
+		c.rd.close()
+		c.rd = nil
 		c.mu.Unlock()
 	}
 	delete(scanCaches.m, oldKey)
@@ -254,96 +266,67 @@ func (c *scanCache) pollMounts() bool {
 // idle reports whether old still describes pid's table: same process,
 // the same threads, none running now and none ran since old was read.
 // Otherwise it returns the parts of a fresh entry read before the table:
-// start time, tids and clock (cpu -1 where one cannot be had).
-func (s *scanner) idle(pid int, old *scanEntry) (fresh *scanEntry, ok bool) {
-	fresh = &scanEntry{cpu: -1, reads: 1}
-	b, err := os.ReadFile(s.proc.path(pid, "stat"))
-	if err != nil {
+// start time, threads and clock (cpu -1 where one cannot be had).
+func (c *scanCache) idle(pid int, old *scanEntry) (fresh scanEntry, ok bool) {
+	fresh = scanEntry{cpu: -1, reads: 1}
+	st, stOK := c.rd.stat(pid, 0)
+	if !stOK {
 		return fresh, false
 	}
-	st, err := parseStat(b)
-	if err != nil {
-		return fresh, false
-	}
-	nThreads := statThreads(b)
-	fresh.start = st.StartTime
-	if old != nil && old.start == st.StartTime {
+	fresh.start, fresh.threads = st.start, st.threads
+	same := old != nil && old.start == st.start
+	if same {
 		fresh.reads = old.reads + 1
 	}
 	// A Z or X leader is read through its threads each time (few).
-	if st.State == "Z" || st.State == "X" || nThreads < 1 {
+	if st.state == 'Z' || st.state == 'X' || st.threads < 1 {
 		return fresh, false
 	}
 	// Thread states and tids are read before the clock (see above). A
 	// thread that exited took its last slice out of the clock: its tid is
 	// gone from the list. The list is read only where that is cheaper than
 	// the table.
-	same := old != nil && old.start == st.StartTime && len(old.devs) == 0 && st.State != "R"
-	if nThreads == 1 {
-		fresh.tids = []int{pid}
-		same = same && len(old.tids) == 1
-	} else if old == nil || nThreads <= max(old.nfds, 1) {
-		var asleep bool
-		fresh.tids, asleep = s.threads(pid)
-		same = same && asleep && slices.Equal(fresh.tids, old.tids)
-	} else {
+	same = same && len(old.devs) == 0 && st.state != 'R' && old.threads == st.threads
+	switch {
+	case st.threads == 1:
+	case old == nil || st.threads <= max(old.nfds, 1):
+		tids, asleep := c.threadsAsleep(pid)
+		if tids == nil {
+			return fresh, false
+		}
+		if same = same && asleep && slices.Equal(tids, old.tids); !same {
+			fresh.tids = slices.Clone(tids)
+		}
+	default:
 		return fresh, false
 	}
 	cpu, cpuOK := procCPU(pid)
 	if !cpuOK || cpu <= 0 {
 		return fresh, false
 	}
-	fresh.cpu = cpu
 	if same && cpu == old.cpu {
-		return nil, true
+		return fresh, true
 	}
+	fresh.cpu = cpu
 	return fresh, false
 }
 
-// statThreads is num_threads (field 20) of a stat line, or 0.
-func statThreads(b []byte) int {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := bytes.Fields(b[i+1:])
-	if len(f) < 18 {
-		return 0
-	}
-	n, err := strconv.Atoi(string(f[17]))
-	if err != nil || n < 0 {
-		return 0
-	}
-	return n
-}
-
-// threads lists pid's tids (sorted) and whether none is in state R; nil
-// when the list or a state cannot be read.
-func (s *scanner) threads(pid int) ([]int, bool) {
-	dir := s.proc.path(pid, "task")
-	tasks, err := os.ReadDir(dir)
-	if err != nil {
+// threadsAsleep lists pid's tids (sorted; valid until the next call) and
+// whether none is in state R; nil when the list or a state cannot be read.
+func (c *scanCache) threadsAsleep(pid int) ([]int, bool) {
+	tids, ok := c.rd.tids(pid, c.tidBuf)
+	if !ok {
 		return nil, false
 	}
-	tids := make([]int, 0, len(tasks))
+	c.tidBuf = tids
 	asleep := true
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "stat"))
-		if err != nil {
+	for _, tid := range tids {
+		st, ok := c.rd.stat(pid, tid)
+		if !ok {
 			return nil, false
 		}
-		st, err := parseStat(b)
-		if err != nil {
-			return nil, false
-		}
-		asleep = asleep && st.State != "R"
-		tids = append(tids, tid)
+		asleep = asleep && st.state != 'R'
 	}
-	sort.Ints(tids)
 	return tids, asleep
 }
 
@@ -370,6 +353,13 @@ func (s *scanner) scanFDs() ([]rawHolder, int, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.rd == nil {
+		rd, err := newProcReader(s.proc.dir)
+		if err != nil {
+			return s.scanFDsUncached()
+		}
+		c.rd = rd
+	}
 	pids, err := s.proc.pids()
 	if err != nil {
 		return nil, 0, err
@@ -385,12 +375,13 @@ func (s *scanner) scanFDs() ([]rawHolder, int, error) {
 	denied := 0
 	for _, pid := range pids {
 		old := c.entries[pid]
-		e, ok := s.idle(pid, old)
+		fe, ok := c.idle(pid, old)
 		if ok {
 			next[pid] = old
 			reused = append(reused, pid)
 			continue
 		}
+		e := &fe
 		if err := s.readTable(c, pid, e); err != nil {
 			if errors.Is(err, os.ErrPermission) {
 				denied++
@@ -502,7 +493,7 @@ func (s *scanner) rereadSharers(c *scanCache, next map[int]*scanEntry, fresh, re
 			continue
 		}
 		delete(next, pid)
-		e := &scanEntry{start: old.start, cpu: -1, tids: old.tids, reads: old.reads + 1}
+		e := &scanEntry{start: old.start, cpu: -1, threads: old.threads, tids: old.tids, reads: old.reads + 1}
 		if cpu, ok := procCPU(pid); ok {
 			e.cpu = cpu
 		}

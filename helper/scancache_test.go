@@ -368,9 +368,15 @@ func TestScanCacheMatchesUncached(t *testing.T) {
 }
 
 // startSleepers starts n sleep processes in one process group of their
-// own and stops them by pid at cleanup.
+// own, each with /dev/null as stdin, stdout and stderr as a daemon has,
+// and stops them by pid at cleanup.
 func startSleepers(t testing.TB, n int) []int {
 	t.Helper()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
 	var pids []int
 	pgid := 0
 	t.Cleanup(func() {
@@ -383,7 +389,7 @@ func startSleepers(t testing.TB, n int) []int {
 		}
 	})
 	for i := 0; i < n; i++ {
-		var attr syscall.ProcAttr
+		attr := syscall.ProcAttr{Files: []uintptr{null.Fd(), null.Fd(), null.Fd()}}
 		attr.Sys = &syscall.SysProcAttr{Setpgid: true, Pgid: pgid}
 		pid, err := syscall.ForkExec(sleepPath(t), []string{"sleep", "3600"}, &attr)
 		if err != nil {
@@ -454,23 +460,40 @@ func TestScanCacheRenameIntoDevDir(t *testing.T) {
 	}
 }
 
-func TestStatThreads(t *testing.T) {
-	for line, want := range map[string]int{
-		"437 (python3) S 415 414 414 0 -1 4194560 90908 0 154 0 415 54 0 0 20 0 18 0 2602 29034573824": 18,
-		"99 (a) 1 2 (c)) R 1 2 3 0 -1 2097216 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0":                        1,
-		"99 (a) R 1 2 3":                                   0,
-		"no parenthesis at all 1 2 3 4":                    0,
-		"5 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 -3 0 7": 0,
+func TestParseStatBrief(t *testing.T) {
+	for line, want := range map[string]statBrief{
+		"437 (python3) S 415 414 414 0 -1 4194560 90908 0 154 0 415 54 0 0 20 0 18 0 2602 29034573824": {'S', 18, 2602},
+		"99 (a) 1 2 (c)) R 1 2 3 0 -1 2097216 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0\n":                      {'R', 1, 777},
+		"7 (x) Z 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 2 0 9\n":                                            {'Z', 2, 9},
 	} {
-		if got := statThreads([]byte(line)); got != want {
-			t.Errorf("%q: %d, want %d", line, got, want)
+		if got, ok := parseStatBrief([]byte(line)); !ok || got != want {
+			t.Errorf("%q: %+v %v, want %+v", line, got, ok, want)
 		}
 	}
-	b, err := os.ReadFile("/proc/self/stat")
+	for _, bad := range []string{
+		"99 (a) R 1 2 3",
+		"no parenthesis at all 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22",
+		"5 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 -3 0 7",
+		"5 (x) SS 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 7",
+		"5 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 x7",
+		"5 (x) S 1 1 1 0 -1 0 0 0 0 0\n0 0 0 0 20 0 1 0 7",
+	} {
+		if got, ok := parseStatBrief([]byte(bad)); ok {
+			t.Errorf("%q: %+v, want refused", bad, got)
+		}
+	}
+	r, err := newProcReader("/proc")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := statThreads(b); n < 2 {
-		t.Errorf("this test binary has %d threads by its stat, want several (Go runtime)", n)
+	defer r.close()
+	st, ok := r.stat(os.Getpid(), 0)
+	full, err := procFS{dir: "/proc"}.stat(os.Getpid())
+	if !ok || err != nil || st.start != full.StartTime || st.threads < 2 {
+		t.Errorf("this process: %+v %v, stat %+v %v: want its start time and several threads (Go runtime)", st, ok, full, err)
+	}
+	tids, ok := r.tids(os.Getpid(), nil)
+	if !ok || len(tids) != st.threads && len(tids) < 2 || !slices.IsSorted(tids) {
+		t.Errorf("tids %v %v, num_threads %d", tids, ok, st.threads)
 	}
 }
