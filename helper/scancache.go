@@ -18,30 +18,35 @@ import (
 // process's fd table held when it was last read, and reuses it only when
 // the table provably cannot have changed since. Why the rule holds:
 //
-//   - Only a running task changes its own fd table: open, dup, close,
-//     exec's close-on-exec, SCM_RIGHTS (installed by the receiver's
-//     recvmsg), seccomp's ADDFD and binder's fd fixups (installed by the
-//     target in its own context) all run in the task whose table changes.
-//     pidfd_getfd copies out of a table, not into it.
+//   - Only a running task changes an fd table: open, dup, close, exec's
+//     close-on-exec, SCM_RIGHTS (installed by the receiver's recvmsg),
+//     seccomp's ADDFD, userfaultfd and fanotify events, io_uring (its
+//     workers and SQPOLL thread are threads of the process) all install
+//     in the table of the task that runs. pidfd_getfd copies out of a
+//     table, not into it.
 //   - Whether any thread of a process ran is told by its process CPU clock
 //     (clock_gettime on the pid's CPUCLOCK_SCHED): the ns sum_exec_runtime
-//     of every live thread plus that of every thread that exited, so a
-//     thread that came and went moves it too. It is read before the table,
-//     so a change made while the table is read moves it for the next check.
-//     utime/stime ticks are not used: a short syscall may be charged none.
-//   - That clock lags for a thread on a CPU right now (its current slice
-//     is only added at a tick or when it leaves the CPU), so no thread may
-//     be in state R at the check; the states are read before the clock:
-//     a thread not in R then has had all its running accounted.
+//     of every live thread plus that of every thread that exited. It is
+//     read before the table, so a change made while the table is read
+//     shows at the next check. utime/stime ticks are not used: a short
+//     syscall may be charged none.
+//   - The clock lags for a thread on a CPU right now (its slice is added at
+//     a tick or when it leaves the CPU, and the tick may be late: nohz_full,
+//     a preempted vCPU), so no thread may be in state R; states are read
+//     before the clock, and a thread not in R has had its running counted.
+//     An exiting thread's last slice is not added to the clock: the tids
+//     read (with the states) must equal those read with the table; with
+//     one thread (num_threads 1) the list is not read: a second thread
+//     needs the first to run.
 //   - Same pid and same start time (field 22): a new process (pid reused)
 //     is always read, and its clock would differ besides.
-//   - Threads of one process may have a table of their own, and processes
-//     made with CLONE_FILES share one: a sharer that ran can change an
-//     idle process's table. A freshly read holder is therefore compared
-//     (kcmp KCMP_FILES) with every reused process; a match is read again.
-//     A process cached as a holder, or with an empty leader table (zombie
-//     leader, read through its threads), is always read again: they are
-//     few, and that also covers the sharer that closed the device.
+//   - Processes made with CLONE_FILES share one table: a sharer that ran
+//     can change an idle one's table. Every freshly read holder is looked
+//     up (kcmp KCMP_FILES) among the reused processes, kept sorted by
+//     table in c.idx; a match is read again. A process cached as a holder
+//     is always read again (holders are few; that covers a sharer that
+//     closed the device), and so is a Z leader (read through its threads)
+//     and a process of several threads whose leader's table is empty.
 //   - fd links are paths: a file renamed into DevDir, or a mount moved,
 //     changes what a link reads without the process running. The cache is
 //     dropped when DevDir or a folder under its nvidia* entries changes
@@ -49,7 +54,9 @@ import (
 //
 // Where the clock, a state or kcmp cannot be had, the table is read as
 // without the cache. The cache is used only for the kernel's own /proc of
-// the helper's pid namespace (a fake ProcDir's pids are no kernel's).
+// the helper's pid namespace (a fake ProcDir's pids are no kernel's). Like
+// the uncached scan it looks at fd tables only (not mmaps, not io_uring's
+// registered files).
 
 // scanEntry is what one read of a process's fd table found.
 type scanEntry struct {
@@ -333,14 +340,14 @@ func (c *scanCache) threadsAsleep(pid int) ([]int, bool) {
 // readTable reads pid's fd table into e as scanFDsUncached does; counted.
 func (s *scanner) readTable(c *scanCache, pid int, e *scanEntry) error {
 	c.tableReads++
-	devs, n, err := s.devicesIn(filepath.Join(s.proc.dir, strconv.Itoa(pid), "fd"))
+	devs, n, err := c.rd.table(s, pid, 0)
 	if err != nil {
 		return err
 	}
 	e.devs, e.nfds, e.task = devs, n, 0
 	if n == 0 {
 		c.tableReads++
-		e.task, e.devs = s.threadDevices(pid)
+		e.task, e.devs = c.rd.threadTable(s, pid)
 	}
 	return nil
 }

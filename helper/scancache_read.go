@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"slices"
+	"sort"
 	"strconv"
 	"unsafe"
 
@@ -15,9 +17,12 @@ import (
 // into buffers it keeps: on a host of 5,000 processes those checks are
 // the whole cost of a warm scan.
 type procReader struct {
-	dir  int    // ProcDir, O_PATH
-	path []byte // the relative path being built, NUL-terminated
-	buf  []byte
+	dir   int    // ProcDir, O_PATH
+	path  []byte // the relative path being built, NUL-terminated
+	buf   []byte
+	names []byte // fd names of the table being read
+	ends  []int  // where each name ends in names
+	link  []byte
 }
 
 func newProcReader(dir string) (*procReader, error) {
@@ -150,41 +155,111 @@ func (r *procReader) stat(pid, tid int) (statBrief, bool) {
 // tids lists pid's threads, sorted ascending, into out.
 func (r *procReader) tids(pid int, out []int) ([]int, bool) {
 	r.at(pid, 0, "task")
-	fd, err := r.open(unix.O_RDONLY | unix.O_DIRECTORY)
+	out = out[:0]
+	err := r.dirents(r.buf, func(name []byte) {
+		if tid, err := strconv.Atoi(string(name)); err == nil {
+			out = append(out, tid)
+		}
+	})
 	if err != nil {
 		return nil, false
 	}
+	// The kernel lists tasks in pid order; sort in case a kernel does not.
+	slices.Sort(out)
+	return out, true
+}
+
+// dirents calls f with each name in the folder at r.path (built by at),
+// skipping "." and ".."; buf holds the getdents batch.
+func (r *procReader) dirents(buf []byte, f func(name []byte)) error {
+	fd, err := r.open(unix.O_RDONLY | unix.O_DIRECTORY)
+	if err != nil {
+		return err
+	}
 	defer unix.Close(fd)
-	out = out[:0]
 	for {
-		n, err := unix.ReadDirent(fd, r.buf)
+		n, err := unix.ReadDirent(fd, buf)
 		if err != nil {
-			return nil, false
+			return err
 		}
 		if n == 0 {
-			break
+			return nil
 		}
 		// linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
-		for b := r.buf[:n]; len(b) >= 19; {
+		for b := buf[:n]; len(b) >= 19; {
 			reclen := int(binary.NativeEndian.Uint16(b[16:]))
 			if reclen < 19 || reclen > len(b) {
-				return nil, false
+				return errors.New("getdents: bad record")
 			}
 			name := b[19:reclen]
 			if k := bytes.IndexByte(name, 0); k >= 0 {
 				name = name[:k]
 			}
-			if tid, err := strconv.Atoi(string(name)); err == nil {
-				out = append(out, tid)
+			if !(len(name) == 1 && name[0] == '.' || len(name) == 2 && name[0] == '.' && name[1] == '.') {
+				f(name)
 			}
 			b = b[reclen:]
 		}
 	}
-	// The kernel lists tasks in pid order; sort in case a kernel does not.
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j] < out[j-1]; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
+}
+
+var nvidiaPart = []byte("/nvidia")
+
+// table reads the fd table of pid (tid 0) or of its thread tid as
+// devicesIn does: the NVIDIA devices its links name (sorted, once each)
+// and how many fds it has.
+func (r *procReader) table(s *scanner, pid, tid int) ([]string, int, error) {
+	r.at(pid, tid, "fd")
+	base := len(r.path) - 1 // without the NUL
+	if cap(r.names) == 0 {
+		r.names = make([]byte, 0, 16<<10)
+		r.link = make([]byte, 4096)
+	}
+	// The names are kept apart: the links are read once the listing is done.
+	r.names, r.ends = r.names[:0], r.ends[:0]
+	err := r.dirents(r.buf, func(name []byte) {
+		r.names = append(r.names, name...)
+		r.ends = append(r.ends, len(r.names))
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	var devs []string
+	start := 0
+	for _, end := range r.ends {
+		r.path = append(append(append(r.path[:base], '/'), r.names[start:end]...), 0)
+		start = end
+		k, _, e := unix.Syscall6(unix.SYS_READLINKAT, uintptr(r.dir), uintptr(unsafe.Pointer(&r.path[0])), uintptr(unsafe.Pointer(&r.link[0])), uintptr(len(r.link)), 0, 0)
+		if e != 0 || int(k) >= len(r.link) {
+			continue
+		}
+		link := r.link[:k]
+		if !bytes.Contains(link, nvidiaPart) {
+			continue
+		}
+		if rel, ok := s.deviceOf(string(link)); ok && !slices.Contains(devs, rel) {
+			devs = append(devs, rel)
 		}
 	}
-	return out, true
+	sort.Strings(devs)
+	return devs, len(r.ends), nil
+}
+
+// threadTable is threadDevices on r: the first of pid's other threads (in
+// the order os.ReadDir gives, by name) whose table holds NVIDIA devices.
+func (r *procReader) threadTable(s *scanner, pid int) (int, []string) {
+	tids, ok := r.tids(pid, nil)
+	if !ok {
+		return 0, nil
+	}
+	sort.Slice(tids, func(a, b int) bool { return strconv.Itoa(tids[a]) < strconv.Itoa(tids[b]) })
+	for _, tid := range tids {
+		if tid == pid {
+			continue
+		}
+		if devs, _, err := r.table(s, pid, tid); err == nil && len(devs) > 0 {
+			return tid, devs
+		}
+	}
+	return 0, nil
 }

@@ -2,6 +2,7 @@ package helper
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -495,5 +496,47 @@ func TestParseStatBrief(t *testing.T) {
 	tids, ok := r.tids(os.Getpid(), nil)
 	if !ok || len(tids) != st.threads && len(tids) < 2 || !slices.IsSorted(tids) {
 		t.Errorf("tids %v %v, num_threads %d", tids, ok, st.threads)
+	}
+}
+
+// Scans of one config from several goroutines (a long-lived helper's
+// concurrent calls) and of another beside them: each answers its own.
+func TestScanCacheConcurrent(t *testing.T) {
+	h1, h2 := newHost(t, 1), newHost(t, 1)
+	hd := h1.start("", "--dev", h1.d("nvidia0"))
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		cfg, want := h1.cfg, true
+		if i%2 == 1 {
+			cfg, want = h2.cfg, false
+		}
+		go func() {
+			s, err := newScanner(cfg)
+			if err != nil {
+				errs <- err
+				return
+			}
+			for j := 0; j < 5; j++ {
+				raw, _, err := s.scanFDs()
+				if err != nil {
+					errs <- err
+					return
+				}
+				found := false
+				for _, r := range raw {
+					found = found || r.pid == hd.pid
+				}
+				if found != want {
+					errs <- fmt.Errorf("scan %d of %s: holder %d listed %v, want %v", j, cfg.DevDir, hd.pid, found, want)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for i := 0; i < 8; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
