@@ -1,6 +1,7 @@
 package helper
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -50,7 +51,7 @@ import (
 //   - fd links are paths: a file renamed into DevDir, or a mount moved,
 //     changes what a link reads without the process running. The cache is
 //     dropped when DevDir or a folder under its nvidia* entries changes
-//     (mtime, ctime, inode) or the helper's mount table changes.
+//     (mtime, ctime, inode) or the helper's mountinfo reads otherwise.
 //
 // Where the clock, a state or kcmp cannot be had, the table is read as
 // without the cache. The cache is used only for the kernel's own /proc of
@@ -75,7 +76,7 @@ type scanCache struct {
 	mu      sync.Mutex
 	entries map[int]*scanEntry
 	guard   []dirStamp
-	mounts  *os.File // the helper's mountinfo, polled for changes
+	mounts  []byte // the helper's mountinfo at the last scan
 	// tableReads counts fd tables read (leader and thread tables).
 	tableReads int64
 	rd         *procReader
@@ -86,6 +87,10 @@ type scanCache struct {
 	// reads every table.
 	kcmpOff bool
 	used    uint64 // scan sequence number of the last use, for eviction
+	// dead: evicted; a scan that got it before then reads without it.
+	dead bool
+	// drops counts the times DevDir or the mounts changed (tests).
+	drops int
 }
 
 // dirStamp is what a change under DevDir would move.
@@ -153,10 +158,7 @@ func evictOldest() {
 	}
 	if c := scanCaches.m[oldKey]; c != nil {
 		c.mu.Lock()
-		if c.mounts != nil {
-			c.mounts.Close()
-			c.mounts = nil
-		}
+		c.dead = true
 		c.rd.close()
 		c.rd = nil
 		c.mu.Unlock()
@@ -189,15 +191,6 @@ func procCPU(pid int) (int64, bool) {
 
 // kcmpFilesType is KCMP_FILES of linux/kcmp.h.
 const kcmpFilesType = 2
-
-// kcmpFiles reports whether pids a and b share one fd table.
-func kcmpFiles(a, b int) (bool, error) {
-	r, _, e := unix.Syscall6(unix.SYS_KCMP, uintptr(a), uintptr(b), kcmpFilesType, 0, 0, 0)
-	if e != 0 {
-		return false, e
-	}
-	return r == 0, nil
-}
 
 // stampDirs stats DevDir (each form of it) and every folder below its
 // nvidia* entries: a rename into any of them moves its mtime.
@@ -246,28 +239,19 @@ func stillSame(stamps []dirStamp) bool {
 	return true
 }
 
-// mountsChanged polls the helper's mountinfo: the kernel flags POLLPRI
-// once per change of the mount table since the last poll.
+// mountsChanged reports whether the helper's mount table differs from
+// the last scan's. It compares the whole of /proc/self/mountinfo (every
+// mount has a line with a unique id): polling it for POLLPRI was tried
+// and missed mounts made by the helper's own tests.
 func (c *scanCache) mountsChanged() bool {
-	if c.mounts == nil {
-		f, err := os.Open("/proc/self/mountinfo")
-		if err != nil {
-			return true
-		}
-		c.mounts = f
-		c.pollMounts() // the first poll reports the table's creation
-		return true
-	}
-	return c.pollMounts()
-}
-
-func (c *scanCache) pollMounts() bool {
-	fds := []unix.PollFd{{Fd: int32(c.mounts.Fd()), Events: unix.POLLPRI}}
-	n, err := unix.Poll(fds, 0)
+	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
+		c.mounts = nil
 		return true
 	}
-	return n > 0 && fds[0].Revents&(unix.POLLPRI|unix.POLLERR) != 0
+	same := c.mounts != nil && bytes.Equal(b, c.mounts)
+	c.mounts = b
+	return !same
 }
 
 // idle reports whether old still describes pid's table: same process,
@@ -360,6 +344,9 @@ func (s *scanner) scanFDs() ([]rawHolder, int, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.dead {
+		return s.scanFDsUncached()
+	}
 	if c.rd == nil {
 		rd, err := newProcReader(s.proc.dir)
 		if err != nil {
@@ -374,6 +361,9 @@ func (s *scanner) scanFDs() ([]rawHolder, int, error) {
 	// Both checks run every scan (each resets what it watches).
 	mounts := c.mountsChanged()
 	if same := c.guard != nil && stillSame(c.guard); mounts || !same {
+		if c.guard != nil {
+			c.drops++
+		}
 		c.entries = map[int]*scanEntry{}
 		c.guard = stampDirs(s.devDirs)
 	}
