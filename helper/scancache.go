@@ -285,7 +285,9 @@ func (c *scanCache) idle(pid int, old *scanEntry) (fresh scanEntry, ok bool) {
 		if tids == nil {
 			return fresh, false
 		}
-		if same = same && asleep && slices.Equal(tids, old.tids); !same {
+		if same = same && asleep && slices.Equal(tids, old.tids); same {
+			fresh.tids = old.tids // never changed once stored
+		} else {
 			fresh.tids = slices.Clone(tids)
 		}
 	default:
@@ -477,18 +479,20 @@ func comparable(pid int) bool {
 func (s *scanner) rereadSharers(c *scanCache, next map[int]*scanEntry, fresh, reused []int) {
 	again, err := c.sharers(next, fresh, reused)
 	if err != nil {
-		// Unknown sharers: every reused table is read.
-		c.idx = nil
+		// Unknown sharers: every reused table is read. The index stays
+		// good when only a holder could not be compared (errIdx).
 		again = reused
 		if !errors.Is(err, errIdx) {
-			c.kcmpOff = true
+			c.idx, c.kcmpOff = nil, true
 		}
 	}
+	done := make(map[int]bool, len(again))
 	for _, pid := range again {
 		old := next[pid]
-		if old == nil {
+		if old == nil || done[pid] {
 			continue
 		}
+		done[pid] = true
 		delete(next, pid)
 		e := &scanEntry{start: old.start, cpu: -1, threads: old.threads, tids: old.tids, reads: old.reads + 1}
 		if cpu, ok := procCPU(pid); ok {

@@ -639,3 +639,57 @@ func TestScanCacheMountChange(t *testing.T) {
 		t.Fatalf("no mount change, yet %d tables read (%d after the mount)", c.tableReads-r1, r1-reads)
 	}
 }
+
+// A process of two threads is reused while both sleep (the thread list
+// path); when its second thread opens a device and exits, it is read.
+func TestScanCacheThreads(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI needs python3 (make deps)")
+		}
+		t.Skip("needs python3")
+	}
+	h := newHost(t, 1)
+	s, c := cachedScanner(t, h.cfg)
+	p, _ := startCtl(t, py, "-c", twoThreadsPy, h.d("nvidia0"))
+	waitIdle(t, p.pid)
+	scanNow(t, s)
+	d0 := c.drops
+	for i := 0; i < 3; i++ {
+		scanNow(t, s)
+	}
+	e := entryOf(c, p.pid)
+	if e == nil || e.threads != 2 || len(e.tids) != 2 {
+		t.Fatalf("entry %+v: want 2 threads listed", e)
+	}
+	if e.reads != 1 && !dropped(t, c, d0) {
+		t.Fatalf("idle two-thread process read %d times in 4 scans, want 1", e.reads)
+	}
+	if got := p.step(); got != "opened" {
+		t.Fatalf("got %q", got)
+	}
+	waitIdle(t, p.pid)
+	r, ok := scanNow(t, s)[p.pid]
+	if !ok || !slices.Equal(r.devices, []string{"nvidia0"}) {
+		t.Fatalf("after its thread opened nvidia0 and exited: %+v (listed %v)", r, ok)
+	}
+}
+
+// twoThreadsPy sleeps in two threads; on a stdin line the second opens
+// argv[1] and exits, the fd staying in the process's table.
+const twoThreadsPy = `
+import os, sys, threading
+go = threading.Event()
+def worker():
+    go.wait()
+    os.open(sys.argv[1], os.O_RDONLY)
+t = threading.Thread(target=worker)
+t.start()
+print("ready", flush=True)
+sys.stdin.readline()
+go.set()
+t.join()
+print("opened", flush=True)
+sys.stdin.readline()
+`
