@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,6 +49,9 @@ import (
 //     is always read again (holders are few; that covers a sharer that
 //     closed the device), and so is a Z leader (read through its threads)
 //     and a process of several threads whose leader's table is empty.
+//     A process whose table cannot be read (permission) that ran, or is
+//     new, may share a reused one's table as well: it is looked up the
+//     same way, and where kcmp is refused too every reused table is read.
 //   - fd links are paths: a file renamed into DevDir, or a mount moved,
 //     changes what a link reads without the process running. The cache is
 //     dropped when DevDir or a folder under its nvidia* entries changes
@@ -69,6 +73,9 @@ type scanEntry struct {
 	threads int   // num_threads when read
 	tids    []int // the threads when read, sorted (several threads only)
 	reads   int   // times this process's table was read (tests, benchmark)
+	// denied: the table could not be read (permission); the entry only
+	// tells whether the process ran since.
+	denied bool
 }
 
 // scanCache is one config's cache; mu serialises scans that share it.
@@ -377,13 +384,24 @@ func (s *scanner) scanFDs() ([]rawHolder, int, error) {
 		fe, ok := c.idle(pid, old)
 		if ok {
 			next[pid] = old
-			reused = append(reused, pid)
+			if old.denied {
+				denied++
+			} else {
+				reused = append(reused, pid)
+			}
 			continue
 		}
 		e := &fe
 		if err := s.readTable(c, pid, e); err != nil {
 			if errors.Is(err, os.ErrPermission) {
 				denied++
+				// Its table is unknown and may be a reused one's: looked
+				// up like a fresh holder's. Kept while it does not run.
+				fresh = append(fresh, pid)
+				if e.cpu > 0 {
+					e.denied, e.nfds = true, math.MaxInt32
+					next[pid] = e
+				}
 			}
 			continue
 		}
@@ -542,8 +560,8 @@ func (c *scanCache) sharers(next map[int]*scanEntry, fresh, reused []int) ([]int
 	}
 	for _, h := range fresh {
 		self := h
-		if t := next[h].task; t > 0 {
-			self = t
+		if e := next[h]; e != nil && e.task > 0 {
+			self = e.task
 		}
 		at, drop, err := c.search(self)
 		dropped(drop)

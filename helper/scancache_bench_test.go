@@ -42,17 +42,6 @@ func cpuPer(b *testing.B, reps int, f func()) (self, children time.Duration) {
 	return (s1 - s0) / time.Duration(reps), (c1 - c0) / time.Duration(reps)
 }
 
-// dropScanCache forgets s's cache: the next scan is cold.
-func dropScanCache(s *scanner) {
-	key, ok := cacheKey(s)
-	if !ok {
-		return
-	}
-	scanCaches.mu.Lock()
-	delete(scanCaches.m, key)
-	scanCaches.mu.Unlock()
-}
-
 // BenchmarkScanCache measures the helper's CPU per call on a host with
 // GPUSH_BENCH_PROCS processes (e.g. 5000): real sleep processes plus a few
 // holders of fake devices. It reports, in one run, the CPU time (getrusage,
@@ -97,7 +86,7 @@ func BenchmarkScanCache(b *testing.B) {
 		}
 	})
 	cold, _ := cpuPer(b, reps, func() {
-		dropScanCache(s)
+		dropScanCacheT(s)
 		if _, _, err := s.scanFDs(); err != nil {
 			b.Fatal(err)
 		}
@@ -123,7 +112,7 @@ func BenchmarkScanCache(b *testing.B) {
 			}
 		}
 	}
-	snapCold, _ := cpuPer(b, reps, func() { dropScanCache(s); snap(noSMI)() })
+	snapCold, _ := cpuPer(b, reps, func() { dropScanCacheT(s); snap(noSMI)() })
 	snapWarm, _ := cpuPer(b, reps, snap(noSMI))
 	oneShot := oneShotCPU(b, helperBin, noSMI, reps)
 	smiWarm, smiWarmChildren := cpuPer(b, reps, snap(h.cfg))

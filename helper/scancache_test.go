@@ -130,6 +130,17 @@ func dropped(t *testing.T, c *scanCache, drops0 int) bool {
 	return d != drops0
 }
 
+// dropScanCacheT forgets s's cache: the next scan is cold.
+func dropScanCacheT(s *scanner) {
+	key, ok := cacheKey(s)
+	if !ok {
+		return
+	}
+	scanCaches.mu.Lock()
+	delete(scanCaches.m, key)
+	scanCaches.mu.Unlock()
+}
+
 func entryOf(c *scanCache, pid int) *scanEntry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -339,15 +350,25 @@ func TestScanCacheMatchesUncached(t *testing.T) {
 		waitIdle(t, pid)
 	}
 	s, c := cachedScanner(t, h.cfg)
-	u1, _, err := s.scanFDsUncached()
+	u1, den1, err := s.scanFDsUncached()
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, denCold, err := s.scanFDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropScanCacheT(s)
+	s, c = cachedScanner(t, h.cfg)
 	cold := scanNow(t, s)
 	readsCold, d0 := c.tableReads, c.drops
+	_, denWarm, err := s.scanFDs()
+	if err != nil {
+		t.Fatal(err)
+	}
 	warm := scanNow(t, s)
 	readsWarm := c.tableReads - readsCold
-	u2, _, err := s.scanFDsUncached()
+	u2, den2, err := s.scanFDsUncached()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,6 +400,9 @@ func TestScanCacheMatchesUncached(t *testing.T) {
 				t.Errorf("pid %d: %s cached scan %+v (listed %v), uncached %+v (listed %v)", pid, name, r, in, ra, ina)
 			}
 		}
+	}
+	if den1 == den2 && (denCold != den1 || denWarm != den1) {
+		t.Errorf("processes denied: uncached %d, cached cold %d, warm %d", den1, denCold, denWarm)
 	}
 	if compared < 5 {
 		t.Fatalf("only %d holders compared, want the test's 5", compared)
