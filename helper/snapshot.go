@@ -94,11 +94,12 @@ type rawHolder struct {
 	task int
 }
 
-// scanFDs walks ProcDir/*/fd the way fuser does. A process whose fd folder
+// scanFDsUncached walks ProcDir/*/fd the way fuser does. A process whose fd folder
 // is empty (its main thread exited, a zombie leader) is looked at through
 // its threads, ProcDir/PID/task/TID/fd. Processes that vanish mid-scan are
 // skipped; unreadable ones are counted for a warning.
-func (s *scanner) scanFDs() (holders []rawHolder, denied int, err error) {
+// scanFDs (scancache.go) answers the same from a cache where it can.
+func (s *scanner) scanFDsUncached() (holders []rawHolder, denied int, err error) {
 	pids, err := s.proc.pids()
 	if err != nil {
 		return nil, 0, err
