@@ -86,11 +86,47 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 	deadline := start.Add(timeout)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	// The memory stream (see memstream.go) only tells when to look: each
+	// verdict is a full poll's.
+	var (
+		stream      *memStream
+		streamTried bool
+		// streamPolls counts polls the stream asked for since the last
+		// timed one, so that a stream and a poll that disagree cannot spin.
+		streamPolls  int
+		pollMemUnder bool // the last poll read every chosen GPU at or under its threshold
+	)
+	defer func() {
+		if stream != nil {
+			stream.close()
+		}
+	}()
+	endStream := func(why string) {
+		stream.close()
+		stream = nil
+		notes = append(notes, "memory stream "+why+": polled every "+interval.String())
+	}
 	for {
+		var updates, ended <-chan struct{}
+		if stream != nil {
+			updates, ended = stream.updates, stream.done
+		}
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("interrupted after %d polls: %w", resp.Polls, ctx.Err())
+		case <-ended:
+			endStream("ended (" + stream.reason().Error() + ")")
+			continue
+		case <-updates:
+			if pollMemUnder || streamPolls >= drainPolls || !stream.under(want, resp.ThresholdMiB) {
+				continue
+			}
+			streamPolls++
 		case <-timer.C:
+			streamPolls = 0
+			if stream != nil && stream.stalled() {
+				endStream(fmt.Sprintf("stalled (no reading for %s, pid %d killed)", memStreamStall, stream.pid()))
+			}
 		}
 		pollStart := time.Now()
 		gs, smiErr, err := s.read(ctx, smi, findErr)
@@ -153,6 +189,13 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 			status = assessChosen(gs, gs.ghosts, want, resp.ThresholdMiB)
 		}
 		last = gs
+		pollMemUnder = memUnder(chosen, resp.ThresholdMiB)
+		if !streamTried && gs.smiOK && smi != nil && memStreamPeriod > 0 {
+			streamTried = true
+			if stream, err = startMemStream(smi.path, memStreamPeriod); err != nil {
+				notes = append(notes, err.Error()+": polled every "+interval.String())
+			}
+		}
 		sample := Sample{T: Duration(pollStart.Sub(start)), UsedMiB: map[int]int64{}, Holders: len(blockingPIDs(status))}
 		for _, g := range chosen {
 			sample.UsedMiB[g.Index] = g.MemUsedMiB
@@ -270,7 +313,8 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		// Memory over the threshold with no owner left is usually the
 		// driver releasing a dead worker's memory (72 ms on the H200):
 		// look again soon, a few times, instead of a whole interval later.
-		if draining(status) && fastPolls < drainPolls {
+		// The stream, when there, watches the drain for free.
+		if draining(status) && fastPolls < drainPolls && stream == nil {
 			fastPolls++
 			next = pollStart.Add(min(interval, drainInterval))
 		} else if !draining(status) {
@@ -319,6 +363,16 @@ func assessChosen(gs gpuState, ghosts []Ghost, want map[int]bool, th map[int]int
 		}
 	}
 	return out
+}
+
+// memUnder: every chosen GPU's memory is known and at or under its threshold.
+func memUnder(chosen []GPU, th map[int]int64) bool {
+	for _, g := range chosen {
+		if g.MemUsedMiB < 0 || g.MemUsedMiB > th[g.Index] {
+			return false
+		}
+	}
+	return len(chosen) > 0
 }
 
 // chosenGPUs are the GPUs of want, in index order.
