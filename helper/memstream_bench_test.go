@@ -1,0 +1,85 @@
+package helper
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// BenchmarkWaitFreeStream compares plain polling (memStreamPeriod 0) with
+// the memory stream, in the same run: how many nvidia-smi processes a 2 s
+// wait on a held GPU starts, and the time from the fake's release (70 ms
+// after the kill, as the H200's driver) to the freed response.
+//
+//	go test -run '^$' -bench WaitFreeStream -benchtime 5x ./helper/
+func BenchmarkWaitFreeStream(b *testing.B) {
+	oldPeriod := memStreamPeriod
+	defer func() { memStreamPeriod = oldPeriod }()
+	const release = 70 * time.Millisecond
+	modes := []struct {
+		name   string
+		period time.Duration
+	}{{"poll", 0}, {"stream", oldPeriod}}
+	procs := map[string]int{}
+	toFreed := map[string]time.Duration{}
+	for i := 0; i < b.N; i++ {
+		for _, m := range modes {
+			memStreamPeriod = m.period
+			b.StopTimer()
+			h := newHost(b, 1)
+			h.fake.ReleaseDelay = release.String()
+			h.save()
+			log := filepath.Join(h.dir, "starts.log")
+			wrap := filepath.Join(h.dir, "counting", "nvidia-smi")
+			if err := os.MkdirAll(filepath.Dir(wrap), 0o755); err != nil {
+				b.Fatal(err)
+			}
+			script := "#!/bin/sh\necho \"$1\" >> '" + log + "'\nexec '" + h.smi + "' \"$@\"\n"
+			if err := os.WriteFile(wrap, []byte(script), 0o755); err != nil {
+				b.Fatal(err)
+			}
+			cfg := h.cfg
+			cfg.NvidiaSMI = wrap
+			cfg.SMITimeout = Duration(time.Minute) // a loaded machine is slow, not wrong
+			// (a) A worker that stays: the wait runs its 2 s out.
+			stay := h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "5000")
+			r, err := WaitFree(context.Background(), WaitFreeRequest{Config: cfg, Timeout: Duration(2 * time.Second)})
+			if err != nil || r.Outcome != WaitTimedOut {
+				b.Fatalf("%s: %v %+v", m.name, err, r)
+			}
+			text, _ := os.ReadFile(log)
+			procs[m.name] += strings.Count(string(text), "\n")
+			syscall.Kill(stay.pid, syscall.SIGKILL)
+			<-stay.done
+			// (b) A worker killed after the first poll.
+			p := h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "10850")
+			var killed time.Time
+			waitPollHook = func(n int) {
+				if n == 1 {
+					killed = time.Now()
+					syscall.Kill(p.pid, syscall.SIGKILL)
+				}
+			}
+			b.StartTimer()
+			r, err = WaitFree(context.Background(), WaitFreeRequest{Config: cfg, Timeout: Duration(5 * time.Second)})
+			took := time.Since(killed)
+			b.StopTimer()
+			waitPollHook = nil
+			if err != nil || r.Outcome != WaitFreed {
+				b.Fatalf("%s: %v %+v", m.name, err, r)
+			}
+			toFreed[m.name] += took - release
+		}
+	}
+	n := float64(b.N)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / n }
+	b.ReportMetric(float64(procs["poll"])/n, "poll-smi-procs/2s-wait")
+	b.ReportMetric(float64(procs["stream"])/n, "stream-smi-procs/2s-wait")
+	b.ReportMetric(ms(toFreed["poll"]), "poll-ms-release-to-freed")
+	b.ReportMetric(ms(toFreed["stream"]), "stream-ms-release-to-freed")
+	b.ReportMetric(float64(toFreed["stream"])/float64(toFreed["poll"]), "stream/poll-release-to-freed")
+}
