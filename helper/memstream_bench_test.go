@@ -54,7 +54,7 @@ func BenchmarkWaitFreeStream(b *testing.B) {
 			text, _ := os.ReadFile(log)
 			procs[m.name] += strings.Count(string(text), "\n")
 			syscall.Kill(stay.pid, syscall.SIGKILL)
-			<-stay.done
+			stay.done <- <-stay.done // reaped; the cleanup reads it again
 			// (b) A worker killed after the first poll.
 			p := h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "10850")
 			var killed time.Time
