@@ -166,7 +166,10 @@ mine.kill()
 mine.wait()
 time.sleep(0.5)
 
-log("== E. kill to verified free, against the driver's release")
+# Issue 11: with the memory stream the interval no longer sets the latency;
+# WAIT_INTERVAL=100ms (the default) shows it, 20ms is issue 7's setting.
+WAIT_INTERVAL = os.environ.get("WAIT_INTERVAL", "20ms")
+log(f"== E. kill to verified free, against the driver's release (wait-free interval {WAIT_INTERVAL})")
 for gib in (10, 100):
     for run in range(2):
         stamp = f"/tmp/gpush-release-{gib}-{run}"
@@ -178,7 +181,7 @@ for gib in (10, 100):
         h = {x["pid"]: x for x in helper("snapshot")["holders"]}[hi["ready"]]
         t0 = time.monotonic()
         kr = helper("kill", {"targets": [{"pid": h["pid"], "start_time": h["start_time"], "boot_id": h["boot_id"]}], "signal": "KILL"})
-        wf = helper("wait-free", {"timeout": "10s", "interval": "20ms"})
+        wf = helper("wait-free", {"timeout": "10s", "interval": WAIT_INTERVAL})
         t1 = time.monotonic()
         for _ in range(200):
             if os.path.exists(stamp):
