@@ -2,6 +2,7 @@ package helper
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // memStreamPeriod is the -lms period of the memory stream a wait-free reads
@@ -26,19 +29,33 @@ var memStreamStall = 2 * time.Second
 // memStreamHook, when set by tests, is told each stream's pid once started.
 var memStreamHook func(pid int)
 
+// memStreamSignalHook, when set by tests, is told every signal sent to a
+// stream's process group.
+var memStreamSignalHook func(pid int, sig syscall.Signal)
+
 // memStream is one long-running `nvidia-smi --query-gpu=index,memory.used
 // -lms N`: the real tool prints one line per GPU every N ms until killed
 // (no header with noheader), so each line is the GPU's latest reading.
 type memStream struct {
 	cmd     *exec.Cmd
+	pid     int
 	updates chan struct{} // one pending signal: a new reading arrived
-	done    chan struct{} // closed when the process has ended and been reaped
+	done    chan struct{} // closed when the output is read and the process reaped
 
-	mu   sync.Mutex
-	used map[int]int64 // latest memory.used by index; -1 unknown
-	last time.Time     // when the last line came
-	err  error         // why the stream ended (read after done)
-	stop bool          // close asked for the end
+	// pmu orders signalling the group against reaping its leader: while
+	// the leader is unreaped (at worst a zombie) its pid, which is the
+	// group's id, names no other process or group.
+	pmu    sync.Mutex
+	reaped bool
+	stop   bool // close asked for the end
+
+	mu      sync.Mutex
+	used    map[int]int64     // latest memory.used by index; -1 unknown
+	at      map[int]time.Time // when each index's latest line came
+	last    time.Time         // when the last line came
+	gap     time.Duration     // the latest time between two lines of one GPU
+	changed chan struct{}     // closed and replaced on every line
+	err     error             // why the stream ended (read after done)
 }
 
 // startMemStream starts the stream in its own process group.
@@ -49,43 +66,100 @@ func startMemStream(path string, period time.Duration) (*memStream, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
-	// A grandchild keeping stdout open must not hold the reap up.
-	cmd.WaitDelay = time.Second
-	stdout, err := cmd.StdoutPipe()
+	// Our own pipe, not StdoutPipe: reading it must not depend on Wait,
+	// which here only reaps.
+	r, w, err := os.Pipe()
 	if err != nil {
+		return nil, fmt.Errorf("memory stream %s: stdout pipe: %w", path, err)
+	}
+	cmd.Stdout = w
+	stderr := &lockedTail{max: 4096}
+	cmd.Stderr = stderr
+	// A grandchild keeping stderr open must not hold the reap up.
+	cmd.WaitDelay = time.Second
+	err = cmd.Start()
+	w.Close() // the child has it; ours would hide its EOF
+	if err != nil {
+		r.Close()
 		return nil, fmt.Errorf("memory stream %s: %w", path, err)
 	}
-	s := &memStream{cmd: cmd, updates: make(chan struct{}, 1), done: make(chan struct{}), used: map[int]int64{}, last: time.Now()}
-	stderr := &cappedBuffer{max: 4096, over: func() {}}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("memory stream %s: %w", path, err)
+	s := &memStream{
+		cmd: cmd, pid: cmd.Process.Pid, updates: make(chan struct{}, 1), done: make(chan struct{}),
+		used: map[int]int64{}, at: map[int]time.Time{}, last: time.Now(), changed: make(chan struct{}),
 	}
 	if memStreamHook != nil {
-		memStreamHook(cmd.Process.Pid)
+		memStreamHook(s.pid)
 	}
+	readDone := make(chan error, 1)
 	go func() {
-		readErr := s.read(stdout)
-		if readErr != nil {
+		err := s.read(r)
+		if err != nil {
 			// A bad line: the stream is of no use any more.
-			s.kill()
+			s.signal(syscall.SIGKILL)
 		}
-		waitErr := cmd.Wait()
+		readDone <- err
+	}()
+	go func() {
+		waitErr := s.reap()
+		var readErr error
+		select {
+		case readErr = <-readDone:
+		case <-time.After(time.Second):
+			// Something outside the group still holds stdout.
+			r.Close()
+			readErr = <-readDone
+		}
+		r.Close()
+		s.pmu.Lock()
+		stopped := s.stop
+		s.pmu.Unlock()
 		s.mu.Lock()
 		switch {
-		case s.stop:
+		case stopped:
 			s.err = errors.New("stopped")
 		case readErr != nil:
 			s.err = readErr
 		case waitErr != nil:
-			s.err = withOutput(fmt.Errorf("%s: %w", path, waitErr), stderr.buf)
+			s.err = withOutput(fmt.Errorf("%s: %w", path, waitErr), stderr.bytes())
 		default:
-			s.err = withOutput(fmt.Errorf("%s exited", path), stderr.buf)
+			s.err = withOutput(fmt.Errorf("%s exited", path), stderr.bytes())
 		}
 		s.mu.Unlock()
 		close(s.done)
 	}()
 	return s, nil
+}
+
+// reap waits for the leader to exit without releasing its pid (WNOWAIT),
+// then reaps it under pmu, so that signal never reaches a recycled group
+// id (remote/proxycommand.go does the same for ProxyCommand).
+func (s *memStream) reap() error {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, s.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	err := s.cmd.Wait()
+	s.reaped = true
+	return err
+}
+
+// signal sends sig to the stream's process group (a wrapper's children
+// too), unless its leader is reaped already.
+func (s *memStream) signal(sig syscall.Signal) {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	if s.reaped {
+		return
+	}
+	_ = syscall.Kill(-s.pid, sig)
+	if memStreamSignalHook != nil {
+		memStreamSignalHook(s.pid, sig)
+	}
 }
 
 // read parses lines until the output ends or a line is not a reading.
@@ -103,8 +177,14 @@ func (s *memStream) read(r interface{ Read([]byte) (int, error) }) error {
 		if err != nil {
 			return fmt.Errorf("memory stream line %d %.200q: %w", n, line, err)
 		}
+		now := time.Now()
 		s.mu.Lock()
-		s.used[idx], s.last = used, time.Now()
+		if prev, ok := s.at[idx]; ok {
+			s.gap = now.Sub(prev)
+		}
+		s.used[idx], s.at[idx], s.last = used, now, now
+		close(s.changed)
+		s.changed = make(chan struct{})
 		s.mu.Unlock()
 		select {
 		case s.updates <- struct{}{}:
@@ -168,23 +248,86 @@ func (s *memStream) reason() error {
 	return s.err
 }
 
-func (s *memStream) pid() int { return s.cmd.Process.Pid }
-
-// kill ends the whole process group (a wrapper's children too).
-func (s *memStream) kill() {
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+// close kills the stream, unless it ended by itself, and waits until it
+// is reaped.
+func (s *memStream) close() {
+	s.pmu.Lock()
+	s.stop = !s.reaped
+	s.pmu.Unlock()
+	s.signal(syscall.SIGKILL)
+	<-s.done
 }
 
-// close kills the stream and waits until it is reaped.
-func (s *memStream) close() {
-	select {
-	case <-s.done:
-		return // reaped: its pid may belong to someone else now
-	default:
+// lockedTail keeps the first max bytes a process writes (its stderr: the
+// reason comes first), safe to read while exec's copy still runs.
+type lockedTail struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *lockedTail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if room := t.max - len(t.b); room > 0 {
+		t.b = append(t.b, p[:min(room, len(p))]...)
 	}
+	return len(p), nil // dropping the rest must not stop the tool
+}
+
+func (t *lockedTail) bytes() []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]byte(nil), t.b...)
+}
+
+// freshWait is how long a poll waits for a reading newer than its start
+// before it runs --query-gpu instead: about two of the stream's actual
+// periods (on the H200 the -lms period, well under the ~25 ms one
+// nvidia-smi process costs; on a loaded machine whatever it manages).
+func (s *memStream) freshWait() time.Duration {
 	s.mu.Lock()
-	s.stop = true
+	gap := s.gap
 	s.mu.Unlock()
-	s.kill()
-	<-s.done
+	return min(max(3*memStreamPeriod, 2*gap, 5*time.Millisecond), memStreamStall)
+}
+
+// readingsSince returns the memory of each GPU in idx from lines that came
+// after t, waiting up to wait (freshWait when 0) for them; false when they do not come in
+// time (the caller runs --query-gpu instead). A line's arrival bounds when
+// nvidia-smi read NVML from above only, but the reader is a goroutine of
+// its own doing nothing else, and a later line always replaces an earlier
+// one, so what is returned is the newest reading the stream has given.
+func (s *memStream) readingsSince(ctx context.Context, t time.Time, idx []int, wait time.Duration) (map[int]int64, bool) {
+	if wait <= 0 {
+		wait = s.freshWait()
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		out, ok := make(map[int]int64, len(idx)), len(idx) > 0
+		for _, i := range idx {
+			at, seen := s.at[i]
+			if !seen || !at.After(t) {
+				ok = false
+				break
+			}
+			out[i] = s.used[i]
+		}
+		changed := s.changed
+		s.mu.Unlock()
+		if ok {
+			return out, true
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return nil, false
+		case <-ctx.Done():
+			return nil, false
+		case <-s.done:
+			return nil, false
+		}
+	}
 }

@@ -166,3 +166,151 @@ func TestParseMemLine(t *testing.T) {
 		}
 	}
 }
+
+// streamSignals records every signal sent to a stream's group in the test.
+func streamSignals(t *testing.T) func() []syscall.Signal {
+	var mu sync.Mutex
+	var got []syscall.Signal
+	memStreamSignalHook = func(_ int, sig syscall.Signal) {
+		mu.Lock()
+		got = append(got, sig)
+		mu.Unlock()
+	}
+	t.Cleanup(func() { memStreamSignalHook = nil })
+	return func() []syscall.Signal {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]syscall.Signal(nil), got...)
+	}
+}
+
+// script writes an executable shell script into the test's folder.
+func script(t *testing.T, name, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+text), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A stream that exits by itself is reaped without a signal: close then
+// sends none (its pgid may be another group's by then). One still running
+// is killed by close, once: the hook does see signals.
+func TestMemStreamCloseSignalsOnlyUnreaped(t *testing.T) {
+	sent := streamSignals(t)
+	s, err := startMemStream(script(t, "nvidia-smi", "echo '0, 12'\nexit 3\n"), 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-s.done
+	s.close()
+	s.close()
+	if got := sent(); len(got) != 0 {
+		t.Fatalf("signals %v sent to a stream that had exited", got)
+	}
+	if err := s.reason(); err == nil || !strings.Contains(err.Error(), "exit status 3") {
+		t.Errorf("reason %v, want its exit status", err)
+	}
+	if !reaped(s.pid) {
+		t.Errorf("pid %d not reaped", s.pid)
+	}
+	if used, ok := s.readingsSince(context.Background(), time.Time{}, []int{0}, time.Millisecond); !ok || used[0] != 12 {
+		t.Errorf("reading before the exit: %v %v", used, ok)
+	}
+
+	s, err = startMemStream(script(t, "nvidia-smi", "echo '0, 12'\nexec sleep 600\n"), 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.close()
+	if got := sent(); len(got) != 1 || got[0] != syscall.SIGKILL {
+		t.Fatalf("signals %v, want one SIGKILL", got)
+	}
+	if err := s.reason(); err == nil || err.Error() != "stopped" {
+		t.Errorf("reason %v, want stopped", err)
+	}
+	if !reaped(s.pid) {
+		t.Errorf("pid %d not reaped", s.pid)
+	}
+}
+
+// A poll takes only a reading that came after it started: the line there
+// before is not used, the next one is.
+func TestMemStreamReadingsSince(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "next")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// One reading, then the next only once the test writes to the fifo.
+	s, err := startMemStream(script(t, "nvidia-smi", "echo '0, 5000'\necho '1, 7'\nread x < '"+fifo+"'\necho \"0, $x\"\necho '1, 8'\nexec sleep 600\n"), 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	ctx := context.Background()
+	if _, ok := s.readingsSince(ctx, time.Time{}, []int{0, 1}, 20*time.Second); !ok {
+		t.Fatal("first readings never came")
+	}
+	poll := time.Now()
+	if used, ok := s.readingsSince(ctx, poll, []int{0, 1}, 50*time.Millisecond); ok {
+		t.Fatalf("readings from before the poll used: %v", used)
+	}
+	if _, ok := s.readingsSince(ctx, time.Time{}, []int{0, 2}, 10*time.Millisecond); ok {
+		t.Fatal("GPU 2 has no reading, yet one was returned")
+	}
+	f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("40\n")
+	f.Close()
+	used, ok := s.readingsSince(ctx, poll, []int{0, 1}, 20*time.Second)
+	if !ok || used[0] != 40 || used[1] != 8 {
+		t.Fatalf("readings after the poll: %v %v", used, ok)
+	}
+}
+
+// With the stream, polls after the first take memory from it: one
+// --query-gpu in the whole wait, one stream, yet every poll's sample shows
+// the worker's memory, and the kill is still seen through to freed.
+// Without it, every poll runs --query-gpu.
+func TestWaitFreeStreamMemoryReplacesQuery(t *testing.T) {
+	h := newHost(t, 1)
+	pids := streamPIDs(t)
+	cfg, calls := countingSMI(t, h)
+	cfg.SMITimeout = Duration(time.Minute) // a loaded machine is slow, not wrong
+	p := h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "5000")
+	withHook(t, func(n int) {
+		if n == 8 {
+			syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+	})
+	r := waitFree(t, WaitFreeRequest{Config: cfg, Timeout: Duration(30 * time.Second), Interval: Duration(20 * time.Millisecond)})
+	if r.Outcome != WaitFreed || r.Polls < 9 {
+		t.Fatalf("outcome %s polls %d reason %q", r.Outcome, r.Polls, r.Reason)
+	}
+	// A poll whose reading is late (a loaded machine) queries instead:
+	// allowed, but not most of them.
+	if gpu, _ := calls(); len(pids()) != 1 || gpu < 1 || gpu > r.Polls/2 {
+		t.Fatalf("%d streams, %d --query-gpu runs over %d polls: want one stream and few queries", len(pids()), gpu, r.Polls)
+	}
+	for i, smp := range r.Timeline[:8] {
+		if smp.UsedMiB[0] != 5000 {
+			t.Errorf("poll %d read %d MiB, want the worker's 5000", i+1, smp.UsedMiB[0])
+		}
+	}
+
+	old := memStreamPeriod
+	memStreamPeriod = 0
+	t.Cleanup(func() { memStreamPeriod = old })
+	h2 := newHost(t, 1)
+	cfg2, calls2 := countingSMI(t, h2)
+	h2.start("", "--dev", h2.d("nvidia0"), "--mem-mib", "5000")
+	waitPollHook = nil
+	r = waitFree(t, WaitFreeRequest{Config: cfg2, Timeout: Duration(300 * time.Millisecond), Interval: Duration(20 * time.Millisecond)})
+	if gpu, _ := calls2(); gpu != r.Polls || len(pids()) != 1 {
+		t.Fatalf("without the stream: %d --query-gpu runs over %d polls, %d streams", gpu, r.Polls, len(pids()))
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -172,6 +173,12 @@ func withOutput(err error, out ...[]byte) error {
 type smiRunner struct {
 	path    string
 	timeout time.Duration
+	// memory, when set (a wait-free's memory stream), may answer
+	// queryGPUs without starting nvidia-smi: it returns memory.used of the
+	// given indices, or false to have the query run.
+	memory func(ctx context.Context, idx []int) (map[int]int64, bool)
+	// lastGPUs is the latest --query-gpu answer: the rows memory fills in.
+	lastGPUs []GPU
 }
 
 func newSMIRunner(cfg Config) (*smiRunner, error) {
@@ -205,6 +212,21 @@ func (r *smiRunner) query(ctx context.Context, arg string) (out []byte, noDevice
 }
 
 func (r *smiRunner) queryGPUs(ctx context.Context) ([]GPU, error) {
+	if r.memory != nil && len(r.lastGPUs) > 0 {
+		idx := make([]int, len(r.lastGPUs))
+		for i, g := range r.lastGPUs {
+			idx[i] = g.Index
+		}
+		if used, ok := r.memory(ctx, idx); ok {
+			// The same GPUs (uuid, bus id, total do not change while the
+			// driver is loaded; a lost GPU breaks the stream), memory anew.
+			gpus := slices.Clone(r.lastGPUs)
+			for i := range gpus {
+				gpus[i].MemUsedMiB = used[gpus[i].Index]
+			}
+			return gpus, nil
+		}
+	}
 	out, none, err := r.query(ctx, "--query-gpu="+queryGPUFields)
 	if err != nil || none {
 		return nil, err
@@ -213,6 +235,7 @@ func (r *smiRunner) queryGPUs(ctx context.Context) ([]GPU, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s --query-gpu: %w", r.path, err)
 	}
+	r.lastGPUs = slices.Clone(gpus)
 	return gpus, nil
 }
 

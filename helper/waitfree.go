@@ -95,12 +95,27 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		// timed one, so that a stream and a poll that disagree cannot spin.
 		streamPolls  int
 		pollMemUnder bool // the last poll read every chosen GPU at or under its threshold
+		pollStart    time.Time
 	)
 	defer func() {
 		if stream != nil {
 			stream.close()
 		}
 	}()
+	// Each later poll takes memory from the stream instead of starting a
+	// --query-gpu, but only a reading that came after the poll started,
+	// never the one that brought the poll: it is then as new as the
+	// query's would be, and the /proc scan (and the compute-apps listing)
+	// still come after it, as after the query. So a holder judged gone was
+	// gone after the reading was taken, or its memory was in it; a reading
+	// from before the poll could predate an allocation by a holder that the
+	// scan then misses, and is never used. Assess judges the same inputs.
+	streamMemory := func(ctx context.Context, idx []int) (map[int]int64, bool) {
+		if stream == nil {
+			return nil, false
+		}
+		return stream.readingsSince(ctx, pollStart, idx, 0)
+	}
 	endStream := func(why string) {
 		stream.close()
 		stream = nil
@@ -125,10 +140,10 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		case <-timer.C:
 			streamPolls = 0
 			if stream != nil && stream.stalled() {
-				endStream(fmt.Sprintf("stalled (no reading for %s, pid %d killed)", memStreamStall, stream.pid()))
+				endStream(fmt.Sprintf("stalled (no reading for %s, pid %d killed)", memStreamStall, stream.pid))
 			}
 		}
-		pollStart := time.Now()
+		pollStart = time.Now()
 		gs, smiErr, err := s.read(ctx, smi, findErr)
 		if err == nil {
 			err = smiErr
@@ -194,6 +209,8 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 			streamTried = true
 			if stream, err = startMemStream(smi.path, memStreamPeriod); err != nil {
 				notes = append(notes, err.Error()+": polled every "+interval.String())
+			} else {
+				smi.memory = streamMemory
 			}
 		}
 		sample := Sample{T: Duration(pollStart.Sub(start)), UsedMiB: map[int]int64{}, Holders: len(blockingPIDs(status))}

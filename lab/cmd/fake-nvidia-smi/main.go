@@ -189,6 +189,9 @@ func run(args []string) int {
 		fmt.Println("No devices were found")
 		return exitNoDevices
 	}
+	// Readings come on a schedule, as NVML's do: a slow /proc scan eats
+	// into the sleep instead of stretching the period.
+	next := time.Now()
 	for {
 		st, err := observe(cfgPath, cfg)
 		if err != nil {
@@ -199,7 +202,12 @@ func run(args []string) int {
 			return rc
 		}
 		req.header = false // the real tool prints it once
-		time.Sleep(req.loop)
+		next = next.Add(req.loop)
+		if wait := time.Until(next); wait > 0 {
+			time.Sleep(wait)
+		} else {
+			next = time.Now() // behind: no burst to catch up
+		}
 	}
 }
 
