@@ -173,12 +173,12 @@ func withOutput(err error, out ...[]byte) error {
 type smiRunner struct {
 	path    string
 	timeout time.Duration
-	// memory, when set (a wait-free's memory stream), may answer
-	// queryGPUs without starting nvidia-smi: it returns memory.used of the
-	// given indices, or false to have the query run.
-	memory func(ctx context.Context, idx []int) (map[int]int64, bool)
-	// lastGPUs is the latest --query-gpu answer: the rows memory fills in.
+	// lastGPUs is the latest --query-gpu answer.
 	lastGPUs []GPU
+	// reuse (a wait-free's memory stream) makes queryGPUs answer with
+	// lastGPUs at once, memory unknown (-1) until the caller fills it in
+	// from the stream: no nvidia-smi process.
+	reuse bool
 }
 
 func newSMIRunner(cfg Config) (*smiRunner, error) {
@@ -212,20 +212,14 @@ func (r *smiRunner) query(ctx context.Context, arg string) (out []byte, noDevice
 }
 
 func (r *smiRunner) queryGPUs(ctx context.Context) ([]GPU, error) {
-	if r.memory != nil && len(r.lastGPUs) > 0 {
-		idx := make([]int, len(r.lastGPUs))
-		for i, g := range r.lastGPUs {
-			idx[i] = g.Index
+	if r.reuse && len(r.lastGPUs) > 0 {
+		// The same GPUs: uuid, bus id and total do not change while the
+		// driver is loaded, and a lost GPU breaks the stream.
+		gpus := slices.Clone(r.lastGPUs)
+		for i := range gpus {
+			gpus[i].MemUsedMiB = -1
 		}
-		if used, ok := r.memory(ctx, idx); ok {
-			// The same GPUs (uuid, bus id, total do not change while the
-			// driver is loaded; a lost GPU breaks the stream), memory anew.
-			gpus := slices.Clone(r.lastGPUs)
-			for i := range gpus {
-				gpus[i].MemUsedMiB = used[gpus[i].Index]
-			}
-			return gpus, nil
-		}
+		return gpus, nil
 	}
 	out, none, err := r.query(ctx, "--query-gpu="+queryGPUFields)
 	if err != nil || none {

@@ -102,20 +102,6 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 			stream.close()
 		}
 	}()
-	// Each later poll takes memory from the stream instead of starting a
-	// --query-gpu, but only a reading that came after the poll started,
-	// never the one that brought the poll: it is then as new as the
-	// query's would be, and the /proc scan (and the compute-apps listing)
-	// still come after it, as after the query. So a holder judged gone was
-	// gone after the reading was taken, or its memory was in it; a reading
-	// from before the poll could predate an allocation by a holder that the
-	// scan then misses, and is never used. Assess judges the same inputs.
-	streamMemory := func(ctx context.Context, idx []int) (map[int]int64, bool) {
-		if stream == nil {
-			return nil, false
-		}
-		return stream.readingsSince(ctx, pollStart, idx, 0)
-	}
 	endStream := func(why string) {
 		stream.close()
 		stream = nil
@@ -144,7 +130,15 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 			}
 		}
 		pollStart = time.Now()
+		// With the stream, the poll starts no --query-gpu: the /proc scan
+		// runs first and the memory comes from the stream after it.
+		fromStream := stream != nil && len(smi.lastGPUs) > 0
+		smi.reuse = fromStream
 		gs, smiErr, err := s.read(ctx, smi, findErr)
+		smi.reuse = false
+		if fromStream && err == nil && smiErr == nil {
+			gs, smiErr, err = s.streamMemory(ctx, gs, smi, findErr, stream, pollStart)
+		}
 		if err == nil {
 			err = smiErr
 		}
@@ -209,8 +203,6 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 			streamTried = true
 			if stream, err = startMemStream(smi.path, memStreamPeriod); err != nil {
 				notes = append(notes, err.Error()+": polled every "+interval.String())
-			} else {
-				smi.memory = streamMemory
 			}
 		}
 		sample := Sample{T: Duration(pollStart.Sub(start)), UsedMiB: map[int]int64{}, Holders: len(blockingPIDs(status))}
@@ -367,6 +359,58 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 	}
 	resp.Elapsed = Duration(time.Since(start))
 	return resp, nil
+}
+
+// streamMemory fills in the memory of a poll's GPUs (read with reuse) from
+// the stream, from lines that came after the poll started; when none come
+// in time it runs --query-gpu as a poll without the stream does, and reads
+// the host again if that lists other GPUs.
+//
+// Why that keeps the verdict true: a reading from after the poll started
+// is as new as the --query-gpu the poll would have run, and it is awaited
+// after the /proc scan, so it usually comes after the scan too. A holder
+// the scan finds gone had either exited before the reading (its memory
+// released, or still draining and so read) or had its memory in it; only a
+// process that allocates and is gone within the poll escapes, as it would
+// between a query and a scan. A reading from before the poll (the one that
+// brought it) could predate the allocation of a holder the scan then
+// misses: it is never used.
+func (s *scanner) streamMemory(ctx context.Context, gs gpuState, smi *smiRunner, findErr error, stream *memStream, pollStart time.Time) (gpuState, error, error) {
+	idx := make([]int, len(smi.lastGPUs))
+	for i, g := range smi.lastGPUs {
+		idx[i] = g.Index
+	}
+	used, ok := stream.readingsSince(ctx, pollStart, idx, 0)
+	if !ok {
+		if err := ctx.Err(); err != nil {
+			return gs, nil, err
+		}
+		listed := smi.lastGPUs
+		gpus, err := smi.queryGPUs(ctx)
+		if err != nil {
+			return gs, err, nil
+		}
+		if !sameGPUs(gpus, listed) {
+			return s.read(ctx, smi, findErr)
+		}
+		used = map[int]int64{}
+		for _, g := range gpus {
+			used[g.Index] = g.MemUsedMiB
+		}
+	}
+	for i := range gs.gpus {
+		if g := &gs.gpus[i]; g.Source == SourceSMI {
+			if v, ok := used[g.Index]; ok {
+				g.MemUsedMiB = v
+			}
+		}
+	}
+	return gs, nil, nil
+}
+
+// sameGPUs: the same indices and uuids, in the same order.
+func sameGPUs(a, b []GPU) bool {
+	return slices.EqualFunc(a, b, func(x, y GPU) bool { return x.Index == y.Index && x.UUID == y.UUID })
 }
 
 // assessChosen judges every GPU (a holder's GPUs are only known against
