@@ -132,10 +132,14 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		pollStart = time.Now()
 		// With the stream, the poll starts no --query-gpu: the /proc scan
 		// runs first and the memory comes from the stream after it.
-		fromStream := stream != nil && len(smi.lastGPUs) > 0
-		smi.reuse = fromStream
+		fromStream := stream != nil && len(smi.lastGPUs) > 0 // a stream has an smi
+		if fromStream {
+			smi.reuse = true
+		}
 		gs, smiErr, err := s.read(ctx, smi, findErr)
-		smi.reuse = false
+		if fromStream {
+			smi.reuse = false
+		}
 		if fromStream && err == nil && smiErr == nil {
 			gs, smiErr, err = s.streamMemory(ctx, gs, smi, findErr, stream, pollStart)
 		}
