@@ -32,6 +32,25 @@ def _ready(p):
     return int(v)
 
 
+def stream_children(ppid):
+    """The pids of ppid's children running nvidia-smi with -lms: wait-free's memory stream."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) != ppid:
+                    continue
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if b"-lms" in argv and os.path.basename(argv[0]) == b"nvidia-smi":
+            out.append(int(d))
+    return out
+
+
 def measure(helper, idle, sizes=(10, 100), runs=3, interval="100ms"):
     """Runs the measurement; returns the ratios. interval is wait-free's poll interval: the
     stream, not it, should set the latency (100ms is the default)."""
@@ -57,6 +76,9 @@ def measure(helper, idle, sizes=(10, 100), runs=3, interval="100ms"):
                     check(False, f"{gib} GiB: wait-free still waiting while the holder lives "
                                  f"(exit {wf.returncode}: {wf.stdout.read()!r} {wf.stderr.read()!r})")
                     continue
+                streams = stream_children(wf.pid)
+                check(len(streams) == 1, f"{gib} GiB run {run}: wait-free reads memory from one nvidia-smi -lms "
+                                         f"stream while it waits (children {streams})")
                 t0 = time.monotonic()
                 os.kill(pid, signal.SIGKILL)
                 out = wf.stdout.read()  # the answer comes as it ends
