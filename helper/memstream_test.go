@@ -85,6 +85,11 @@ func TestWaitFreeStreamDiesFallsBack(t *testing.T) {
 		if n == 1 {
 			for _, sp := range pids() {
 				syscall.Kill(sp, syscall.SIGKILL)
+				// Reaped before the next poll, however loaded the machine:
+				// the wait must see the end before the worker's release.
+				for deadline := time.Now().Add(20 * time.Second); !reaped(sp) && time.Now().Before(deadline); {
+					time.Sleep(5 * time.Millisecond)
+				}
 			}
 		}
 		if n == 3 {

@@ -108,6 +108,14 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		notes = append(notes, "memory stream "+why+": polled every "+interval.String())
 	}
 	for {
+		if stream != nil {
+			// An ended stream first: a due timer must not hide it.
+			select {
+			case <-stream.done:
+				endStream("ended (" + stream.reason().Error() + ")")
+			default:
+			}
+		}
 		var updates, ended <-chan struct{}
 		if stream != nil {
 			updates, ended = stream.updates, stream.done
