@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -172,6 +173,12 @@ func withOutput(err error, out ...[]byte) error {
 type smiRunner struct {
 	path    string
 	timeout time.Duration
+	// lastGPUs is the latest --query-gpu answer.
+	lastGPUs []GPU
+	// reuse (a wait-free's memory stream) makes queryGPUs answer with
+	// lastGPUs at once, memory unknown (-1) until the caller fills it in
+	// from the stream: no nvidia-smi process.
+	reuse bool
 }
 
 func newSMIRunner(cfg Config) (*smiRunner, error) {
@@ -205,6 +212,15 @@ func (r *smiRunner) query(ctx context.Context, arg string) (out []byte, noDevice
 }
 
 func (r *smiRunner) queryGPUs(ctx context.Context) ([]GPU, error) {
+	if r.reuse && len(r.lastGPUs) > 0 {
+		// The same GPUs: uuid, bus id and total do not change while the
+		// driver is loaded, and a lost GPU breaks the stream.
+		gpus := slices.Clone(r.lastGPUs)
+		for i := range gpus {
+			gpus[i].MemUsedMiB = -1
+		}
+		return gpus, nil
+	}
 	out, none, err := r.query(ctx, "--query-gpu="+queryGPUFields)
 	if err != nil || none {
 		return nil, err
@@ -213,6 +229,7 @@ func (r *smiRunner) queryGPUs(ctx context.Context) ([]GPU, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s --query-gpu: %w", r.path, err)
 	}
+	r.lastGPUs = slices.Clone(gpus)
 	return gpus, nil
 }
 

@@ -86,14 +86,71 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 	deadline := start.Add(timeout)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	// The memory stream (see memstream.go) only tells when to look: each
+	// verdict is a full poll's.
+	var (
+		stream      *memStream
+		streamTried bool
+		// streamPolls counts polls the stream asked for since the last
+		// timed one, so that a stream and a poll that disagree cannot spin.
+		streamPolls  int
+		pollMemUnder bool // the last poll read every chosen GPU at or under its threshold
+		pollStart    time.Time
+	)
+	defer func() {
+		if stream != nil {
+			stream.close()
+		}
+	}()
+	endStream := func(why string) {
+		stream.close()
+		stream = nil
+		notes = append(notes, "memory stream "+why+": polled every "+interval.String())
+	}
 	for {
+		if stream != nil {
+			// An ended stream first: a due timer must not hide it.
+			select {
+			case <-stream.done:
+				endStream("ended (" + stream.reason().Error() + ")")
+			default:
+			}
+		}
+		var updates, ended <-chan struct{}
+		if stream != nil {
+			updates, ended = stream.updates, stream.done
+		}
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("interrupted after %d polls: %w", resp.Polls, ctx.Err())
+		case <-ended:
+			endStream("ended (" + stream.reason().Error() + ")")
+			continue
+		case <-updates:
+			if pollMemUnder || streamPolls >= drainPolls || !stream.under(want, resp.ThresholdMiB) {
+				continue
+			}
+			streamPolls++
 		case <-timer.C:
+			streamPolls = 0
+			if stream != nil && stream.stalled() {
+				endStream(fmt.Sprintf("stalled (no reading for %s, pid %d killed)", memStreamStall, stream.pid))
+			}
 		}
-		pollStart := time.Now()
+		pollStart = time.Now()
+		// With the stream, the poll starts no --query-gpu: the /proc scan
+		// runs first and the memory comes from the stream after it.
+		fromStream := stream != nil && len(smi.lastGPUs) > 0 // a stream has an smi
+		if fromStream {
+			smi.reuse = true
+		}
 		gs, smiErr, err := s.read(ctx, smi, findErr)
+		if fromStream {
+			smi.reuse = false
+		}
+		if fromStream && err == nil && smiErr == nil {
+			gs, smiErr, err = s.streamMemory(ctx, gs, smi, findErr, stream, pollStart)
+		}
 		if err == nil {
 			err = smiErr
 		}
@@ -153,6 +210,13 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 			status = assessChosen(gs, gs.ghosts, want, resp.ThresholdMiB)
 		}
 		last = gs
+		pollMemUnder = memUnder(chosen, resp.ThresholdMiB)
+		if !streamTried && gs.smiOK && smi != nil && memStreamPeriod > 0 {
+			streamTried = true
+			if stream, err = startMemStream(smi.path, memStreamPeriod); err != nil {
+				notes = append(notes, err.Error()+": polled every "+interval.String())
+			}
+		}
 		sample := Sample{T: Duration(pollStart.Sub(start)), UsedMiB: map[int]int64{}, Holders: len(blockingPIDs(status))}
 		for _, g := range chosen {
 			sample.UsedMiB[g.Index] = g.MemUsedMiB
@@ -270,7 +334,8 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		// Memory over the threshold with no owner left is usually the
 		// driver releasing a dead worker's memory (72 ms on the H200):
 		// look again soon, a few times, instead of a whole interval later.
-		if draining(status) && fastPolls < drainPolls {
+		// The stream, when there, watches the drain for free.
+		if draining(status) && fastPolls < drainPolls && stream == nil {
 			fastPolls++
 			next = pollStart.Add(min(interval, drainInterval))
 		} else if !draining(status) {
@@ -308,6 +373,58 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 	return resp, nil
 }
 
+// streamMemory fills in the memory of a poll's GPUs (read with reuse) from
+// the stream, from lines that came after the poll started; when none come
+// in time it runs --query-gpu as a poll without the stream does, and reads
+// the host again if that lists other GPUs.
+//
+// Why that keeps the verdict true: a reading from after the poll started
+// is as new as the --query-gpu the poll would have run, and it is awaited
+// after the /proc scan, so it usually comes after the scan too. A holder
+// the scan finds gone had either exited before the reading (its memory
+// released, or still draining and so read) or had its memory in it; only a
+// process that allocates and is gone within the poll escapes, as it would
+// between a query and a scan. A reading from before the poll (the one that
+// brought it) could predate the allocation of a holder the scan then
+// misses: it is never used.
+func (s *scanner) streamMemory(ctx context.Context, gs gpuState, smi *smiRunner, findErr error, stream *memStream, pollStart time.Time) (gpuState, error, error) {
+	idx := make([]int, len(smi.lastGPUs))
+	for i, g := range smi.lastGPUs {
+		idx[i] = g.Index
+	}
+	used, ok := stream.readingsSince(ctx, pollStart, idx, 0)
+	if !ok {
+		if err := ctx.Err(); err != nil {
+			return gs, nil, err
+		}
+		listed := smi.lastGPUs
+		gpus, err := smi.queryGPUs(ctx)
+		if err != nil {
+			return gs, err, nil
+		}
+		if !sameGPUs(gpus, listed) {
+			return s.read(ctx, smi, findErr)
+		}
+		used = map[int]int64{}
+		for _, g := range gpus {
+			used[g.Index] = g.MemUsedMiB
+		}
+	}
+	for i := range gs.gpus {
+		if g := &gs.gpus[i]; g.Source == SourceSMI {
+			if v, ok := used[g.Index]; ok {
+				g.MemUsedMiB = v
+			}
+		}
+	}
+	return gs, nil, nil
+}
+
+// sameGPUs: the same indices and uuids, in the same order.
+func sameGPUs(a, b []GPU) bool {
+	return slices.EqualFunc(a, b, func(x, y GPU) bool { return x.Index == y.Index && x.UUID == y.UUID })
+}
+
 // assessChosen judges every GPU (a holder's GPUs are only known against
 // all of them) and keeps the chosen ones.
 func assessChosen(gs gpuState, ghosts []Ghost, want map[int]bool, th map[int]int64) []GPUStatus {
@@ -319,6 +436,16 @@ func assessChosen(gs gpuState, ghosts []Ghost, want map[int]bool, th map[int]int
 		}
 	}
 	return out
+}
+
+// memUnder: every chosen GPU's memory is known and at or under its threshold.
+func memUnder(chosen []GPU, th map[int]int64) bool {
+	for _, g := range chosen {
+		if g.MemUsedMiB < 0 || g.MemUsedMiB > th[g.Index] {
+			return false
+		}
+	}
+	return len(chosen) > 0
 }
 
 // chosenGPUs are the GPUs of want, in index order.

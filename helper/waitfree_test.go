@@ -262,8 +262,13 @@ func countingSMI(t *testing.T, h *host) (Config, func() (gpu, apps int)) {
 
 // While a worker the listing has judged holds the GPU, a poll runs
 // nvidia-smi once; compute apps are read again only every appsRefresh
-// polls. A monitor, once judged, costs nothing more either.
+// polls. A monitor, once judged, costs nothing more either. Without the
+// memory stream (with it, polls run no --query-gpu at all: see
+// TestWaitFreeStreamMemoryReplacesQuery).
 func TestWaitFreeSMIRunsPerPoll(t *testing.T) {
+	old := memStreamPeriod
+	memStreamPeriod = 0
+	t.Cleanup(func() { memStreamPeriod = old })
 	h := newHost(t, 1)
 	cfg, calls := countingSMI(t, h)
 	h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidia-uvm"), "--mem-mib", "5000")

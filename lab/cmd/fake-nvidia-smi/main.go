@@ -4,6 +4,11 @@
 //	nvidia-smi -L
 //	nvidia-smi --query-gpu=index,uuid,name,pci.bus_id,memory.used,memory.total --format=csv,noheader,nounits
 //	nvidia-smi --query-compute-apps=pid,process_name,gpu_uuid,gpu_bus_id,used_memory --format=csv,noheader,nounits
+//	nvidia-smi -lms N --query-gpu=... (or -l S, --loop-ms=N, --loop=S)
+//
+// With a loop option it prints the query's rows (the header once) every
+// period, observing the holders anew each time, until killed, as the real
+// tool does.
 //
 // Its GPUs come from a JSON config (labgpu.Config): the file named by
 // $FAKE_NVIDIA_SMI_CONFIG, else fake-nvidia-smi.json beside the path it was
@@ -81,6 +86,7 @@ type request struct {
 	header   bool
 	units    bool
 	csvGiven bool
+	loop     time.Duration // 0: print once
 }
 
 func parseArgs(args []string) (request, error) {
@@ -108,6 +114,19 @@ func parseArgs(args []string) (request, error) {
 			}
 			r.form = map[string]string{"--query-gpu": "query-gpu", "--query-compute-apps": "compute-apps"}[name]
 			r.fields = strings.Split(v, ",")
+		case "-lms", "--loop-ms", "-l", "--loop":
+			v, err := needVal()
+			if err != nil {
+				return r, err
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				return r, fmt.Errorf("invalid value %q for %s", v, name)
+			}
+			r.loop = time.Duration(n) * time.Millisecond
+			if name == "-l" || name == "--loop" {
+				r.loop = time.Duration(n) * time.Second
+			}
 		case "--format":
 			v, err := needVal()
 			if err != nil {
@@ -170,11 +189,30 @@ func run(args []string) int {
 		fmt.Println("No devices were found")
 		return exitNoDevices
 	}
-	st, err := observe(cfgPath, cfg)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "fake-nvidia-smi: %v\n", err)
-		return exitNoDriver
+	// Readings come on a schedule, as NVML's do: a slow /proc scan eats
+	// into the sleep instead of stretching the period.
+	next := time.Now()
+	for {
+		st, err := observe(cfgPath, cfg)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "fake-nvidia-smi: %v\n", err)
+			return exitNoDriver
+		}
+		if rc := answer(req, cfg, st); rc != 0 || req.loop == 0 || req.form == "list" {
+			return rc
+		}
+		req.header = false // the real tool prints it once
+		next = next.Add(req.loop)
+		if wait := time.Until(next); wait > 0 {
+			time.Sleep(wait)
+		} else {
+			next = time.Now() // behind: no burst to catch up
+		}
 	}
+}
+
+// answer prints one reading of the form.
+func answer(req request, cfg *labgpu.Config, st *observed) int {
 	memText := func(v int64) string {
 		switch cfg.FaultFor(req.form) {
 		case labgpu.FaultNA:

@@ -469,3 +469,64 @@ func TestHangWithChild(t *testing.T) {
 		t.Errorf("the hung tool exited: %v", err)
 	}
 }
+
+// -lms prints the current state every period until killed: one line per
+// GPU per period, the header once, a holder started meanwhile seen in the
+// lines after it.
+func TestLoopMS(t *testing.T) {
+	for _, format := range []string{noUnits, "--format=csv"} {
+		h := newH200(t) // a holder of its own
+		cmd := exec.Command(h.smi, "-lms", "10", "--query-gpu=index,memory.used", format)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// A bound, not a measure: a fake that never shows the holder is
+		// killed, and the lines say what it printed.
+		bound := time.AfterFunc(time.Minute, func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+		sc := bufio.NewScanner(out)
+		var lines []string
+		var started bool
+		for sc.Scan() {
+			lines = append(lines, sc.Text())
+			if strings.HasPrefix(sc.Text(), "0, ") && strings.Count(strings.Join(lines, "\n"), "0, 0") == 3 && !started {
+				h.start("python3", "--dev", h.dv("nvidia0"), "--mem-mib", "700")
+				started = true
+			}
+			if strings.HasSuffix(sc.Text(), "700") || strings.HasSuffix(sc.Text(), "700 MiB") {
+				break
+			}
+		}
+		bound.Stop()
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+		body := lines
+		if format == "--format=csv" {
+			if len(lines) == 0 || lines[0] != "index, memory.used [MiB]" {
+				t.Fatalf("%s: first line %q, want the header", format, lines)
+			}
+			body = lines[1:]
+		}
+		if len(body) < 4 {
+			t.Fatalf("%s: lines %q: want readings before and after the holder", format, lines)
+		}
+		for i, l := range body {
+			if strings.HasPrefix(l, "index") {
+				t.Errorf("%s: header repeated at line %d: %q", format, i, lines)
+			}
+			if i < 3 && l != "0, 0" && l != "0, 0 MiB" {
+				t.Errorf("%s: idle reading %d %q", format, i, l)
+			}
+		}
+		if last := body[len(body)-1]; last != "0, 700" && last != "0, 700 MiB" {
+			t.Errorf("%s: the holder is never seen: %q", format, lines)
+		}
+	}
+	if out, code := newH200(t).run("-lms", "0", queryGPU, noUnits); code != exitUsage || !strings.Contains(out, "invalid value") {
+		t.Errorf("-lms 0: exit %d %q", code, out)
+	}
+}

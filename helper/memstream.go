@@ -1,0 +1,335 @@
+package helper
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// memStreamPeriod is the -lms period of the memory stream a wait-free reads
+// while it waits; 0 turns the stream off (tests compare with plain polling).
+// On the H200 (2026-12-01, hw/h200/probe_stream.py) `nvidia-smi -lms 10`
+// printed a line every 10.1 ms and showed a release in the same
+// millisecond as a 1 ms NVML poller, where one --query-gpu process took
+// 21 ms.
+var memStreamPeriod = 10 * time.Millisecond
+
+// memStreamStall: a stream printing nothing this long is stuck (a wedged
+// driver call); the wait kills it and polls as before.
+var memStreamStall = 2 * time.Second
+
+// memStreamHook, when set by tests, is told each stream's pid once started.
+var memStreamHook func(pid int)
+
+// memStreamSignalHook, when set by tests, is told every signal sent to a
+// stream's process group.
+var memStreamSignalHook func(pid int, sig syscall.Signal)
+
+// memStream is one long-running `nvidia-smi --query-gpu=index,memory.used
+// -lms N`: the real tool prints one line per GPU every N ms until killed
+// (no header with noheader), so each line is the GPU's latest reading.
+type memStream struct {
+	cmd     *exec.Cmd
+	pid     int
+	updates chan struct{} // one pending signal: a new reading arrived
+	done    chan struct{} // closed when the output is read and the process reaped
+
+	// pmu orders signalling the group against reaping its leader: while
+	// the leader is unreaped (at worst a zombie) its pid, which is the
+	// group's id, names no other process or group.
+	pmu    sync.Mutex
+	reaped bool
+	stop   bool // close asked for the end
+
+	mu      sync.Mutex
+	used    map[int]int64     // latest memory.used by index; -1 unknown
+	at      map[int]time.Time // when each index's latest line came
+	last    time.Time         // when the last line came
+	gap     time.Duration     // the latest time between two lines of one GPU
+	changed chan struct{}     // closed and replaced on every line
+	err     error             // why the stream ended (read after done)
+}
+
+// startMemStream starts the stream in its own process group.
+func startMemStream(path string, period time.Duration) (*memStream, error) {
+	ms := max(period.Milliseconds(), 1)
+	// -lms first: options may come in any order.
+	argv := []string{path, "-lms", strconv.FormatInt(ms, 10), "--query-gpu=index,memory.used", csvFormat}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	// Our own pipe, not StdoutPipe: reading it must not depend on Wait,
+	// which here only reaps.
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("memory stream %s: stdout pipe: %w", path, err)
+	}
+	cmd.Stdout = w
+	stderr := &lockedTail{max: 4096}
+	cmd.Stderr = stderr
+	// A grandchild keeping stderr open must not hold the reap up.
+	cmd.WaitDelay = time.Second
+	err = cmd.Start()
+	w.Close() // the child has it; ours would hide its EOF
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("memory stream %s: %w", path, err)
+	}
+	s := &memStream{
+		cmd: cmd, pid: cmd.Process.Pid, updates: make(chan struct{}, 1), done: make(chan struct{}),
+		used: map[int]int64{}, at: map[int]time.Time{}, last: time.Now(), changed: make(chan struct{}),
+	}
+	if memStreamHook != nil {
+		memStreamHook(s.pid)
+	}
+	readDone := make(chan error, 1)
+	go func() {
+		err := s.read(r)
+		if err != nil {
+			// A bad line: the stream is of no use any more.
+			s.signal(syscall.SIGKILL)
+		}
+		readDone <- err
+	}()
+	go func() {
+		waitErr := s.reap()
+		var readErr error
+		select {
+		case readErr = <-readDone:
+		case <-time.After(time.Second):
+			// Something outside the group still holds stdout.
+			r.Close()
+			readErr = <-readDone
+		}
+		r.Close()
+		s.pmu.Lock()
+		stopped := s.stop
+		s.pmu.Unlock()
+		s.mu.Lock()
+		switch {
+		case stopped:
+			s.err = errors.New("stopped")
+		case readErr != nil:
+			s.err = readErr
+		case waitErr != nil:
+			s.err = withOutput(fmt.Errorf("%s: %w", path, waitErr), stderr.bytes())
+		default:
+			s.err = withOutput(fmt.Errorf("%s exited", path), stderr.bytes())
+		}
+		s.mu.Unlock()
+		close(s.done)
+	}()
+	return s, nil
+}
+
+// reap waits for the leader to exit without releasing its pid (WNOWAIT),
+// then reaps it under pmu, so that signal never reaches a recycled group
+// id (remote/proxycommand.go does the same for ProxyCommand).
+func (s *memStream) reap() error {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, s.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	err := s.cmd.Wait()
+	s.reaped = true
+	return err
+}
+
+// signal sends sig to the stream's process group (a wrapper's children
+// too), unless its leader is reaped already.
+func (s *memStream) signal(sig syscall.Signal) {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	if s.reaped {
+		return
+	}
+	_ = syscall.Kill(-s.pid, sig)
+	if memStreamSignalHook != nil {
+		memStreamSignalHook(s.pid, sig)
+	}
+}
+
+// read parses lines until the output ends or a line is not a reading.
+func (s *memStream) read(r interface{ Read([]byte) (int, error) }) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 4096), 64<<10)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		idx, used, err := parseMemLine(line)
+		if err != nil {
+			return fmt.Errorf("memory stream line %d %.200q: %w", n, line, err)
+		}
+		now := time.Now()
+		s.mu.Lock()
+		if prev, ok := s.at[idx]; ok {
+			s.gap = now.Sub(prev)
+		}
+		s.used[idx], s.at[idx], s.last = used, now, now
+		close(s.changed)
+		s.changed = make(chan struct{})
+		s.mu.Unlock()
+		select {
+		case s.updates <- struct{}{}:
+		default:
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("memory stream line %d: %w", n+1, err)
+	}
+	return nil
+}
+
+// parseMemLine reads "index, memory.used" (nounits); [N/A] reads as -1.
+func parseMemLine(line string) (int, int64, error) {
+	if isSMIMessage(line) {
+		return 0, 0, errors.New("nvidia-smi message, not a reading")
+	}
+	f, err := csvFields(line, 2, -1)
+	if err != nil || len(f) != 2 {
+		return 0, 0, fmt.Errorf("want 2 columns (index, memory.used)")
+	}
+	idx, err := strconv.Atoi(f[0])
+	if err != nil || idx < 0 {
+		return 0, 0, fmt.Errorf("index %.40q is not a number", f[0])
+	}
+	used, err := parseMiB(f[1])
+	if err != nil {
+		return 0, 0, fmt.Errorf("memory.used: %w", err)
+	}
+	return idx, used, nil
+}
+
+// under: every wanted GPU has a reading at or under its threshold.
+func (s *memStream) under(want map[int]bool, th map[int]int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(want) == 0 {
+		return false
+	}
+	for i := range want {
+		v, ok := s.used[i]
+		t, hasT := th[i]
+		if !ok || !hasT || v < 0 || v > t {
+			return false
+		}
+	}
+	return true
+}
+
+// stalled: no line for memStreamStall.
+func (s *memStream) stalled() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Since(s.last) > memStreamStall
+}
+
+// reason is why the stream ended; call after done.
+func (s *memStream) reason() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// close kills the stream, unless it ended by itself, and waits until it
+// is reaped.
+func (s *memStream) close() {
+	s.pmu.Lock()
+	s.stop = !s.reaped
+	s.pmu.Unlock()
+	s.signal(syscall.SIGKILL)
+	<-s.done
+}
+
+// lockedTail keeps the first max bytes a process writes (its stderr: the
+// reason comes first), safe to read while exec's copy still runs.
+type lockedTail struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *lockedTail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if room := t.max - len(t.b); room > 0 {
+		t.b = append(t.b, p[:min(room, len(p))]...)
+	}
+	return len(p), nil // dropping the rest must not stop the tool
+}
+
+func (t *lockedTail) bytes() []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]byte(nil), t.b...)
+}
+
+// freshWait is how long a poll waits for a reading newer than its start
+// before it runs --query-gpu instead: about two of the stream's actual
+// periods (on the H200 the -lms period, well under the ~25 ms one
+// nvidia-smi process costs; on a loaded machine whatever it manages).
+func (s *memStream) freshWait() time.Duration {
+	s.mu.Lock()
+	gap := s.gap
+	s.mu.Unlock()
+	return min(max(3*memStreamPeriod, 2*gap, 5*time.Millisecond), memStreamStall)
+}
+
+// readingsSince returns the memory of each GPU in idx from lines that came
+// after t, waiting up to wait (freshWait when 0) for them; false when they do not come in
+// time (the caller runs --query-gpu instead). A line's arrival bounds when
+// nvidia-smi read NVML from above only, but the reader is a goroutine of
+// its own doing nothing else, and a later line always replaces an earlier
+// one, so what is returned is the newest reading the stream has given.
+func (s *memStream) readingsSince(ctx context.Context, t time.Time, idx []int, wait time.Duration) (map[int]int64, bool) {
+	if wait <= 0 {
+		wait = s.freshWait()
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		out, ok := make(map[int]int64, len(idx)), len(idx) > 0
+		for _, i := range idx {
+			at, seen := s.at[i]
+			if !seen || !at.After(t) {
+				ok = false
+				break
+			}
+			out[i] = s.used[i]
+		}
+		changed := s.changed
+		s.mu.Unlock()
+		if ok {
+			return out, true
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return nil, false
+		case <-ctx.Done():
+			return nil, false
+		case <-s.done:
+			return nil, false
+		}
+	}
+}
