@@ -420,7 +420,7 @@ type seen struct {
 // so that concurrent calls do not lose each other's sightings.
 func observe(cfgPath string, cfg *labgpu.Config) (*observed, error) {
 	delay, _ := cfg.Delay()
-	procs, err := labgpu.Scan("/proc", cfg.DevDir)
+	procs, err := labgpu.ScanClaims("/proc", cfg.DevDir)
 	if err != nil {
 		return nil, err
 	}
