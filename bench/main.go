@@ -55,6 +55,7 @@ func main() {
 	gpushBin := flag.String("gpush", "", "gpush binary (default: build one)")
 	dir := flag.String("dir", "", "lab folder (default: a temporary one, removed)")
 	sleep := flag.String("sleep", "5", "the one-liner's sleep between fuser -k and nvidia-smi (seconds)")
+	peers = flag.Bool("peers", true, "also measure pdsh and the one-liner (-peers=false: gpush alone, e.g. for its memory at 1000 hosts)")
 	userHome = flag.Bool("user-home", false, "sessions keep the login user's own HOME and shell startup files (default: an empty home of the lab's)")
 	flag.Parse()
 	var list []time.Duration
@@ -79,8 +80,8 @@ func main() {
 	}
 }
 
-// userHome is -user-home.
-var userHome *bool
+// userHome is -user-home; peers is -peers.
+var userHome, peers *bool
 
 type row struct {
 	rtt  time.Duration
@@ -126,6 +127,9 @@ func bench(n int, rtts []time.Duration, gpushBin, dir, sleep string) error {
 			return err
 		}
 		rows = append(rows, r...)
+		if !*peers {
+			continue
+		}
 		// The one-liner needs leftovers of its own.
 		r, err = runOneLiner(ctx, n, rtt, filepath.Join(dir, fmt.Sprintf("rtt%v-b", rtt)), bins, sleep)
 		if err != nil {
@@ -230,6 +234,9 @@ func runGpushAndPdsh(ctx context.Context, n int, rtt time.Duration, dir string, 
 		}
 		fmt.Printf("warm-up gpush gpu_status.lua exited %d (%s); again\n", s.code, recap(s.stdout))
 	}
+	if !*peers {
+		return []row{{rtt, toolGpush, measureFree(ctx, l, env, gpushBin, common)}}, nil
+	}
 	cfg, err := pdshConfig(l)
 	if err != nil {
 		return nil, err
@@ -252,6 +259,11 @@ func runGpushAndPdsh(ctx context.Context, n int, rtt time.Duration, dir string, 
 		return nil, fmt.Errorf("pdsh status: %d GPU lines, want %d:\n%s", got, 4*n, tail(p.stdout))
 	}
 	fmt.Printf("pdsh: wall %v cpu %v\n", p.wall.Round(time.Millisecond), p.cpu.Round(time.Millisecond))
+	return []row{{rtt, toolGpush, measureFree(ctx, l, env, gpushBin, common)}, {rtt, toolPdsh, p}}, nil
+}
+
+// measureFree measures the warm gpush free_gpus.lua and what it left.
+func measureFree(ctx context.Context, l *lab.Lab, env []string, gpushBin string, common []string) sample {
 	g := measure(ctx, l, env, gpushBin, append([]string{"run", "free_gpus.lua"}, common...)...)
 	if g.code != 0 {
 		fmt.Printf("gpush free_gpus.lua exited %d (reported in the table):\n%s\n%s\n", g.code, tail(g.stdout), g.stderr)
@@ -259,7 +271,7 @@ func runGpushAndPdsh(ctx context.Context, n int, rtt time.Duration, dir string, 
 	g.held, g.collat = after(l)
 	g.checked = true
 	fmt.Printf("gpush: wall %v cpu %v, %d GPUs held after; %s\n", g.wall.Round(time.Millisecond), g.cpu.Round(time.Millisecond), g.held, recap(g.stdout))
-	return []row{{rtt, toolGpush, g}, {rtt, toolPdsh, p}}, nil
+	return g
 }
 
 // pdshConfig writes the lab's ssh_config with a SetEnv naming each host.
