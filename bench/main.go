@@ -264,6 +264,8 @@ func runGpushAndPdsh(ctx context.Context, n int, rtt time.Duration, dir string, 
 
 // measureFree measures the warm gpush free_gpus.lua and what it left.
 func measureFree(ctx context.Context, l *lab.Lab, env []string, gpushBin string, common []string) sample {
+	// The controller's CPU profile stays in the lab folder (kept with -dir).
+	env = append(env[:len(env):len(env)], "GPUSH_CPUPROFILE="+filepath.Join(l.Dir, "gpush-free.cpu.pprof"))
 	g := measure(ctx, l, env, gpushBin, append([]string{"run", "free_gpus.lua"}, common...)...)
 	if g.code != 0 {
 		fmt.Printf("gpush free_gpus.lua exited %d (reported in the table):\n%s\n%s\n", g.code, tail(g.stdout), g.stderr)
