@@ -28,6 +28,10 @@ type fakeClock struct {
 	t0    time.Time
 	waits []time.Duration
 	gate  chan chan time.Time // non-nil: the test fires each wait
+	// ungated, once closed, fires waits at once again: the test is done
+	// watching, and the proxy's closing waits (EOF chunks) must not block
+	// its Close.
+	ungated chan struct{}
 }
 
 func (c *fakeClock) now() time.Time { return c.t0 }
@@ -38,8 +42,11 @@ func (c *fakeClock) after(d time.Duration) <-chan time.Time {
 	c.mu.Unlock()
 	ch := make(chan time.Time, 1)
 	if c.gate != nil {
-		c.gate <- ch
-		return ch
+		select {
+		case c.gate <- ch:
+			return ch
+		case <-c.ungated:
+		}
 	}
 	ch <- c.t0.Add(d)
 	return ch
@@ -149,12 +156,15 @@ func commonPrefix(a, b []byte) int {
 }
 
 func TestNothingArrivesBeforeTheDelay(t *testing.T) {
-	clk := &fakeClock{t0: time.Unix(1000, 0), gate: make(chan chan time.Time)}
+	clk := &fakeClock{t0: time.Unix(1000, 0), gate: make(chan chan time.Time), ungated: make(chan struct{})}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	// Deferred, so before the proxy's Close (a cleanup): the EOFs the
+	// deferred closes cause are waits nobody fires.
+	defer close(clk.ungated)
 	p := startProxy(t, ln.Addr().String(), 50*time.Millisecond, Options{Now: clk.now, After: clk.after})
 	c, err := net.Dial("tcp", p.Addr())
 	if err != nil {
