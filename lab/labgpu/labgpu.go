@@ -214,14 +214,15 @@ func scan(procDir, devDir string, claimsOnly bool) ([]Proc, error) {
 				continue
 			}
 		}
-		devs := devsUnder(filepath.Join(base, "fd"), devDir)
+		devs, nfds := devsUnder(filepath.Join(base, "fd"), devDir)
 		// A thread-group leader that exited has no fds of its own; its
 		// live threads still hold the process's files (and its context).
+		// Threads share the leader's table otherwise: not read again.
 		live := base
-		if len(devs) == 0 {
+		if nfds == 0 {
 			tasks, _ := os.ReadDir(filepath.Join(base, "task"))
 			for _, t := range tasks {
-				if d := devsUnder(filepath.Join(base, "task", t.Name(), "fd"), devDir); len(d) > 0 {
+				if d, _ := devsUnder(filepath.Join(base, "task", t.Name(), "fd"), devDir); len(d) > 0 {
 					devs, live = d, filepath.Join(base, "task", t.Name())
 					break
 				}
@@ -260,11 +261,12 @@ func scan(procDir, devDir string, claimsOnly bool) ([]Proc, error) {
 	return out, nil
 }
 
-// devsUnder lists the files under devDir that an fd folder's links name.
-func devsUnder(fdDir, devDir string) map[string]bool {
+// devsUnder lists the files under devDir that an fd folder's links name,
+// and how many fds it has.
+func devsUnder(fdDir, devDir string) (map[string]bool, int) {
 	fds, err := os.ReadDir(fdDir)
 	if err != nil {
-		return nil
+		return nil, 0
 	}
 	devs := map[string]bool{}
 	for _, fd := range fds {
@@ -273,5 +275,5 @@ func devsUnder(fdDir, devDir string) map[string]bool {
 			devs[strings.TrimPrefix(l, devDir+"/")] = true
 		}
 	}
-	return devs
+	return devs, len(fds)
 }
