@@ -337,6 +337,19 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 	if sig == unix.SIGKILL {
 		waiting = s.waitGone(ctx, waiting, killWait, OutcomeKilled)
 	} else {
+		// A process that ignores the first signal (SIG_IGN) was not even
+		// told: the grace period would only delay the KILL it will get.
+		// A handler (or a blocked signal) may still end it: those wait.
+		var ignoring []*victim
+		waiting, ignoring = s.splitIgnoring(waiting, sig)
+		if len(ignoring) > 0 && ctx.Err() == nil {
+			for _, v := range ignoring {
+				v.res.Reason = sigName + " is ignored (SIG_IGN in /proc/PID/status SigIgn): KILL without the grace period"
+			}
+			waiting = append(waiting, s.killSurvivors(ctx, ignoring)...)
+		} else {
+			waiting = append(waiting, ignoring...)
+		}
 		waiting = s.waitGone(ctx, waiting, grace, OutcomeExited)
 		// KILL whatever ignored the first signal, unless the grace period
 		// was cut short: an interrupt is no licence to skip it.
@@ -370,6 +383,33 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 	resp.Supervisors = append(s.supervisors(resp.Results), s.unitSupervisors(ctx, resp.Results, units)...)
 	resp.Elapsed = Duration(time.Since(start))
 	return resp, nil
+}
+
+// splitIgnoring sets apart the victims whose disposition for sig is
+// SIG_IGN (read after sig was sent, the identity re-checked after the
+// read): sig was discarded for them.
+func (s *scanner) splitIgnoring(vs []*victim, sig unix.Signal) (rest, ignoring []*victim) {
+	for _, v := range vs {
+		b, err := os.ReadFile(s.proc.path(v.res.PID, "status"))
+		alive, reused, _ := s.liveness(v.res.Identity)
+		if err == nil && alive && !reused && sigIgnored(b, sig) {
+			ignoring = append(ignoring, v)
+			continue
+		}
+		rest = append(rest, v)
+	}
+	return rest, ignoring
+}
+
+// sigIgnored reads the SigIgn mask of a /proc/PID/status.
+func sigIgnored(status []byte, sig unix.Signal) bool {
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && sig >= 1 && sig <= 64 && mask&(1<<(uint(sig)-1)) != 0
+		}
+	}
+	return false
 }
 
 // killSurvivors sends KILL to what outlived the first signal and waits for

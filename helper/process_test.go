@@ -451,19 +451,59 @@ func TestKillPlain(t *testing.T) {
 	p.done <- err // for the cleanup
 }
 
+// A holder with SIGTERM set to SIG_IGN was never told: it gets KILL at
+// once. The grace is an hour and the request's context a minute: had the
+// grace been waited, the context would end it first, "KILL not sent".
 func TestKillIgnoresTerm(t *testing.T) {
 	h := newHost(t, 1)
 	p := h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "4706", "--ignore-term")
-	r, err := Kill(context.Background(), KillRequest{Config: h.cfg, Targets: []Identity{identity(t, p.pid)}, Grace: Duration(200 * time.Millisecond)})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := Kill(ctx, KillRequest{Config: h.cfg, Targets: []Identity{identity(t, p.pid)}, Grace: Duration(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	x := result(t, r, p.pid)
-	if x.Outcome != OutcomeKilled || strings.Join(x.Signals, ",") != "TERM,KILL" {
+	if x.Outcome != OutcomeKilled || strings.Join(x.Signals, ",") != "TERM,KILL" || !strings.Contains(x.Reason, "SIG_IGN") {
 		t.Errorf("result %+v", x)
 	}
 	if alive(p.pid) {
 		t.Error("still alive")
+	}
+}
+
+// A holder that catches SIGTERM and carries on may still be draining: it
+// gets the whole grace before KILL.
+func TestKillCatchesTermWaitsGrace(t *testing.T) {
+	h := newHost(t, 1)
+	p := h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "4706", "--catch-term")
+	const grace = 300 * time.Millisecond
+	r, err := Kill(context.Background(), KillRequest{Config: h.cfg, Targets: []Identity{identity(t, p.pid)}, Grace: Duration(grace)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := result(t, r, p.pid)
+	if x.Outcome != OutcomeKilled || strings.Join(x.Signals, ",") != "TERM,KILL" || strings.Contains(x.Reason, "SIG_IGN") {
+		t.Errorf("result %+v", x)
+	}
+	// A lower bound only: KILL cannot come before the grace was waited.
+	if r.Elapsed.D() < grace {
+		t.Errorf("KILL after %v, before the %v grace", r.Elapsed.D(), grace)
+	}
+	if alive(p.pid) {
+		t.Error("still alive")
+	}
+}
+
+func TestSigIgnored(t *testing.T) {
+	status := []byte("Name:\tx\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000004001\nSigCgt:\t0000000000000002\n")
+	for sig, want := range map[unix.Signal]bool{unix.SIGTERM: true, unix.SIGHUP: true, unix.SIGINT: false, unix.SIGKILL: false} {
+		if got := sigIgnored(status, sig); got != want {
+			t.Errorf("signal %d: ignored %v, want %v", sig, got, want)
+		}
+	}
+	if sigIgnored([]byte("Name:\tx\n"), unix.SIGTERM) {
+		t.Error("no SigIgn line: ignored")
 	}
 }
 

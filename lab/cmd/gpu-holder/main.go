@@ -4,7 +4,8 @@
 // nvidia-smi reads from /proc/PID/cmdline.
 //
 //	gpu-holder --dev DIR/nvidia0 --dev DIR/nvidiactl --mem-mib 10240
-//	gpu-holder ... --ignore-term          # survives SIGTERM
+//	gpu-holder ... --ignore-term          # survives SIGTERM (SIG_IGN)
+//	gpu-holder ... --catch-term           # survives SIGTERM (a handler that carries on)
 //	gpu-holder ... --child-mem-mib 6144   # plus a child worker that outlives it
 //	gpu-holder ... --keeper               # plus a child that inherits the devices and
 //	                                      # keeps this process's memory when it dies
@@ -50,6 +51,7 @@ func main() {
 	flag.Var(&devs, "dev", "device file to hold open (repeatable)")
 	mem := flag.Int64("mem-mib", 0, "GPU memory (MiB) this process uses on each GPU device it holds")
 	ignoreTerm := flag.Bool("ignore-term", false, "ignore SIGTERM")
+	catchTerm := flag.Bool("catch-term", false, "catch SIGTERM and carry on")
 	childMem := flag.Int64("child-mem-mib", 0, "also start a child holder of the same devices using this much memory; it outlives this process")
 	keeper := flag.Bool("keeper", false, "also start a child that inherits the open devices and uses no memory of its own: "+
 		"after this process dies its memory stays charged to its pid (what the driver does for a forked child)")
@@ -68,6 +70,16 @@ func main() {
 	}
 	if *ignoreTerm {
 		signal.Ignore(syscall.SIGTERM)
+	}
+	if *catchTerm {
+		// A handler, not SIG_IGN: the kernel delivers TERM, the process
+		// decides (as a worker that drains before exiting would).
+		caught := make(chan os.Signal, 1)
+		signal.Notify(caught, syscall.SIGTERM)
+		go func() {
+			for range caught {
+			}
+		}()
 	}
 	files := make([]*os.File, 0, len(devs))
 	for _, d := range devs {
