@@ -738,7 +738,9 @@ func TestKillSkippedTargetDoesNotExpand(t *testing.T) {
 // and one cancelled during the grace period does not send KILL.
 func TestKillInterruptedDoesNotEscalate(t *testing.T) {
 	h := newHost(t, 1)
-	p := h.start("", "--dev", h.d("nvidia0"), "--ignore-term")
+	// A TERM handler, not SIG_IGN: one that ignores TERM gets KILL with no
+	// grace period to interrupt.
+	p := h.start("", "--dev", h.d("nvidia0"), "--catch-term")
 	id := identity(t, p.pid)
 
 	ctx, cancel := context.WithCancel(context.Background())

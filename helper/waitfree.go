@@ -150,6 +150,9 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		}
 		if fromStream && err == nil && smiErr == nil {
 			gs, smiErr, err = s.streamMemory(ctx, gs, smi, findErr, stream, pollStart)
+			if err == nil && smiErr == nil && memoryWithoutHolder(gs) {
+				gs, smiErr, err = s.rescanKeepingMemory(ctx, gs, smi, findErr)
+			}
 		}
 		if err == nil {
 			err = smiErr
@@ -418,6 +421,40 @@ func (s *scanner) streamMemory(ctx context.Context, gs gpuState, smi *smiRunner,
 		}
 	}
 	return gs, nil, nil
+}
+
+// memoryWithoutHolder: a GPU read over the baseline that no holder of the
+// scan holds. With the stream the reading comes after the scan: a process
+// that opened the GPU in between (a supervisor's new worker) shows as
+// memory without its holder.
+func memoryWithoutHolder(gs gpuState) bool {
+	for _, g := range gs.gpus {
+		if g.MemUsedMiB <= BaselineMiB {
+			continue
+		}
+		held := slices.ContainsFunc(gs.holders, func(h Holder) bool { return slices.Contains(h.GPUs, g.Index) })
+		if !held {
+			return true
+		}
+	}
+	return false
+}
+
+// rescanKeepingMemory scans /proc once more after the stream's reading and
+// keeps the reading: a scan after the reading finds every holder that was
+// there for it and has not exited since (whose memory is then released or
+// still in the reading), so no verdict gets freer than the reading allows.
+func (s *scanner) rescanKeepingMemory(ctx context.Context, gs gpuState, smi *smiRunner, findErr error) (gpuState, error, error) {
+	smi.reuse = true
+	again, smiErr, err := s.read(ctx, smi, findErr)
+	smi.reuse = false
+	if err != nil || smiErr != nil || !sameGPUs(again.gpus, gs.gpus) {
+		return gs, nil, nil // keep the first scan: it was consistent with the reading's GPUs
+	}
+	for i := range again.gpus {
+		again.gpus[i].MemUsedMiB = gs.gpus[i].MemUsedMiB
+	}
+	return again, nil, nil
 }
 
 // sameGPUs: the same indices and uuids, in the same order.
