@@ -1,6 +1,8 @@
 package remote
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -57,5 +59,32 @@ func TestParseProbe(t *testing.T) {
 		if _, err := parseProbe("g1", []byte(bad)); err == nil || !strings.Contains(err.Error(), "g1") {
 			t.Errorf("%q: want an error naming the host, got %v", bad, err)
 		}
+	}
+}
+
+// Uploads queue for a slot: when all are taken, a deployment waits, and
+// gives up with its ctx; a released slot serves the next.
+func TestUploadSlotsBound(t *testing.T) {
+	var releases []func()
+	for i := 0; i < cap(uploadSlots); i++ {
+		r, err := uploadSlot(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		releases = append(releases, r)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := uploadSlot(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("all slots taken: got %v, want the ctx's error", err)
+	}
+	releases[0]()
+	r, err := uploadSlot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r()
+	for _, r := range releases[1:] {
+		r()
 	}
 }
