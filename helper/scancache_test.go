@@ -199,13 +199,7 @@ func TestScanCacheOpenCloseIdle(t *testing.T) {
 // changes without running: when the sharer opens a device, the idle one
 // is listed too, and no longer once it is closed.
 func TestScanCacheSharedTable(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI needs python3 (make deps)")
-		}
-		t.Skip("needs python3")
-	}
+	py := needPython(t)
 	h := newHost(t, 1)
 	s, c := cachedScanner(t, h.cfg)
 	p, first := startCtl(t, py, "-c", shareFilesPy, h.d("nvidia0"))
@@ -667,13 +661,7 @@ func TestScanCacheMountChange(t *testing.T) {
 // A process of two threads is reused while both sleep (the thread list
 // path); when its second thread opens a device and exits, it is read.
 func TestScanCacheThreads(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI needs python3 (make deps)")
-		}
-		t.Skip("needs python3")
-	}
+	py := needPython(t)
 	h := newHost(t, 1)
 	s, c := cachedScanner(t, h.cfg)
 	p, _ := startCtl(t, py, "-c", twoThreadsPy, h.d("nvidia0"))
@@ -717,3 +705,17 @@ t.join()
 print("opened", flush=True)
 sys.stdin.readline()
 `
+
+// needPython finds python3: CI must have it (make deps), elsewhere the test
+// is skipped without it.
+func needPython(t *testing.T) string {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI needs python3 (make deps)")
+		}
+		t.Skip("needs python3")
+	}
+	return py
+}

@@ -210,15 +210,7 @@ func gone(pid int) bool {
 }
 
 func TestServeLoopCancelStopsTheVerbsChildren(t *testing.T) {
-	h := newHost(t, 1)
-	smi, pids := slowSMI(t)
-	cfg := h.cfg
-	cfg.NvidiaSMI, cfg.SMITimeout = smi, Duration(5*time.Minute)
-	req, _ := json.Marshal(WaitFreeRequest{Config: cfg, Timeout: Duration(5 * time.Minute)})
-	l := startLoop(t)
-	l.readHello()
-	l.send(`{"id":1,"verb":"wait-free","req":` + string(req) + `}`)
-	pid := waitPid(t, pids)
+	l, pid := loopInSlowWait(t)
 	// A second request runs meanwhile: the loop is not blocked by the first.
 	l.send(`{"id":2,"verb":"frobnicate"}`)
 	if r := l.reply(); r.ID != 2 || !r.Failed {
@@ -240,15 +232,7 @@ func TestServeLoopCancelStopsTheVerbsChildren(t *testing.T) {
 }
 
 func TestServeLoopEOFCancelsEverything(t *testing.T) {
-	h := newHost(t, 1)
-	smi, pids := slowSMI(t)
-	cfg := h.cfg
-	cfg.NvidiaSMI, cfg.SMITimeout = smi, Duration(5*time.Minute)
-	req, _ := json.Marshal(WaitFreeRequest{Config: cfg, Timeout: Duration(5 * time.Minute)})
-	l := startLoop(t)
-	l.readHello()
-	l.send(`{"id":1,"verb":"wait-free","req":` + string(req) + `}`)
-	pid := waitPid(t, pids)
+	l, pid := loopInSlowWait(t)
 	l.in.Close()
 	if code := l.exit(); code != 0 {
 		t.Fatalf("exit %d, want 0", code)
@@ -272,4 +256,19 @@ func TestServeLoopEndsWhenItsParentDies(t *testing.T) {
 	if !gone(pid) {
 		t.Fatalf("serve loop %d still runs after its parent died", pid)
 	}
+}
+
+// loopInSlowWait starts a loop and a wait-free (request 1) whose nvidia-smi
+// hangs, and returns the loop and that nvidia-smi's pid once it runs.
+func loopInSlowWait(t *testing.T) (*loop, int) {
+	t.Helper()
+	h := newHost(t, 1)
+	smi, pids := slowSMI(t)
+	cfg := h.cfg
+	cfg.NvidiaSMI, cfg.SMITimeout = smi, Duration(5*time.Minute)
+	req, _ := json.Marshal(WaitFreeRequest{Config: cfg, Timeout: Duration(5 * time.Minute)})
+	l := startLoop(t)
+	l.readHello()
+	l.send(`{"id":1,"verb":"wait-free","req":` + string(req) + `}`)
+	return l, waitPid(t, pids)
 }
