@@ -57,6 +57,7 @@ func main() {
 	sleep := flag.String("sleep", "5", "the one-liner's sleep between fuser -k and nvidia-smi (seconds)")
 	peers = flag.Bool("peers", true, "also measure pdsh and the one-liner (-peers=false: gpush alone, e.g. for its memory at 1000 hosts)")
 	userHome = flag.Bool("user-home", false, "sessions keep the login user's own HOME and shell startup files (default: an empty home of the lab's)")
+	isolate = flag.Bool("isolate", true, "each lab host gets a process view of its own (lab.Options.Isolate), as a real host has; -isolate=false: every host's scans read every lab host's processes")
 	flag.Parse()
 	var list []time.Duration
 	for _, s := range strings.Split(*rtts, ",") {
@@ -80,8 +81,8 @@ func main() {
 	}
 }
 
-// userHome is -user-home; peers is -peers.
-var userHome, peers *bool
+// userHome is -user-home; peers is -peers; isolate is -isolate.
+var userHome, peers, isolate *bool
 
 type row struct {
 	rtt  time.Duration
@@ -137,7 +138,11 @@ func bench(n int, rtts []time.Duration, gpushBin, dir, sleep string) error {
 		}
 		rows = append(rows, r...)
 	}
-	fmt.Printf("\n%d hosts (leftovers scenario, 4 fake GPUs each), one run each, every host behind its own latency proxy\n", n)
+	view := "each host with a process view of its own"
+	if !*isolate {
+		view = "every host seeing every lab host's processes"
+	}
+	fmt.Printf("\n%d hosts (leftovers scenario, 4 fake GPUs each, %s), one run each, every host behind its own latency proxy\n", n, view)
 	fmt.Printf("| RTT | tool | wall | ctl cpu | ctl RSS (tree) | conns/host | sessions/host | host cpu/host | GPUs held after | protected killed |\n")
 	fmt.Printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range rows {
@@ -181,7 +186,7 @@ const (
 func startLab(ctx context.Context, n int, rtt time.Duration, dir string, bins lab.Binaries) (*lab.Lab, error) {
 	fmt.Printf("starting %d lab hosts at RTT %v in %s ...\n", n, rtt, dir)
 	o := lab.Options{Hosts: n, Dir: dir, Scenario: lab.ScenarioLeftovers, Bin: bins,
-		HostRTT: func(int) time.Duration { return rtt }}
+		HostRTT: func(int) time.Duration { return rtt }, Isolate: *isolate}
 	// pdsh runs one command on every host: each learns its lab name from
 	// the environment its ssh sends (SetEnv in the bench's ssh_config).
 	o.SSHD.ExtraConfig = []string{"AcceptEnv GPUSH_LAB_HOST"}

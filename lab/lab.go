@@ -11,6 +11,7 @@ package lab
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -86,6 +87,7 @@ type Binaries struct {
 	Holder        string // lab/cmd/gpu-holder
 	FakeSMI       string // lab/cmd/fake-nvidia-smi
 	FakeSystemctl string // lab/cmd/fake-systemctl
+	Init          string // lab/cmd/lab-init (Options.Isolate)
 }
 
 // Options tunes Start.
@@ -119,6 +121,17 @@ type Options struct {
 	// HostRTT, when set, is host i's round trip (0-based) and gives every
 	// host a proxy, even at 0 (to measure the proxy's own cost).
 	HostRTT func(i int) time.Duration
+	// Isolate gives every host a process view of its own, as a real host
+	// has: its holders, services and SSH sessions run in a PID and mount
+	// namespace of its own, under a lab-init with that namespace's /proc,
+	// so that a scan on one host (the helper's, fuser's, the fake
+	// nvidia-smi's) reads that host's processes only instead of every lab
+	// host's. Every host then gets a proxy (at its RTT, else 0) that dials
+	// the sshd from a loopback address of its own; the sshd's ForceCommand
+	// enters the namespace of the host that address belongs to. Sessions
+	// reaching the sshd's own port see the machine's processes, as without
+	// Isolate. Start fails when namespaces cannot be made (needs root).
+	Isolate bool
 	// Log receives progress lines (default: discard).
 	Log io.Writer
 }
@@ -130,6 +143,9 @@ type Proc struct {
 	GPU       int    `json:"gpu"` // -1: holds no GPU
 	PID       int    `json:"pid"`
 	StartTime uint64 `json:"start_time"`
+	// HostPID is its pid as its host sees it (and gpush reports it): in
+	// the host's own PID namespace with Options.Isolate, else PID.
+	HostPID int `json:"host_pid"`
 	// Unit is the service whose cgroup it was started in.
 	Unit string `json:"unit,omitempty"`
 }
@@ -149,6 +165,12 @@ type Host struct {
 	Port int `json:"port"`
 	// RTT is the round trip its proxy adds (0 without a proxy).
 	RTT time.Duration `json:"rtt,omitempty"`
+	// InitPID is the machine's pid of the host's lab-init, pid 1 of its
+	// process view (Options.Isolate; 0 without).
+	InitPID int `json:"init_pid,omitempty"`
+	// ClientAddr is the loopback address its proxy dials the sshd from,
+	// which tells the sshd the session's host (Options.Isolate).
+	ClientAddr string `json:"client_addr,omitempty"`
 }
 
 // Lab is a running set of lab hosts.
@@ -173,6 +195,7 @@ type Lab struct {
 	bin     Binaries
 	opts    Options
 	proxies []*latency.Proxy
+	inits   map[string]*hostInit // by host name (Options.Isolate)
 	mu      sync.Mutex
 	procs   []*proc
 	stopCh  chan struct{}
@@ -232,7 +255,7 @@ func Start(ctx context.Context, o Options) (l *Lab, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("lab: current user: %w", err)
 	}
-	l = &Lab{Dir: dir, User: u.Username, opts: o, stopCh: make(chan struct{})}
+	l = &Lab{Dir: dir, User: u.Username, opts: o, stopCh: make(chan struct{}), inits: map[string]*hostInit{}}
 	defer func() {
 		if err != nil {
 			l.Stop()
@@ -247,7 +270,22 @@ func Start(ctx context.Context, o Options) (l *Lab, err error) {
 		so.LogLevel = "VERBOSE"
 	}
 	// Every lab host logs in through this one sshd at once.
-	so.ExtraConfig = append([]string{"MaxStartups 1000", "MaxSessions 1000"}, so.ExtraConfig...)
+	own := []string{"MaxStartups 1000", "MaxSessions 1000"}
+	if o.Isolate {
+		enter, err := l.writeEnter()
+		if err != nil {
+			return l, err
+		}
+		sftp, err := sshd.FindSFTPServer()
+		if err != nil {
+			return l, fmt.Errorf("lab: Isolate: %w", err)
+		}
+		// Before the caller's lines: a Match block of theirs must not
+		// swallow these. The subsystem runs through ForceCommand too, so it
+		// must be a program, not internal-sftp.
+		own = append(own, "Subsystem sftp "+sftp, "ForceCommand "+shellQuote(enter))
+	}
+	so.ExtraConfig = append(own, so.ExtraConfig...)
 	fmt.Fprintf(o.Log, "lab: starting sshd in %s\n", so.Dir)
 	if l.SSHD, err = sshd.Start(ctx, so); err != nil {
 		return l, fmt.Errorf("lab: %w", err)
@@ -263,6 +301,11 @@ func Start(ctx context.Context, o Options) (l *Lab, err error) {
 		h, err := l.layoutHost(fmt.Sprintf("lab%0*d", width, i+1), sc)
 		if err != nil {
 			return l, err
+		}
+		if o.Isolate {
+			if err := l.startInit(ctx, &h, i); err != nil {
+				return l, err
+			}
 		}
 		l.Hosts = append(l.Hosts, h)
 	}
@@ -287,7 +330,7 @@ func (l *Lab) startProxies() error {
 	for i := range l.Hosts {
 		h := &l.Hosts[i]
 		h.Port = l.SSHD.Port
-		rtt, proxied := l.opts.RTT, l.opts.RTT > 0
+		rtt, proxied := l.opts.RTT, l.opts.RTT > 0 || l.opts.Isolate
 		if l.opts.HostRTT != nil {
 			rtt, proxied = l.opts.HostRTT(i), true
 		}
@@ -297,7 +340,7 @@ func (l *Lab) startProxies() error {
 		if rtt < 0 {
 			return fmt.Errorf("lab host %s: negative RTT %v", h.Name, rtt)
 		}
-		p, err := latency.Listen(l.SSHD.Addr, rtt/2, latency.Options{})
+		p, err := latency.Listen(l.SSHD.Addr, rtt/2, latency.Options{LocalAddr: h.ClientAddr})
 		if err != nil {
 			return fmt.Errorf("lab host %s: %w", h.Name, err)
 		}
@@ -322,6 +365,7 @@ func Build(ctx context.Context, binDir string, have Binaries) (Binaries, error) 
 		{&b.Holder, "github.com/gpush/gpush/lab/cmd/gpu-holder", "gpu-holder"},
 		{&b.FakeSMI, "github.com/gpush/gpush/lab/cmd/fake-nvidia-smi", "fake-nvidia-smi"},
 		{&b.FakeSystemctl, "github.com/gpush/gpush/lab/cmd/fake-systemctl", "fake-systemctl"},
+		{&b.Init, "github.com/gpush/gpush/lab/cmd/lab-init", "lab-init"},
 	} {
 		if *t.field != "" {
 			continue
@@ -472,8 +516,20 @@ func (l *Lab) setupCgroups() {
 // startUnit starts a host's service through its systemctl and records the
 // main process and its worker once they say ready in the unit's log.
 func (l *Lab) startUnit(ctx context.Context, h Host, unit string) error {
-	if out, err := exec.CommandContext(ctx, h.Systemctl, "start", unit).CombinedOutput(); err != nil {
-		return fmt.Errorf("lab host %s: systemctl start %s: %w: %s", h.Name, unit, err, strings.TrimSpace(string(out)))
+	// With the host's whole view (its /proc too): fake-systemctl reads
+	// /proc/PID of the pids it starts.
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, h.Systemctl, "start", unit)
+	if in := l.inits[h.Name]; in != nil {
+		cmd = exec.CommandContext(ctx, "nsenter", "--target", strconv.Itoa(in.pid), "--pid", "--mount", "--", h.Systemctl, "start", unit)
+	}
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Start()
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
+		return fmt.Errorf("lab host %s: systemctl start %s: %w: %s", h.Name, unit, err, strings.TrimSpace(out.String()))
 	}
 	want := 1
 	if unit == UnitSGLang {
@@ -497,6 +553,10 @@ func (l *Lab) startUnit(ctx context.Context, h Host, unit string) error {
 		role := RoleServiceMain
 		if i > 0 {
 			role = RoleServiceChild
+		}
+		pid, err := l.machinePID(h, unit, pid)
+		if err != nil {
+			return err
 		}
 		p := &proc{Proc: Proc{Host: h.Name, Role: role, GPU: unitGPU[unit], PID: pid, Unit: unit}}
 		p.StartTime, _ = StartTime(pid)
@@ -569,7 +629,7 @@ func (l *Lab) startProcs(ctx context.Context, h Host) error {
 		if err != nil {
 			return fmt.Errorf("lab host %s: %w", h.Name, err)
 		}
-		pids, cmd, err := startHolder(ctx, bin, s.args)
+		pids, cmd, err := startHolder(ctx, bin, s.args, func(c *exec.Cmd) error { return l.startIn(h, c) })
 		if err != nil {
 			return fmt.Errorf("lab host %s: start %s: %w", h.Name, s.role, err)
 		}
@@ -606,9 +666,10 @@ func (l *Lab) startProcs(ctx context.Context, h Host) error {
 	return nil
 }
 
-// startHolder starts a gpu-holder in its own process group and returns the
-// pids of its "ready <pid>" lines (itself, then its child if any).
-func startHolder(ctx context.Context, bin string, args []string) ([]int, *exec.Cmd, error) {
+// startHolder starts a gpu-holder in its own process group (through start)
+// and returns the pids of its "ready <pid>" lines (itself, then its child if
+// any).
+func startHolder(ctx context.Context, bin string, args []string, start func(*exec.Cmd) error) ([]int, *exec.Cmd, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StdoutPipe()
@@ -616,7 +677,7 @@ func startHolder(ctx context.Context, bin string, args []string) ([]int, *exec.C
 		return nil, nil, err
 	}
 	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
+	if err := start(cmd); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", bin, err)
 	}
 	want := 1
@@ -673,7 +734,7 @@ func (l *Lab) startSupervisor(ctx context.Context, h Host, gpu int, bin string, 
 	cmd := exec.Command("/bin/sh", append([]string{"-c", loop, "supervisor", bin}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdout, cmd.Stderr = w, os.Stderr
-	err = cmd.Start()
+	err = l.startIn(h, cmd)
 	w.Close() // the loop and its holders keep the write end
 	if err != nil {
 		r.Close()
@@ -714,6 +775,7 @@ func (l *Lab) startSupervisor(ctx context.Context, h Host, gpu int, bin string, 
 }
 
 func (l *Lab) add(p *proc) {
+	p.HostPID = hostPID(p.PID)
 	l.mu.Lock()
 	l.procs = append(l.procs, p)
 	l.mu.Unlock()
@@ -913,6 +975,11 @@ func (l *Lab) Stop() error {
 				// The shared parent goes too when no other lab uses it.
 				labsystemd.Prune(filepath.Join(h, filepath.Dir(l.cgroupBase)), h)
 			}
+		}
+		// A host's init last: its namespace dies with it, and whatever a
+		// session left there (a gpush run killed midway) with it.
+		for _, in := range l.inits {
+			in.stop()
 		}
 		// Proxies go before the sshd: no session is cut mid-stream by it.
 		for _, p := range l.proxies {

@@ -2,6 +2,7 @@ package labgpu
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 )
@@ -12,6 +13,19 @@ import (
 
 // ReadyLine is the line gpu-holder prints for pid (without the newline).
 func ReadyLine(pid int) string { return fmt.Sprintf("ready %d", pid) }
+
+// SelfPID is this process's pid as the /proc it sees names it. A holder the
+// lab starts into a host's own PID namespace (Options.Isolate) still sees
+// the machine's /proc, so it says the pid the lab tracks it by, not its pid
+// in the namespace (os.Getpid).
+func SelfPID() int {
+	if link, err := os.Readlink("/proc/self"); err == nil {
+		if pid, err := strconv.Atoi(link); err == nil && pid > 0 {
+			return pid
+		}
+	}
+	return os.Getpid()
+}
 
 // ReadyPID parses one ready line; ok is false for any other line.
 func ReadyPID(line string) (pid int, ok bool) {

@@ -31,6 +31,10 @@ type Options struct {
 	QueueChunks int
 	// ChunkBytes is the read size (default 32 KiB).
 	ChunkBytes int
+	// LocalAddr is the IP the proxy dials Target from (default: the
+	// kernel's choice). The lab gives each host its own loopback address,
+	// so that the sshd behind tells its hosts apart by client address.
+	LocalAddr string
 }
 
 // Proxy listens on 127.0.0.1 and forwards every connection to Target.
@@ -38,13 +42,14 @@ type Proxy struct {
 	Target string
 	Delay  time.Duration // one way: half the round trip
 
-	ln    net.Listener
-	o     Options
-	done  chan struct{}
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-	once  sync.Once
+	ln     net.Listener
+	o      Options
+	dialer net.Dialer
+	done   chan struct{}
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	once   sync.Once
 }
 
 // Listen starts a proxy on 127.0.0.1:0 in front of target, delaying each
@@ -65,11 +70,19 @@ func Listen(target string, oneWay time.Duration, o Options) (*Proxy, error) {
 	if o.ChunkBytes <= 0 {
 		o.ChunkBytes = 32 << 10
 	}
+	var dialer net.Dialer
+	if o.LocalAddr != "" {
+		ip := net.ParseIP(o.LocalAddr)
+		if ip == nil {
+			return nil, fmt.Errorf("latency proxy for %s: local address %q is no IP", target, o.LocalAddr)
+		}
+		dialer.LocalAddr = &net.TCPAddr{IP: ip}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("latency proxy for %s: listen: %w", target, err)
 	}
-	p := &Proxy{Target: target, Delay: oneWay, ln: ln, o: o, done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	p := &Proxy{Target: target, Delay: oneWay, ln: ln, o: o, dialer: dialer, done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -141,8 +154,7 @@ func (p *Proxy) serve(client net.Conn) {
 	defer p.wg.Done()
 	defer p.untrack(client)
 	defer client.Close()
-	var d net.Dialer
-	target, err := d.Dial("tcp", p.Target)
+	target, err := p.dialer.Dial("tcp", p.Target)
 	if err != nil {
 		return // the client sees the connection close, as with a refused port
 	}

@@ -322,6 +322,38 @@ func TestRefusedTargetClosesClient(t *testing.T) {
 	}
 }
 
+// The target sees the connection come from the address asked for: how the
+// lab's sshd tells its hosts apart.
+func TestLocalAddrIsTheClientAddress(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	from := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			from <- err.Error()
+			return
+		}
+		from <- c.RemoteAddr().(*net.TCPAddr).IP.String()
+		c.Close()
+	}()
+	p := startProxy(t, ln.Addr().String(), 0, Options{LocalAddr: "127.1.0.7"})
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := <-from; got != "127.1.0.7" {
+		t.Fatalf("target saw the client at %s, want 127.1.0.7", got)
+	}
+	if _, err := Listen(ln.Addr().String(), 0, Options{LocalAddr: "lab01"}); err == nil || !strings.Contains(err.Error(), `"lab01"`) {
+		t.Fatalf("want an error naming the bad local address, got %v", err)
+	}
+}
+
 func TestNegativeDelayRefused(t *testing.T) {
 	if _, err := Listen("127.0.0.1:1", -time.Second, Options{}); err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Fatalf("want an error naming the target, got %v", err)

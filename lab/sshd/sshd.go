@@ -90,6 +90,17 @@ type Server struct {
 	once    sync.Once
 }
 
+// FindSFTPServer returns OpenSSH's sftp-server program, for configs whose
+// ForceCommand would otherwise receive "internal-sftp" as the command.
+func FindSFTPServer() (string, error) {
+	for _, p := range []string{"/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server", "/usr/lib/ssh/sftp-server", "/usr/libexec/sftp-server"} {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			return p, nil
+		}
+	}
+	return "", errors.New("no sftp-server program of OpenSSH found (Debian: openssh-sftp-server)")
+}
+
 // FindBinary returns the sshd to run: sshd on PATH, then /usr/sbin/sshd.
 func FindBinary() (string, error) {
 	if p, err := exec.LookPath("sshd"); err == nil {

@@ -115,7 +115,7 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	fmt.Println(labgpu.ReadyLine(os.Getpid()))
+	fmt.Println(labgpu.ReadyLine(labgpu.SelfPID()))
 	if childPID > 0 {
 		fmt.Println(labgpu.ReadyLine(childPID))
 	}
