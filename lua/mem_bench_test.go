@@ -99,8 +99,15 @@ func BenchmarkLabMemory(b *testing.B) {
 	if err != nil {
 		b.Fatalf("build lab binaries: %v", err)
 	}
+	// Sessions get an empty home: the login user's shell startup files
+	// (pyenv init in root's .bashrc here) would cost every session seconds
+	// at 100 at once.
+	home := b.TempDir()
+	// Each host with a process view of its own: at 1000 hosts a shared
+	// view makes every scan read every lab host's processes, and most
+	// hosts then fail before the barrier.
 	l, err := lab.Start(ctx, lab.Options{Hosts: n, Dir: b.TempDir(), Scenario: lab.ScenarioIdle, Bin: bin,
-		SSHD: sshd.Options{LogLevel: "ERROR"}})
+		SSHD: sshd.Options{LogLevel: "ERROR", ExtraConfig: []string{"SetEnv HOME=" + home}}, Isolate: true})
 	if err != nil {
 		if l != nil {
 			l.Stop()

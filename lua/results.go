@@ -5,6 +5,7 @@ import (
 
 	glua "github.com/yuin/gopher-lua"
 
+	"github.com/gpush/gpush/modules"
 	"github.com/gpush/gpush/modules/luaconv"
 )
 
@@ -92,7 +93,7 @@ func checkRow(L *glua.LState, fn, what string, lv glua.LValue) any {
 //	report.rows(list)                    -- each table of a list
 //	report.columns{"gpu", "state", "..."} -- these first, in this order; "..." the others after
 func reportTable(L *glua.LState, h *hostState) *glua.LTable {
-	return L.SetFuncs(L.NewTable(), map[string]glua.LGFunction{
+	return modules.FuncTable(L, map[string]glua.LGFunction{
 		"row": func(L *glua.LState) int {
 			row := checkRow(L, "report.row", "argument", L.CheckAny(1))
 			if err := h.addRows(row); err != nil {

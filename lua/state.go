@@ -41,9 +41,9 @@ func newLState(ctx context.Context, h *hostState, dir string, fsys fs.FS) (*glua
 	// (BenchmarkFakeMemory), most of it never used by a script.
 	L := glua.NewState(glua.Options{
 		SkipOpenLibs:        true,
-		RegistrySize:        1024,
+		RegistrySize:        256,
 		RegistryMaxSize:     glua.RegistrySize,
-		RegistryGrowStep:    512,
+		RegistryGrowStep:    256,
 		CallStackSize:       glua.CallStackSize,
 		MinimizeStackMemory: true,
 	})
@@ -148,7 +148,7 @@ func pushChunk(L *glua.LState, src []byte, chunk string) int {
 }
 
 func setGlobals(L *glua.LState, h *hostState) {
-	inv := L.NewTable()
+	inv := L.CreateTable(0, 4)
 	inv.RawSetString("name", glua.LString(h.inv.Name))
 	inv.RawSetString("address", glua.LString(h.inv.Address))
 	inv.RawSetString("groups", luaconv.ToLua(L, append([]string{}, h.inv.Groups...)))
@@ -173,7 +173,7 @@ func setGlobals(L *glua.LState, h *hostState) {
 		return 0
 	}))
 	L.SetGlobal("print", L.NewFunction(printFunc(h, modules.EventLog)))
-	L.SetGlobal("json", L.SetFuncs(L.NewTable(), map[string]glua.LGFunction{
+	L.SetGlobal("json", modules.FuncTable(L, map[string]glua.LGFunction{
 		"encode": func(L *glua.LState) int {
 			b, err := luaconv.EncodeJSON(L.CheckAny(1))
 			if err != nil {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -46,14 +47,78 @@ func (k *hostKeys) db(fresh bool) (*knownhosts.HostKeyDB, error) {
 	if k.loaded && !fresh {
 		return k.cached, k.err
 	}
-	db, err := knownhosts.NewDB(k.file)
+	db, err := parsedKnownHosts.get(k.file, fresh)
+	k.loaded, k.cached, k.err = true, db, err
+	return db, err
+}
+
+// parsedKnownHosts shares one parsed known_hosts among the dials of a
+// process: each connection keeps its host key callback (x/crypto re-checks
+// the key at every key exchange), so a parse per dial held the whole file
+// once per host: O(hosts x lines) for a fleet's known_hosts.
+var parsedKnownHosts = &knownHostsCache{files: map[string]*parsedFile{}}
+
+type knownHostsCache struct {
+	mu     sync.Mutex
+	files  map[string]*parsedFile
+	parses int // for tests
+}
+
+// parsedFile is one parse and the file it was read from: an edit (ours,
+// ssh's, the operator's) changes size, mtime or inode, and the next get
+// reads it again.
+type parsedFile struct {
+	id  fileID
+	db  *knownhosts.HostKeyDB
+	err error
+}
+
+type fileID struct {
+	dev, ino uint64
+	size     int64
+	mtime    time.Time
+}
+
+func statID(path string) (fileID, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileID{}, err
+	}
+	id := fileID{size: fi.Size(), mtime: fi.ModTime()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		id.dev, id.ino = uint64(st.Dev), st.Ino
+	}
+	return id, nil
+}
+
+// get returns the parse of path, reading it again when it changed since, or
+// always when fresh (learn, under its lock, must see every line).
+func (c *knownHostsCache) get(path string, fresh bool) (*knownhosts.HostKeyDB, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id, err := statID(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		delete(c.files, path)
+		return nil, nil
+	}
+	if p := c.files[path]; !fresh && err == nil && p != nil && p.id == id {
+		return p.db, p.err
+	}
+	c.parses++
+	db, err := knownhosts.NewDB(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		db, err = nil, nil
+		delete(c.files, path)
+		return nil, nil
 	case err != nil:
-		db, err = nil, fmt.Errorf("read known_hosts %s: %w", k.file, err)
+		db, err = nil, fmt.Errorf("read known_hosts %s: %w", path, err)
 	}
-	k.loaded, k.cached, k.err = true, db, err
+	if sid, serr := statID(path); serr == nil && sid == id {
+		c.files[path] = &parsedFile{id: id, db: db, err: err}
+	} else {
+		// Changed while read: use this parse once, keep none.
+		delete(c.files, path)
+	}
 	return db, err
 }
 

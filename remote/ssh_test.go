@@ -262,6 +262,45 @@ func TestKnownHostsAcceptNewLearnsOnceUnderConcurrency(t *testing.T) {
 	e.dial(t)
 }
 
+// Dials share one parse of known_hosts (each connection keeps it for its
+// key exchanges: a parse per dial held the file once per host), and an
+// edit of the file is read at the next dial.
+func TestKnownHostsParsedOncePerVersion(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t, sshd.Options{})
+	parses := func() int {
+		parsedKnownHosts.mu.Lock()
+		defer parsedKnownHosts.mu.Unlock()
+		return parsedKnownHosts.parses
+	}
+	before := parses()
+	var conns []*sshConn
+	for i := 0; i < 5; i++ {
+		conns = append(conns, e.dial(t))
+	}
+	if got := parses() - before; got != 1 {
+		t.Fatalf("5 dials parsed known_hosts %d times, want 1", got)
+	}
+	// Another key for the address, written by someone else: the next dial
+	// must read it (a changed key now), not the parse it has.
+	other, err := ssh.NewSignerFromKey(ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := knownhosts.Line([]string{knownhosts.Normalize(e.srv.Addr)}, other.PublicKey())
+	if err := os.WriteFile(e.kh, []byte(line+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Dial(context.Background(), e.host, e.opts)
+	var hke *HostKeyError
+	if !errors.As(err, &hke) || !hke.Changed {
+		t.Fatalf("after the edit: want a changed-key error, got %v", err)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
 func TestChangedHostKeyIsLoudAndChangesNothing(t *testing.T) {
 	requireRoot(t)
 	e := newEnv(t, sshd.Options{})

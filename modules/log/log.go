@@ -29,7 +29,7 @@ func Loader(L *glua.LState, h modules.Host) int {
 			return 0
 		}
 	}
-	L.Push(L.SetFuncs(L.NewTable(), fns))
+	L.Push(modules.FuncTable(L, fns))
 	return 1
 }
 

@@ -28,7 +28,7 @@ func init() { modules.Register(Module) }
 // Loader pushes the ssh table for host h.
 func Loader(L *glua.LState, h modules.Host) int {
 	m := &mod{h: h}
-	L.Push(L.SetFuncs(L.NewTable(), map[string]glua.LGFunction{
+	L.Push(modules.FuncTable(L, map[string]glua.LGFunction{
 		"run": m.run,
 		"put": m.put,
 		"get": m.get,

@@ -31,7 +31,7 @@ func Loader(L *glua.LState, h modules.Host) int {
 	for _, a := range []string{helper.UnitStop, helper.UnitStart, helper.UnitRestart, helper.UnitStatus} {
 		fns[a] = action(h, a)
 	}
-	L.Push(L.SetFuncs(L.NewTable(), fns))
+	L.Push(modules.FuncTable(L, fns))
 	return 1
 }
 
