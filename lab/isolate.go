@@ -60,6 +60,7 @@ func clientAddr(i int) string {
 func (l *Lab) startInit(ctx context.Context, h *Host, i int) error {
 	h.ClientAddr = clientAddr(i)
 	cmd := exec.Command(l.bin.Init)
+	cmd.Env = labEnv()
 	// Own process group: a signal to the caller's group does not reach it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS, Setpgid: true}
 	cmd.Stderr = os.Stderr

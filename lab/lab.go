@@ -210,6 +210,14 @@ type proc struct {
 	exited chan struct{}
 }
 
+// labEnv is the environment of the lab's own processes (holders, services,
+// inits): one P each. A Go process makes threads by GOMAXPROCS, and a
+// thread takes a pid: 1000 hosts of about 10 lab processes each used half of
+// a default kernel.pid_max (32768) before any session started.
+func labEnv() []string {
+	return append(os.Environ(), "GOMAXPROCS=1")
+}
+
 // reap waits for a started process in the background.
 func reap(cmd *exec.Cmd) chan struct{} {
 	ch := make(chan struct{})
@@ -327,6 +335,9 @@ func Start(ctx context.Context, o Options) (l *Lab, err error) {
 // startProxies gives each host its port: a latency proxy of its own when
 // Options ask for one, else the sshd's.
 func (l *Lab) startProxies() error {
+	// Connections being set up to the one sshd, all proxies together: below
+	// its listen backlog (see latency.Options.Gate).
+	gate := make(chan struct{}, 64)
 	for i := range l.Hosts {
 		h := &l.Hosts[i]
 		h.Port = l.SSHD.Port
@@ -340,7 +351,7 @@ func (l *Lab) startProxies() error {
 		if rtt < 0 {
 			return fmt.Errorf("lab host %s: negative RTT %v", h.Name, rtt)
 		}
-		p, err := latency.Listen(l.SSHD.Addr, rtt/2, latency.Options{LocalAddr: h.ClientAddr})
+		p, err := latency.Listen(l.SSHD.Addr, rtt/2, latency.Options{LocalAddr: h.ClientAddr, Log: l.opts.Log, Gate: gate})
 		if err != nil {
 			return fmt.Errorf("lab host %s: %w", h.Name, err)
 		}
@@ -524,6 +535,7 @@ func (l *Lab) startUnit(ctx context.Context, h Host, unit string) error {
 		cmd = exec.CommandContext(ctx, "nsenter", "--target", strconv.Itoa(in.pid), "--pid", "--mount", "--", h.Systemctl, "start", unit)
 	}
 	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Env = labEnv()
 	err := cmd.Start()
 	if err == nil {
 		err = cmd.Wait()
@@ -672,6 +684,7 @@ func (l *Lab) startProcs(ctx context.Context, h Host) error {
 func startHolder(ctx context.Context, bin string, args []string, start func(*exec.Cmd) error) ([]int, *exec.Cmd, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = labEnv()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, nil, err
@@ -733,6 +746,7 @@ func (l *Lab) startSupervisor(ctx context.Context, h Host, gpu int, bin string, 
 	loop := `while :; do "$@"; sleep ` + RespawnDelay + `; done`
 	cmd := exec.Command("/bin/sh", append([]string{"-c", loop, "supervisor", bin}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = labEnv()
 	cmd.Stdout, cmd.Stderr = w, os.Stderr
 	err = l.startIn(h, cmd)
 	w.Close() // the loop and its holders keep the write end

@@ -35,6 +35,17 @@ type Options struct {
 	// kernel's choice). The lab gives each host its own loopback address,
 	// so that the sshd behind tells its hosts apart by client address.
 	LocalAddr string
+	// Gate, when set, bounds the connections being set up to Target by
+	// every proxy that shares it: a slot is held from the dial until
+	// Target's first bytes (an SSH server's banner) come back. One sshd
+	// accepts only so fast, and its listen backlog (128 in OpenSSH)
+	// overflows when a thousand clients connect at once: the kernel drops
+	// the handshake's last ACK and the connection is reset before the
+	// banner. Waiting here is what a client of a busy server would see.
+	Gate chan struct{}
+	// Log, when set, gets a line for every connection the proxy could not
+	// carry to Target (its client saw the connection close at once).
+	Log io.Writer
 }
 
 // Proxy listens on 127.0.0.1 and forwards every connection to Target.
@@ -154,9 +165,24 @@ func (p *Proxy) serve(client net.Conn) {
 	defer p.wg.Done()
 	defer p.untrack(client)
 	defer client.Close()
+	release := func() {}
+	if p.o.Gate != nil {
+		select {
+		case p.o.Gate <- struct{}{}:
+		case <-p.done:
+			return
+		}
+		var once sync.Once
+		release = func() { once.Do(func() { <-p.o.Gate }) }
+		defer release()
+	}
 	target, err := p.dialer.Dial("tcp", p.Target)
 	if err != nil {
-		return // the client sees the connection close, as with a refused port
+		// The client sees the connection close, as with a refused port.
+		if p.o.Log != nil {
+			fmt.Fprintf(p.o.Log, "latency proxy %s: dial %s: %v\n", p.Addr(), p.Target, err)
+		}
+		return
 	}
 	if !p.track(target) {
 		target.Close()
@@ -167,8 +193,20 @@ func (p *Proxy) serve(client net.Conn) {
 	var dirs sync.WaitGroup
 	dirs.Add(2)
 	go func() { defer dirs.Done(); p.pipe(target, client) }()
-	go func() { defer dirs.Done(); p.pipe(client, target) }()
+	go func() { defer dirs.Done(); p.pipe(client, firstRead{target, release}) }()
 	dirs.Wait()
+}
+
+// firstRead calls done after its first read returns (bytes or an end).
+type firstRead struct {
+	net.Conn
+	done func()
+}
+
+func (f firstRead) Read(b []byte) (int, error) {
+	n, err := f.Conn.Read(b)
+	f.done()
+	return n, err
 }
 
 // chunk is one read, due for writing at due; eof marks the source's end.

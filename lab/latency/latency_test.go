@@ -354,6 +354,73 @@ func TestLocalAddrIsTheClientAddress(t *testing.T) {
 	}
 }
 
+// A shared gate holds the connections being set up to the target to its
+// size: a slot stays taken until the target's first bytes came back.
+func TestGateBoundsConnectionsBeingSetUp(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var mu sync.Mutex
+	waiting, most := 0, 0
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			waiting++
+			most = max(most, waiting)
+			mu.Unlock()
+			go func() {
+				defer c.Close()
+				time.Sleep(30 * time.Millisecond) // a server slow to greet
+				mu.Lock()
+				waiting--
+				mu.Unlock()
+				c.Write([]byte("SSH-2.0-test\r\n"))
+				io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	gate := make(chan struct{}, 2)
+	var proxies []*Proxy
+	for i := 0; i < 3; i++ {
+		proxies = append(proxies, startProxy(t, ln.Addr().String(), 0, Options{Gate: gate}))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 12)
+	for i := 0; i < 12; i++ {
+		wg.Add(1)
+		go func(p *Proxy) {
+			defer wg.Done()
+			c, err := net.Dial("tcp", p.Addr())
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			line := make([]byte, 14)
+			if _, err := io.ReadFull(c, line); err != nil || string(line) != "SSH-2.0-test\r\n" {
+				errs <- fmt.Errorf("banner %q: %v", line, err)
+			}
+		}(proxies[i%3])
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if most > 2 {
+		t.Fatalf("%d connections waited for the banner at once through a gate of 2", most)
+	}
+	if len(gate) != 0 {
+		t.Fatalf("%d gate slots still taken after every banner came", len(gate))
+	}
+}
+
 func TestNegativeDelayRefused(t *testing.T) {
 	if _, err := Listen("127.0.0.1:1", -time.Second, Options{}); err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Fatalf("want an error naming the target, got %v", err)
