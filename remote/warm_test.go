@@ -41,6 +41,7 @@ func stuckSource(t *testing.T, stuck ...string) func(string) ([]byte, error) {
 // returned after limit: a call that ignores its ctx would hang the test.
 func callWithin(t *testing.T, c *sshConn, ctx context.Context, limit time.Duration) error {
 	t.Helper()
+	source := stuckSource(t, "amd64")
 	done := make(chan error, 1)
 	go func() { done <- c.Helper(ctx, helper.VerbSnapshot, snapReq, nil) }()
 	select {
@@ -108,11 +109,12 @@ func TestDeployNamesAStuckSource(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	dir := t.TempDir()
+	source := stuckSource(t, "amd64")
 	done := make(chan error, 1)
 	go func() {
 		_, err := deployHelper(ctx, deployTarget{
 			host: inventory.Host{Name: "h1", Vars: map[string]any{VarRemoteDir: dir}}, fs: localFS{},
-			machine: "x86_64", home: dir, uid: os.Getuid(), source: stuckSource(t, "amd64"), sum: localSum, log: log,
+			machine: "x86_64", home: dir, uid: os.Getuid(), source: source, sum: localSum, log: log,
 		})
 		done <- err
 	}()
