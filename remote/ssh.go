@@ -136,7 +136,7 @@ func (c *sshConn) newSessionFor(ctx context.Context, what string) (*ssh.Session,
 		step += " (" + what + ")"
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %s: not asked, the call's time was already spent: %w", c.host.Name, step, err)
+		return nil, fmt.Errorf("%s: %s: not asked, the call had already ended: %w", c.host.Name, step, err)
 	}
 	type res struct {
 		s   *ssh.Session

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -144,19 +146,21 @@ func helperDigests(source func(goarch string) ([]byte, error)) map[string]helper
 	return out
 }
 
-// warmDigestGrace is how long a warm check waits for a helper source that
-// has not answered. A source that builds the helper (helperbin without it
-// embedded) took 16s for arm64 with a cold Go build cache on an idle
-// 2-core machine and over 40s under CI load, inside the first helper
-// call's deadline, for hosts that are not arm64 at all. A check without
-// an architecture's digest refuses hosts of that architecture only; their
-// cold path then waits for the source it needs, under its own step.
+// warmDigestGrace is how long a warm check waits for the helper source of
+// an architecture other than the controller's own. A source that builds
+// the helper (helperbin without it embedded) took 16s for arm64 with a
+// cold Go build cache on an idle 2-core machine and over 40s under CI
+// load, inside the first helper call's deadline, for hosts that are not
+// arm64 at all. A check without an architecture's digest refuses hosts of
+// that architecture only; their cold path then waits for the source it
+// needs, under its own step.
 const warmDigestGrace = 2 * time.Second
 
 // warmDigests is helperDigests for a warm check: each architecture's
-// source runs concurrently, and one that has not answered within grace (or
-// before ctx ends) is left out and named in late. A source left running
-// finishes in the background (sources build once per process).
+// source runs concurrently; the controller's own architecture (the one a
+// test binary builds, and a lab build embeds) is waited for until ctx
+// ends, any other for grace at most. One left out is named in late; its
+// source finishes in the background (sources build once per process).
 func warmDigests(ctx context.Context, source func(goarch string) ([]byte, error), grace time.Duration) (out map[string]helperDigest, late []string) {
 	if source == nil {
 		return nil, nil
@@ -182,18 +186,23 @@ func warmDigests(ctx context.Context, source func(goarch string) ([]byte, error)
 	defer timer.Stop()
 	out = map[string]helperDigest{}
 	answered := map[string]bool{}
-	for range arches {
+	graceOver := false
+wait:
+	for len(answered) < len(arches) {
+		if graceOver && (answered[runtime.GOARCH] || !slices.Contains(arches, runtime.GOARCH)) {
+			break
+		}
 		select {
 		case r := <-ch:
 			answered[r.arch] = true
 			if r.ok {
 				out[r.arch] = r.d
 			}
-			continue
 		case <-timer.C:
+			graceOver = true
 		case <-ctx.Done():
+			break wait
 		}
-		break
 	}
 	for _, arch := range arches {
 		if !answered[arch] {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -41,7 +42,6 @@ func stuckSource(t *testing.T, stuck ...string) func(string) ([]byte, error) {
 // returned after limit: a call that ignores its ctx would hang the test.
 func callWithin(t *testing.T, c *sshConn, ctx context.Context, limit time.Duration) error {
 	t.Helper()
-	source := stuckSource(t, "amd64")
 	done := make(chan error, 1)
 	go func() { done <- c.Helper(ctx, helper.VerbSnapshot, snapReq, nil) }()
 	select {
@@ -97,7 +97,7 @@ func TestServeStartNamesWhatAteTheTime(t *testing.T) {
 		t.Fatalf("want a deadline error, got %v", err)
 	}
 	mustContain(t, err.Error(), "h1: open session (helper serve (warm check); after helper digests ",
-		"not asked, the call's time was already spent")
+		"not asked, the call had already ended")
 	if n := c.sessions.Load(); n != 0 {
 		t.Errorf("%d sessions opened, want 0", n)
 	}
@@ -140,6 +140,18 @@ func TestWarmDigestsLeavesOutLateSources(t *testing.T) {
 	want := helperDigests(helperbin.Source)["amd64"]
 	if out["amd64"] != want {
 		t.Errorf("amd64 digest %v, want %v", out["amd64"], want)
+	}
+	// The controller's own architecture is waited for past the grace.
+	slowOwn := func(arch string) ([]byte, error) {
+		if arch == runtime.GOARCH {
+			time.Sleep(300 * time.Millisecond)
+			return []byte("own helper"), nil
+		}
+		return nil, errors.New("no " + arch)
+	}
+	out, late = warmDigests(context.Background(), slowOwn, 10*time.Millisecond)
+	if _, ok := out[runtime.GOARCH]; !ok || len(late) != 0 {
+		t.Errorf("slow own architecture: digests %v, late %v; want %s, none late", out, late, runtime.GOARCH)
 	}
 	failing := func(arch string) ([]byte, error) { return nil, errors.New("no " + arch) }
 	out, late = warmDigests(context.Background(), failing, time.Minute)
