@@ -189,6 +189,8 @@ func (c *sshConn) openServe(ctx context.Context, verb, what, before, cmdline, to
 		err    error
 	}
 	ch := make(chan startup, 1)
+	// What came so far, for the error of a start that gave up waiting.
+	seenOut := &tailBuffer{max: 200}
 	go func() {
 		var st startup
 		seen := 0
@@ -205,6 +207,8 @@ func (c *sshConn) openServe(ctx context.Context, verb, what, before, cmdline, to
 			if len(st.out)+len(line) < serveStartupMax {
 				st.out = append(append(st.out, line...), '\n')
 			}
+			seenOut.Write(line)
+			seenOut.Write([]byte{'\n'})
 			text := string(line)
 			if warm {
 				if r, ok := warmReason(text); ok {
@@ -237,8 +241,11 @@ func (c *sshConn) openServe(ctx context.Context, verb, what, before, cmdline, to
 	case st = <-ch:
 	case <-ctx.Done():
 		sess.Close()
-		return nil, warmRefusal{}, fmt.Errorf("%s: helper %s: %s: no hello from the helper in %s (%s): %w",
-			c.host.Name, verb, what, time.Since(started).Round(time.Millisecond), before, ctx.Err())
+		// The login shell and its startup files run before the command:
+		// a ~/.bashrc waiting on a lock (pyenv rehash) stalls every session.
+		return nil, warmRefusal{}, fmt.Errorf("%s: helper %s: %s: no hello from the helper in %s (%s; the login shell's "+
+			"startup files run first; stdout ended %.200q, stderr %.200q): %w", c.host.Name, verb, what,
+			time.Since(started).Round(time.Millisecond), before, seenOut.Bytes(), tail(s.stderr.Bytes(), 200), ctx.Err())
 	}
 	switch {
 	case st.hello:

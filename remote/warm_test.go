@@ -159,3 +159,21 @@ func TestWarmDigestsLeavesOutLateSources(t *testing.T) {
 		t.Errorf("failing source: digests %v, late %v; want none of either", out, late)
 	}
 }
+
+// A session whose command prints no hello (here sshd runs another
+// command; on a real host a login shell's startup file that waits on a
+// lock, as pyenv rehash does) fails with what it printed and how long it
+// was waited for, not a bare deadline.
+func TestServeStartNamesAStalledStart(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t, sshd.Options{ExtraConfig: []string{"ForceCommand echo noisy; echo oops >&2; sleep 10"}})
+	c := e.dial(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	err := callWithin(t, c, ctx, time.Minute)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("want a deadline error, got %v", err)
+	}
+	mustContain(t, err.Error(), "h1: helper snapshot: helper serve (warm check): no hello from the helper in ",
+		"after helper digests ", `stdout ended "noisy\n"`, `stderr "oops\n"`)
+}
