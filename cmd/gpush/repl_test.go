@@ -44,8 +44,8 @@ var replBins struct {
 	// goCache is the Go build cache of this test run. Tests give gpush a
 	// HOME and XDG_CACHE_HOME of their own, which would also give the
 	// helper it builds from source (the architectures not embedded) an
-	// empty cache: 16s (28 CPU-s) for arm64 on an idle 2-core machine, over 40s under
-	// CI load, on every gpush started.
+	// empty cache: 16s (28 CPU-s) for arm64 on an idle 2-core machine,
+	// over 40s under CI load, on every gpush started.
 	goCache string
 }
 
