@@ -187,7 +187,7 @@ func deployHelper(ctx context.Context, t deployTarget) (string, error) {
 	if t.sum == nil {
 		return "", fmt.Errorf("%s: no way to check the helper's content configured", name)
 	}
-	bin, err := t.source(arch)
+	bin, err := sourceWithin(ctx, t.source, arch)
 	if err != nil {
 		return "", fmt.Errorf("%s: helper for linux/%s: %w", name, arch, err)
 	}
@@ -284,6 +284,34 @@ func deployHelper(ctx context.Context, t deployTarget) (string, error) {
 			"(is the disk full or failing, or is something rewriting %s?)", name, final, got, want, dir)
 	}
 	return final, nil
+}
+
+// sourceWithin calls source for arch, giving up when ctx ends first: a
+// source that builds the helper can take longer than the call (the source
+// goes on in the background and keeps its result for the next caller).
+func sourceWithin(ctx context.Context, source func(goarch string) ([]byte, error), arch string) ([]byte, error) {
+	type res struct {
+		b   []byte
+		err error
+	}
+	ch := make(chan res, 1)
+	start := time.Now()
+	go func() {
+		b, err := source(arch)
+		ch <- res{b, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.b, r.err
+	case <-ctx.Done():
+		select {
+		case r := <-ch: // answered meanwhile: take it
+			return r.b, r.err
+		default:
+		}
+		return nil, fmt.Errorf("not ready after %s (its source is still running: building it from source?): %w",
+			time.Since(start).Round(time.Millisecond), ctx.Err())
+	}
 }
 
 // checkExistingAncestors runs the ancestor checks on the folders above dir

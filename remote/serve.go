@@ -96,26 +96,54 @@ func (c *sshConn) serveSession(ctx context.Context, verb string) (*serveSession,
 }
 
 // startServe runs the warm check and, when it refuses, deploys the Go way
-// and runs the checked file directly.
+// and runs the checked file directly. Each step's time goes into the
+// errors of the later ones: a call's deadline eaten by earlier steps must
+// not read as the last step hanging.
 func (c *sshConn) startServe(ctx context.Context, verb string) (*serveSession, error) {
 	dir, err := remoteDirSetting(c.host)
 	if err != nil {
 		return nil, err
 	}
+	var steps stepLog
+	start := time.Now()
+	digests, late := warmDigests(ctx, c.o.HelperSource, warmDigestGrace)
+	steps.add("helper digests", start)
+	if len(late) > 0 {
+		c.log.Debug("warm check without some helpers: their source has not answered (building them?)",
+			"arches", late, "waited", time.Since(start).Round(time.Millisecond))
+	}
 	token := newCancelToken()
-	cmd := warmCommand(dir, token, c.host.Become, helperDigests(c.o.HelperSource))
-	s, refused, err := c.openServe(ctx, verb, "helper serve (warm check)", cmd, token, "", true)
+	cmd := warmCommand(dir, token, c.host.Become, digests)
+	start = time.Now()
+	s, refused, err := c.openServe(ctx, verb, "helper serve (warm check)", steps.String(), cmd, token, "", true)
 	if err != nil || s != nil {
 		return s, err
 	}
+	steps.add("warm check refused", start)
 	c.log.Debug("warm check refused; deploying the helper", "why", refused.reason)
 	c.helper.forget()
+	start = time.Now()
 	p, err := c.helper.get(func() (string, error) { return c.deploy(ctx, refused.probe) })
 	if err != nil {
-		return nil, c.markLost(err)
+		return nil, fmt.Errorf("%w (after %s)", c.markLost(err), steps.String())
 	}
-	s, _, err = c.openServe(ctx, verb, "helper serve", ShellJoin(serveArgv(p, token, c.host.Become)), token, p, false)
+	steps.add("deploy", start)
+	s, _, err = c.openServe(ctx, verb, "helper serve", steps.String(), ShellJoin(serveArgv(p, token, c.host.Become)), token, p, false)
 	return s, err
+}
+
+// stepLog lists the steps of a session start and their times, for errors.
+type stepLog []string
+
+func (l *stepLog) add(step string, since time.Time) {
+	*l = append(*l, step+" "+time.Since(since).Round(time.Millisecond).String())
+}
+
+func (l stepLog) String() string {
+	if len(l) == 0 {
+		return "no step before"
+	}
+	return "after " + strings.Join(l, ", ")
 }
 
 // warmRefusal is why the warm check refused, and what it learnt of the
@@ -127,8 +155,11 @@ type warmRefusal struct {
 
 // openServe starts cmdline on a new session and reads up to the hello. With
 // warm, a refusal line ends it early: no session, its reason, no error.
-func (c *sshConn) openServe(ctx context.Context, verb, what, cmdline, token, path string, warm bool) (*serveSession, warmRefusal, error) {
-	sess, err := c.newSession(ctx)
+//
+// what names the step in errors; before says what preceded it and how
+// long each part took, for the error of a session that could not open.
+func (c *sshConn) openServe(ctx context.Context, verb, what, before, cmdline, token, path string, warm bool) (*serveSession, warmRefusal, error) {
+	sess, err := c.newSessionFor(ctx, what+"; "+before)
 	if err != nil {
 		return nil, warmRefusal{}, err
 	}
@@ -144,6 +175,7 @@ func (c *sshConn) openServe(ctx context.Context, verb, what, cmdline, token, pat
 		return nil, warmRefusal{}, c.lost("start "+what, err)
 	}
 	c.log.Debug("serve session", "warm", warm)
+	started := time.Now()
 	if err := sess.Start(cmdline); err != nil {
 		sess.Close()
 		return nil, warmRefusal{}, c.lost("start "+what, err)
@@ -157,6 +189,8 @@ func (c *sshConn) openServe(ctx context.Context, verb, what, cmdline, token, pat
 		err    error
 	}
 	ch := make(chan startup, 1)
+	// What came so far, for the error of a start that gave up waiting.
+	seenOut := &tailBuffer{max: 200}
 	go func() {
 		var st startup
 		seen := 0
@@ -173,6 +207,8 @@ func (c *sshConn) openServe(ctx context.Context, verb, what, cmdline, token, pat
 			if len(st.out)+len(line) < serveStartupMax {
 				st.out = append(append(st.out, line...), '\n')
 			}
+			seenOut.Write(line)
+			seenOut.Write([]byte{'\n'})
 			text := string(line)
 			if warm {
 				if r, ok := warmReason(text); ok {
@@ -205,7 +241,11 @@ func (c *sshConn) openServe(ctx context.Context, verb, what, cmdline, token, pat
 	case st = <-ch:
 	case <-ctx.Done():
 		sess.Close()
-		return nil, warmRefusal{}, fmt.Errorf("%s: helper %s: start serve session: %w", c.host.Name, verb, ctx.Err())
+		// The login shell and its startup files run before the command:
+		// a ~/.bashrc waiting on a lock (pyenv rehash) stalls every session.
+		return nil, warmRefusal{}, fmt.Errorf("%s: helper %s: %s: no hello from the helper in %s (%s; the login shell's "+
+			"startup files run first; stdout ended %.200q, stderr %.200q): %w", c.host.Name, verb, what,
+			time.Since(started).Round(time.Millisecond), before, seenOut.Bytes(), tail(s.stderr.Bytes(), 200), ctx.Err())
 	}
 	switch {
 	case st.hello:

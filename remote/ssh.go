@@ -123,12 +123,28 @@ func (c *sshConn) Close() error {
 // newSession opens a channel, giving up when ctx ends (a dead peer would
 // otherwise block until keepalives close the connection).
 func (c *sshConn) newSession(ctx context.Context) (*ssh.Session, error) {
+	return c.newSessionFor(ctx, "")
+}
+
+// newSessionFor is newSession for the step what (the warm check, a probe,
+// ...): an error names the step and how long sshd was waited for, and
+// whether ctx was spent before asking, so that a hung open and a budget
+// eaten by earlier steps read differently.
+func (c *sshConn) newSessionFor(ctx context.Context, what string) (*ssh.Session, error) {
+	step := "open session"
+	if what != "" {
+		step += " (" + what + ")"
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %s: not asked, the call had already ended: %w", c.host.Name, step, err)
+	}
 	type res struct {
 		s   *ssh.Session
 		err error
 	}
 	ch := make(chan res, 1)
 	c.sessions.Add(1)
+	start := time.Now()
 	go func() {
 		s, err := c.client.NewSession()
 		ch <- res{s, err}
@@ -136,7 +152,7 @@ func (c *sshConn) newSession(ctx context.Context) (*ssh.Session, error) {
 	select {
 	case r := <-ch:
 		if r.err != nil {
-			return nil, c.lost("open session", r.err)
+			return nil, c.lost(step, r.err)
 		}
 		return r.s, nil
 	case <-ctx.Done():
@@ -145,7 +161,8 @@ func (c *sshConn) newSession(ctx context.Context) (*ssh.Session, error) {
 				r.s.Close()
 			}
 		}()
-		return nil, fmt.Errorf("%s: open session: %w", c.host.Name, ctx.Err())
+		return nil, fmt.Errorf("%s: %s: no answer from sshd in %s: %w", c.host.Name, step,
+			time.Since(start).Round(time.Millisecond), ctx.Err())
 	}
 }
 
@@ -181,7 +198,7 @@ func (c *sshConn) exec(ctx context.Context, what, cmdline string, stdin io.Reade
 		defer cancel()
 	}
 	start := time.Now()
-	sess, err := c.newSession(ctx)
+	sess, err := c.newSessionFor(ctx, what)
 	if err != nil {
 		return nil, err
 	}
@@ -251,6 +268,7 @@ func (c *sshConn) sftpClient(ctx context.Context) (*sftp.Client, error) {
 	}
 	ch := make(chan res, 1)
 	c.sessions.Add(1)
+	start := time.Now()
 	go func() {
 		s, err := sftp.NewClient(c.client, sftp.UseConcurrentWrites(true))
 		ch <- res{s, err}
@@ -268,7 +286,8 @@ func (c *sshConn) sftpClient(ctx context.Context) (*sftp.Client, error) {
 				r.s.Close()
 			}
 		}()
-		return nil, fmt.Errorf("%s: open SFTP: %w", c.host.Name, ctx.Err())
+		return nil, fmt.Errorf("%s: open SFTP: no answer from sshd in %s: %w", c.host.Name,
+			time.Since(start).Round(time.Millisecond), ctx.Err())
 	}
 }
 
