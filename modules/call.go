@@ -56,10 +56,16 @@ func Conn(L *glua.LState, h Host, fn string) remote.Conn {
 }
 
 // HelperMargin is what a helper call may take beyond its request's Budget:
-// the transport's round trips, starting the helper, and on a host's first
-// call its upload and check (4 MiB: seconds on a slow link). A var so that
-// tests can shorten it.
+// the transport's round trips (starting the helper is HelperSetup's). A
+// var so that tests can shorten it.
 var HelperMargin = 10 * time.Second
+
+// HelperSetup bounds starting a host's helper before a call, apart from the
+// call's own time: the warm check and, on a cold host, the upload, which
+// may wait for one of the controller's upload slots (a thousand cold hosts
+// queue behind 32 uploads at a time: 600 of them used to pass their first
+// call's 40 s in the queue). A var so that tests can shorten it.
+var HelperSetup = 3 * time.Minute
 
 // budgeted is a helper request that says how long it may take (the
 // helper's request types do: helper.WaitFreeRequest.Budget, ...).
@@ -77,6 +83,18 @@ func CallHelper(L *glua.LState, h Host, fn, verb string, req, resp any) {
 	c := Conn(L, h, fn)
 	h.Logger().Debug("helper call", "verb", verb, "func", fn)
 	parent := Ctx(L)
+	if st, ok := c.(remote.HelperStarter); ok {
+		sctx, cancel := context.WithTimeout(parent, HelperSetup)
+		err := st.StartHelper(sctx, verb)
+		cancel()
+		if err != nil {
+			if sctx.Err() != nil && parent.Err() == nil {
+				err = fmt.Errorf("%s: helper %s: starting the helper (its warm check; on a cold host, the upload) took over %s: %w",
+					h.Name(), verb, HelperSetup, err)
+			}
+			Raise(L, h, fn, err)
+		}
+	}
 	ctx := parent
 	b, bounded := req.(budgeted)
 	if bounded {

@@ -61,7 +61,17 @@ type Deployer interface {
 	DeployHelper(ctx context.Context) (string, error)
 }
 
+// HelperStarter is implemented by Conns whose helper runs in a session of
+// its own (over SSH: the serve session behind the warm check). StartHelper
+// starts it now, so that a caller can bound that setup (on a cold host, the
+// upload) apart from the time it gives a request; verb names the call it is
+// for in errors.
+type HelperStarter interface {
+	StartHelper(ctx context.Context, verb string) error
+}
+
 var (
-	_ Deployer = (*sshConn)(nil)
-	_ Deployer = (*localConn)(nil)
+	_ Deployer      = (*sshConn)(nil)
+	_ Deployer      = (*localConn)(nil)
+	_ HelperStarter = (*sshConn)(nil)
 )

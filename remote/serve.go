@@ -70,6 +70,12 @@ func (c *sshConn) Helper(ctx context.Context, verb string, req, resp any) error 
 	return s.call(ctx, verb, body, resp)
 }
 
+// StartHelper starts the serve session unless one runs (see HelperStarter).
+func (c *sshConn) StartHelper(ctx context.Context, verb string) error {
+	_, err := c.serveSession(ctx, verb)
+	return err
+}
+
 // serveSession returns the running session or starts one; one start at a
 // time, waiting callers honour their ctx.
 func (c *sshConn) serveSession(ctx context.Context, verb string) (*serveSession, error) {

@@ -34,3 +34,35 @@ func TestWaitFreeCutOffAtBudget(t *testing.T) {
 		t.Errorf("calls %+v", calls)
 	}
 }
+
+// Starting the helper (a cold host's warm check and upload, queued behind
+// other hosts' uploads) is bounded apart from the request: a setup longer
+// than the request's budget and margin does not fail the call, and a setup
+// past HelperSetup fails it, saying so.
+func TestHelperSetupIsNotTheRequestsTime(t *testing.T) {
+	oldMargin, oldSetup := modules.HelperMargin, modules.HelperSetup
+	modules.HelperMargin = 200 * time.Millisecond
+	t.Cleanup(func() { modules.HelperMargin, modules.HelperSetup = oldMargin, oldSetup })
+
+	h := newHost(t)
+	h.FakeConn.Setup = 600 * time.Millisecond // > 0.1s + 0.2s
+	L := modulestest.NewState(t, h, gpu.Module)
+	defer L.Close()
+	if err := L.DoString(`gpu.wait_free{timeout="0.1s"}`); err != nil {
+		t.Fatalf("a slow setup failed the call: %v", err)
+	}
+
+	modules.HelperSetup = 100 * time.Millisecond
+	h = newHost(t)
+	h.FakeConn.Setup = time.Hour
+	L2 := modulestest.NewState(t, h, gpu.Module)
+	defer L2.Close()
+	err := L2.DoString(`gpu.wait_free{timeout="0.1s"}`)
+	want := "gpu01: helper wait-free: starting the helper (its warm check; on a cold host, the upload) took over 100ms"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err %v, want %q", err, want)
+	}
+	if calls := h.FakeConn.Calls(helper.VerbWaitFree); len(calls) != 0 {
+		t.Errorf("the request went out after its setup failed: %+v", calls)
+	}
+}

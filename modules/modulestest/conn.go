@@ -44,13 +44,17 @@ type Conn struct {
 	RunFunc func(argv []string, opts remote.RunOptions, stdin string) (*remote.Result, error)
 	// Latency is added to every call (honouring ctx), to test timeouts.
 	Latency time.Duration
+	// Setup is how long StartHelper takes the first time (a cold host's
+	// warm check and upload), honouring ctx; later calls return at once.
+	Setup time.Duration
 
-	name   string
-	mu     sync.Mutex
-	calls  []Call
-	files  map[string][]byte
-	lost   bool
-	closed bool
+	name    string
+	mu      sync.Mutex
+	calls   []Call
+	files   map[string][]byte
+	lost    bool
+	closed  bool
+	started bool
 }
 
 // NewConn returns a fake connection to the model under the host name name.
@@ -58,7 +62,31 @@ func NewConn(name string, model *GPUHost) *Conn {
 	return &Conn{Model: model, name: name, files: map[string][]byte{}}
 }
 
-var _ remote.Conn = (*Conn)(nil)
+var (
+	_ remote.Conn          = (*Conn)(nil)
+	_ remote.HelperStarter = (*Conn)(nil)
+)
+
+// StartHelper takes Setup once, as a real Conn's first start does.
+func (c *Conn) StartHelper(ctx context.Context, verb string) error {
+	c.mu.Lock()
+	started := c.started
+	c.mu.Unlock()
+	if started || c.Setup <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(c.Setup)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("%s: helper %s: start: %w", c.name, verb, ctx.Err())
+	case <-t.C:
+	}
+	c.mu.Lock()
+	c.started = true
+	c.mu.Unlock()
+	return nil
+}
 
 // Host returns the host name.
 func (c *Conn) Host() string { return c.name }
