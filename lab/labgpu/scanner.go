@@ -1,0 +1,347 @@
+package labgpu
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Scanner is ScanClaims for a process that reads the same /proc again and
+// again (fake-nvidia-smi -lms): it remembers every process it examined and,
+// per Scan, lists procDir (readdir only) and examines only what may have
+// changed. Its first Scan costs about what ScanClaims does, with raw system
+// calls instead of os's (os.ReadFile's fstat, fcntl and poller
+// registration cost more than the read itself on procfs).
+//
+// What marks a process for a new examination:
+//   - a new incarnation: the inode procfs gives /proc/PID in the listing
+//     is new (a reused pid gets a new one);
+//   - a change of its fd count (the size of /proc/PID/fd since Linux 6.2,
+//     one stat; before, a listing): an open, a close, an exit (the fds
+//     close before the zombie), an exec (close-on-exec);
+//   - for a claimant: a device fd that no longer names its device, or a
+//     cmdline that differs (an exec that keeps the fd count);
+//   - for any other process: a new /proc/PID/exe (an exec of another
+//     binary).
+//
+// Not seen until something above changes: a process that execs the same
+// binary with the same fd count and was not a claimant before, or one that
+// swaps an fd for a device fd within a period (close, then open of the
+// device at the same count).
+type Scanner struct {
+	procDir, devDir string
+	once            bool // ScanClaimsOnce: nothing is read for later scans
+	sizeIsCount     bool // an fd folder's size is its fd count (Linux 6.2+)
+	known           map[int]*tracked
+	gen             uint32
+	buf, lnk        []byte // reused read buffers
+	dents, sub      []byte // getdents buffers of /proc and of one process's folders
+	out             []Proc
+}
+
+type tracked struct {
+	ino   uint64
+	gen   uint32
+	nfds  int64  // size of fdDir at the last examination
+	fdDir string // the fd folder the process's files are read from
+	exe   string // non-claimants: /proc/PID/exe at the last examination
+	// claimants only:
+	claim  bool
+	cmd    []byte   // cmdline at the last examination
+	devFDs []string // fd names under fdDir that name a device
+	devOf  []string // the device each names
+	proc   Proc
+}
+
+// NewScanner returns a Scanner of the processes in procDir that claim
+// memory on the files under devDir.
+func NewScanner(procDir, devDir string) (*Scanner, error) {
+	abs, err := filepath.Abs(devDir)
+	if err != nil {
+		return nil, fmt.Errorf("scanner: dev dir %s: %w", devDir, err)
+	}
+	var st unix.Stat_t
+	// Any process has an fd open while it stats: a size of 0 is a kernel
+	// that does not count.
+	sizeIsCount := unix.Stat("/proc/self/fd", &st) == nil && st.Size > 0
+	return &Scanner{procDir: procDir, devDir: abs, known: map[int]*tracked{}, sizeIsCount: sizeIsCount,
+		buf: make([]byte, 4096), lnk: make([]byte, 512),
+		dents: make([]byte, 32<<10), sub: make([]byte, 8<<10)}, nil
+}
+
+// ScanClaimsOnce is ScanClaims with a Scanner's raw calls, for a process
+// that scans once: it reads nothing only later scans would need.
+func ScanClaimsOnce(procDir, devDir string) ([]Proc, error) {
+	s, err := NewScanner(procDir, devDir)
+	if err != nil {
+		return nil, err
+	}
+	s.once = true
+	return s.Scan()
+}
+
+// Scan returns what ScanClaims would return now (in /proc's order). The
+// slice and the Procs' Devices maps are reused by the next Scan: callers
+// must not keep or change them.
+func (s *Scanner) Scan() ([]Proc, error) {
+	s.gen++
+	s.out = s.out[:0]
+	err := list(s.procDir, s.dents, func(pid int, ino uint64) {
+		t := s.known[pid]
+		if t == nil || t.ino != ino || s.changed(pid, t) {
+			t = s.examine(pid, ino)
+			if !s.once {
+				s.known[pid] = t
+			}
+		}
+		t.gen = s.gen
+		if t.claim {
+			s.out = append(s.out, t.proc)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	for pid, t := range s.known {
+		if t.gen != s.gen {
+			delete(s.known, pid)
+		}
+	}
+	return s.out, nil
+}
+
+// list calls fn for every numeric entry of dir (pids, fds, tids) with its
+// inode, reading the directory through buf.
+func list(dir string, buf []byte, fn func(n int, ino uint64)) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("scan %s: %w", dir, err)
+	}
+	defer unix.Close(fd)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("scan %s: %w", dir, err)
+		}
+		if n <= 0 {
+			return nil
+		}
+		// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
+		for off := 0; off+19 <= n; {
+			ino := binary.NativeEndian.Uint64(buf[off:])
+			reclen := int(binary.NativeEndian.Uint16(buf[off+16:]))
+			if reclen < 19 || off+reclen > n {
+				return fmt.Errorf("scan %s: bad directory entry", dir)
+			}
+			name := buf[off+19 : off+reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			if pid, ok := atoi(name); ok {
+				fn(pid, ino)
+			}
+			off += reclen
+		}
+	}
+}
+
+// atoi parses a decimal name without allocating.
+func atoi(b []byte) (int, bool) {
+	if len(b) == 0 || len(b) > 10 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
+}
+
+// changed reports whether a known process needs a new examination.
+func (s *Scanner) changed(pid int, t *tracked) bool {
+	if n, ok := s.fdCount(t.fdDir); !ok || n != t.nfds {
+		return true
+	}
+	base := s.pidDir(pid)
+	if !t.claim {
+		return s.readlink(base+"/exe") != t.exe
+	}
+	cmd, err := s.read(base + "/cmdline")
+	if err != nil || !bytes.Equal(cmd, t.cmd) {
+		return true
+	}
+	for i, fd := range t.devFDs {
+		if l := s.readlink(t.fdDir + "/" + fd); l != t.devOf[i] {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Scanner) pidDir(pid int) string { return s.procDir + "/" + strconv.Itoa(pid) }
+
+// examine reads one process as scan(claimsOnly) does.
+func (s *Scanner) examine(pid int, ino uint64) *tracked {
+	base := s.pidDir(pid)
+	t := &tracked{ino: ino, fdDir: base + "/fd"}
+	if !s.once {
+		// Read before deciding: a change after this examination
+		// changes what changed compares against.
+		t.nfds, _ = s.fdCount(t.fdDir)
+		t.exe = s.readlink(base + "/exe")
+	}
+	cmd, err := s.read(base + "/cmdline")
+	if err != nil || len(cmd) > 0 && !claims(cmd) {
+		return t
+	}
+	cmd = bytes.Clone(cmd) // s.buf is read into again below
+	devs, fds, nfds := s.devsUnder(t.fdDir)
+	// A leader that exited keeps no fds; its live threads hold them (see
+	// scan), and the first one that holds a device is read instead.
+	live := base
+	if nfds == 0 {
+		var tids []int
+		_ = list(base+"/task", s.sub, func(tid int, _ uint64) { tids = append(tids, tid) })
+		for _, tid := range tids {
+			dir := base + "/task/" + strconv.Itoa(tid)
+			n, _ := s.fdCount(dir + "/fd")
+			if d, f, _ := s.devsUnder(dir + "/fd"); len(d) > 0 {
+				devs, fds, live = d, f, dir
+				t.fdDir, t.nfds = dir+"/fd", n
+				break
+			}
+		}
+	}
+	if len(devs) == 0 {
+		return t
+	}
+	stat, err := s.read(base + "/stat")
+	if err != nil {
+		return t
+	}
+	open, end := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
+	if open < 0 || end < open {
+		return t
+	}
+	f := strings.Fields(string(stat[end+1:]))
+	if len(f) < 20 || f[0] == "Z" && live == base {
+		return t
+	}
+	st, _ := strconv.ParseUint(f[19], 10, 64)
+	name := string(stat[open+1 : end])
+	argvOf := cmd
+	if live != base {
+		if argvOf, err = s.read(live + "/cmdline"); err != nil {
+			argvOf = nil
+		}
+	}
+	argv := strings.Split(strings.TrimRight(string(argvOf), "\x00"), "\x00")
+	if len(argv) > 0 && argv[0] != "" {
+		name = argv[0]
+	}
+	p := Proc{PID: pid, StartTime: st, Name: name, Devices: devs, MemMiB: MemMiB(argv)}
+	p.KeepsOf, p.KeepsMiB = KeepsMemOf(argv)
+	if p.MemMiB == 0 && p.KeepsMiB == 0 {
+		return t
+	}
+	// changed compares the leader's cmdline, read above.
+	t.claim, t.cmd, t.proc = true, cmd, p
+	for fd, dev := range fds {
+		t.devFDs, t.devOf = append(t.devFDs, fd), append(t.devOf, dev)
+	}
+	return t
+}
+
+// devsUnder is devsUnder with raw calls: the devices the fd links of fdDir
+// name (relative to the dev dir), the fds that name them, and how many fds
+// there are.
+func (s *Scanner) devsUnder(fdDir string) (map[string]bool, map[string]string, int) {
+	if s.sizeIsCount {
+		if n, ok := s.fdCount(fdDir); ok && n == 0 {
+			return map[string]bool{}, nil, 0 // a kernel thread, a zombie: one stat, no listing
+		}
+	}
+	var names []int
+	if err := list(fdDir, s.sub, func(fd int, _ uint64) { names = append(names, fd) }); err != nil {
+		return nil, nil, 0
+	}
+	devs, fds := map[string]bool{}, map[string]string{}
+	for _, fd := range names {
+		s.noteDev(fdDir, strconv.Itoa(fd), devs, fds)
+	}
+	return devs, fds, len(names)
+}
+
+func (s *Scanner) noteDev(fdDir, fd string, devs map[string]bool, fds map[string]string) {
+	l := s.readlink(fdDir + "/" + fd)
+	if rel, ok := strings.CutPrefix(l, s.devDir+"/"); ok {
+		devs[rel] = true
+		fds[fd] = rel
+	}
+}
+
+// read reads a whole small file into the scanner's buffer (valid until
+// the next read).
+func (s *Scanner) read(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	n := 0
+	for {
+		if n == len(s.buf) {
+			s.buf = append(s.buf, make([]byte, len(s.buf))...)
+		}
+		m, err := unix.Read(fd, s.buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if m == 0 {
+			return s.buf[:n], nil
+		}
+		n += m
+	}
+}
+
+// readlink returns the link's target, or "" when it cannot be read.
+func (s *Scanner) readlink(path string) string {
+	for {
+		n, err := unix.Readlink(path, s.lnk)
+		if err != nil {
+			return ""
+		}
+		if n < len(s.lnk) {
+			return string(s.lnk[:n])
+		}
+		s.lnk = make([]byte, 2*len(s.lnk))
+	}
+}
+
+// fdCount is the number of open fds of an fd folder.
+func (s *Scanner) fdCount(fdDir string) (int64, bool) {
+	if !s.sizeIsCount {
+		n := int64(0)
+		err := list(fdDir, s.sub, func(int, uint64) { n++ })
+		return n, err == nil
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(fdDir, &st); err != nil {
+		return 0, false
+	}
+	return st.Size, true
+}
