@@ -182,3 +182,141 @@ func readStat(pid int) string {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	return string(b)
 }
+
+// nsShell is a shell that is pid 1 of a PID namespace of its own (with its
+// own /proc), where the test can make a pid be reused on purpose.
+type nsShell struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	in      io.WriteCloser
+	out     *bufio.Scanner
+	procDir string // the namespace's /proc, seen from here
+}
+
+func startNSShell(t *testing.T) *nsShell {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("a PID namespace and ns_last_pid need root")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("unshare (util-linux) is missing")
+		}
+		t.Skip("unshare (util-linux) is missing")
+	}
+	cmd := exec.Command("unshare", "--pid", "--fork", "--mount-proc", "sh", "-s")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var stderr strings.Builder // the shell's job messages ("Killed")
+	cmd.Stderr = &stderr
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sh := &nsShell{t: t, cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	t.Cleanup(func() {
+		// The shell is the namespace's init: killing it kills all in it.
+		if pid, err := sh.initPID(); err == nil {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		in.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("the namespace's shell said on stderr:\n%s", stderr.String())
+		}
+	})
+	pid, err := sh.initPID()
+	for ; err != nil; pid, err = sh.initPID() {
+		time.Sleep(5 * time.Millisecond) // until unshare forked (bounded by the test's deadline)
+	}
+	sh.procDir = fmt.Sprintf("/proc/%d/root/proc", pid)
+	if got := sh.say("echo $$"); got != "1" {
+		t.Fatalf("the shell is pid %s in its namespace, want 1", got)
+	}
+	return sh
+}
+
+// initPID is the machine pid of the namespace's init: unshare's child.
+func (sh *nsShell) initPID() (int, error) {
+	p := sh.cmd.Process.Pid
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", p, p))
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 1 {
+		return 0, fmt.Errorf("unshare %d has children %q", p, f)
+	}
+	return strconv.Atoi(f[0])
+}
+
+// say runs one line in the shell and returns the line it prints.
+func (sh *nsShell) say(line string) string {
+	sh.t.Helper()
+	if _, err := io.WriteString(sh.in, line+"\n"); err != nil {
+		sh.t.Fatal(err)
+	}
+	if !sh.out.Scan() {
+		sh.t.Fatalf("%q: the shell said nothing: %v", line, sh.out.Err())
+	}
+	return strings.TrimSpace(sh.out.Text())
+}
+
+// A pid reused between two scans, both ways, by a process of the same
+// binary holding the same device (so the same exe, and here the same fd
+// count): a claimant's pid taken by a monitor is no longer listed, a
+// monitor's taken by a claimant is.
+func TestScannerPidReused(t *testing.T) {
+	sh := startNSShell(t)
+	dev := devDir(t)
+	hold := holderBin + " --dev " + filepath.Join(dev, "nvidia0")
+	s, err := NewScanner(sh.procDir, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// until waits for ScanClaims and Scan to agree on the namespace's
+	// holders, then checks the Scanner against them.
+	until := func(step string, pid int, claims, holds bool) {
+		t.Helper()
+		for {
+			all, err := Scan(sh.procDir, dev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := ScanClaims(sh.procDir, dev)
+			if slices.ContainsFunc(all, func(p Proc) bool { return p.PID == pid }) == holds &&
+				slices.ContainsFunc(want, func(p Proc) bool { return p.PID == pid }) == claims {
+				got, err := s.Scan()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if describe(got) != describe(want) {
+					t.Errorf("%s: Scanner:\n%s\nScanClaims:\n%s", step, describe(got), describe(want))
+				}
+				return
+			}
+			time.Sleep(5 * time.Millisecond) // bounded by the test's deadline
+		}
+	}
+	pid, err := strconv.Atoi(sh.say(hold + " --mem-mib 7 >/dev/null & echo $!"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	until("a claimant", pid, true, true)
+	reuse := func(args string) {
+		t.Helper()
+		// One line: no scan between the death and the reuse.
+		got := sh.say(fmt.Sprintf("kill -9 %d; wait %d; echo %d >/proc/sys/kernel/ns_last_pid; %s %s >/dev/null & echo $!", pid, pid, pid-1, hold, args))
+		if got != strconv.Itoa(pid) {
+			t.Fatalf("the new process got pid %s, want %d again", got, pid)
+		}
+	}
+	reuse("")
+	until("the claimant's pid taken by a monitor", pid, false, true)
+	reuse("--mem-mib 9")
+	until("the monitor's pid taken by a claimant", pid, true, true)
+	if got, _ := s.Scan(); len(got) != 1 || got[0].MemMiB != 9 {
+		t.Errorf("after the reuse: %s, want pid %d claiming 9 MiB", describe(got), pid)
+	}
+}
