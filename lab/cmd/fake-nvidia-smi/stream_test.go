@@ -166,7 +166,7 @@ func TestStreamReleaseDelay(t *testing.T) {
 		t.Errorf("nothing changed: state inode %d then %d (want the same), mtime %v then %v (want later), entries %+v", ino1, ino2, m1, m2, st)
 	}
 	waitDead(t, a[0])
-	dead := time.Now() // no reading after this saw it alive
+	dead := time.Now()       // no reading after this saw it alive
 	for i := 0; i < 5; i++ { // dead, still charged
 		s.until("120")
 	}
