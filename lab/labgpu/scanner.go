@@ -42,6 +42,7 @@ type Scanner struct {
 	buf, lnk        []byte // reused read buffers
 	dents, sub      []byte // getdents buffers of /proc and of one process's folders
 	out             []Proc
+	examined        int // examinations so far (the tests check the cache works)
 }
 
 type tracked struct {
@@ -182,7 +183,7 @@ func (s *Scanner) changed(pid int, t *tracked) bool {
 		return true
 	}
 	for i, fd := range t.devFDs {
-		if l := s.readlink(t.fdDir + "/" + fd); l != t.devOf[i] {
+		if l, ok := strings.CutPrefix(s.readlink(t.fdDir+"/"+fd), s.devDir+"/"); !ok || l != t.devOf[i] {
 			return true
 		}
 	}
@@ -193,6 +194,7 @@ func (s *Scanner) pidDir(pid int) string { return s.procDir + "/" + strconv.Itoa
 
 // examine reads one process as scan(claimsOnly) does.
 func (s *Scanner) examine(pid int, ino uint64) *tracked {
+	s.examined++
 	base := s.pidDir(pid)
 	t := &tracked{ino: ino, fdDir: base + "/fd"}
 	if !s.once {

@@ -304,6 +304,16 @@ func TestScannerPidReused(t *testing.T) {
 		t.Fatal(err)
 	}
 	until("a claimant", pid, true, true)
+	// Nothing changes in the namespace: a scan examines nothing again.
+	before := s.examined
+	for i := 0; i < 3; i++ {
+		if got, err := s.Scan(); err != nil || len(got) != 1 {
+			t.Fatalf("a stable namespace: %s %v", describe(got), err)
+		}
+	}
+	if n := s.examined - before; n != 0 {
+		t.Errorf("3 scans of an unchanged namespace examined %d processes again, want 0", n)
+	}
 	reuse := func(args string) {
 		t.Helper()
 		// One line: no scan between the death and the reuse.

@@ -195,7 +195,7 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "fake-nvidia-smi: %v\n", err)
 		return exitNoDriver
 	}
-	if once {
+	if once && !ob.full {
 		// One reading, a few hundred KiB at most: a collection would
 		// cost more than it frees.
 		debug.SetGCPercent(-1)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,10 @@ import (
 // rewrite of the state file, kept to measure the incremental way against
 // and as the tests' reference.
 const fullScanEnv = "FAKE_NVIDIA_SMI_FULL_SCAN"
+
+// procDirEnv names the /proc to read (default /proc): the benchmark's
+// holders live in a PID namespace of their own, as an isolated lab host's.
+const procDirEnv = "FAKE_NVIDIA_SMI_PROC"
 
 type app struct {
 	gpu  int // position in cfg.GPUs
@@ -43,6 +48,7 @@ type seen struct {
 // observer is what the readings of one run share.
 type observer struct {
 	cfg       *labgpu.Config
+	procDir   string
 	delay     time.Duration
 	full      bool
 	once      bool // one reading: nothing kept for the next
@@ -56,10 +62,13 @@ type observer struct {
 
 func newObserver(cfgPath string, cfg *labgpu.Config, full, once bool) (*observer, error) {
 	delay, _ := cfg.Delay()
-	ob := &observer{cfg: cfg, delay: delay, full: full, once: once, lock: -1,
+	ob := &observer{cfg: cfg, procDir: "/proc", delay: delay, full: full, once: once, lock: -1,
 		statePath: strings.TrimSuffix(cfgPath, ".json") + ".state.json"}
+	if d := os.Getenv(procDirEnv); d != "" {
+		ob.procDir = d
+	}
 	if !full && !once {
-		s, err := labgpu.NewScanner("/proc", cfg.DevDir)
+		s, err := labgpu.NewScanner(ob.procDir, cfg.DevDir)
 		if err != nil {
 			return nil, err
 		}
@@ -74,9 +83,9 @@ func (ob *observer) observe() (*observed, error) {
 	var err error
 	switch {
 	case ob.full:
-		procs, err = labgpu.ScanClaims("/proc", ob.cfg.DevDir)
+		procs, err = labgpu.ScanClaims(ob.procDir, ob.cfg.DevDir)
 	case ob.once:
-		procs, err = labgpu.ScanClaimsOnce("/proc", ob.cfg.DevDir)
+		procs, err = labgpu.ScanClaimsOnce(ob.procDir, ob.cfg.DevDir)
 	default:
 		procs, err = ob.scanner.Scan()
 	}
@@ -109,7 +118,7 @@ func (ob *observer) observe() (*observed, error) {
 			// A keeper's dead parent stays listed, its memory charged to
 			// its pid, as the driver does for a context a forked child
 			// inherited.
-			if p.KeepsOf > 0 && p.KeepsMiB > 0 && !ghosts[[2]int{p.KeepsOf, gi}] && !running(p.KeepsOf) {
+			if p.KeepsOf > 0 && p.KeepsMiB > 0 && !ghosts[[2]int{p.KeepsOf, gi}] && !running(ob.procDir, p.KeepsOf) {
 				ghosts[[2]int{p.KeepsOf, gi}] = true
 				o.used[g.Index] += p.KeepsMiB
 				o.apps = append(o.apps, app{gpu: gi, proc: labgpu.Proc{PID: p.KeepsOf, Name: p.Name, MemMiB: p.KeepsMiB}})
@@ -271,9 +280,9 @@ func flock(fd, how int) error {
 }
 
 // running reports whether pid is a live process (a zombie has died).
-func running(pid int) bool {
+func running(procDir string, pid int) bool {
 	var buf [512]byte
-	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(procDir+"/"+strconv.Itoa(pid)+"/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false
 	}

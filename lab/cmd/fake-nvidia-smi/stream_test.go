@@ -14,7 +14,7 @@ import (
 
 // stream is a running `nvidia-smi -lms 10 --query-gpu=index,memory.used`.
 type stream struct {
-	t     *testing.T
+	t     testing.TB
 	cmd   *exec.Cmd
 	lines *bufio.Scanner
 }
