@@ -8,7 +8,10 @@
 //
 // With a loop option it prints the query's rows (the header once) every
 // period, observing the holders anew each time, until killed, as the real
-// tool does.
+// tool does. A reading costs what changed since the last one: a
+// labgpu.Scanner re-examines only new and changed processes, and the state
+// file the release delay needs is rewritten only when its live holders
+// change (otherwise its mtime moves: see observe.go).
 //
 // Its GPUs come from a JSON config (labgpu.Config): the file named by
 // $FAKE_NVIDIA_SMI_CONFIG, else fake-nvidia-smi.json beside the path it was
@@ -24,6 +27,10 @@
 //	    FAKE_NVIDIA_SMI_FLOOD_BYTES of them, then exit 0) on that stream
 //	FAKE_NVIDIA_SMI_HANG=child            print one row, start a child that
 //	    keeps the output open, and hang, both of them
+//
+// Two more serve the benchmark and the tests: FAKE_NVIDIA_SMI_FULL_SCAN=1
+// observes the old way (a whole scan and a state rewrite per reading), and
+// FAKE_NVIDIA_SMI_PROC names the /proc to read (default /proc).
 package main
 
 import (
