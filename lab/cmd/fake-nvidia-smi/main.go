@@ -64,25 +64,30 @@ func configPath() string {
 	if p := os.Getenv(labgpu.ConfigEnv); p != "" {
 		return p
 	}
-	var cands []string
+	// Beside the path it ran as first: the executable is resolved (a
+	// readlink and an lstat per path element) only when that has none.
+	var first string
 	if a0 := os.Args[0]; strings.Contains(a0, "/") {
-		cands = append(cands, filepath.Join(filepath.Dir(a0), labgpu.ConfigName))
+		first = filepath.Join(filepath.Dir(a0), labgpu.ConfigName)
 	} else if p, err := exec.LookPath(a0); err == nil {
-		cands = append(cands, filepath.Join(filepath.Dir(p), labgpu.ConfigName))
+		first = filepath.Join(filepath.Dir(p), labgpu.ConfigName)
+	}
+	if first != "" {
+		if _, err := os.Stat(first); err == nil {
+			return first
+		}
 	}
 	if exe, err := os.Executable(); err == nil {
 		if real, err := filepath.EvalSymlinks(exe); err == nil {
 			exe = real
 		}
-		cands = append(cands, filepath.Join(filepath.Dir(exe), labgpu.ConfigName))
-	}
-	for _, c := range cands {
-		if _, err := os.Stat(c); err == nil {
+		c := filepath.Join(filepath.Dir(exe), labgpu.ConfigName)
+		if _, err := os.Stat(c); err == nil || first == "" {
 			return c
 		}
 	}
-	if len(cands) > 0 {
-		return cands[0]
+	if first != "" {
+		return first
 	}
 	return labgpu.ConfigName
 }
