@@ -330,3 +330,44 @@ func TestScannerPidReused(t *testing.T) {
 		t.Errorf("after the reuse: %s, want pid %d claiming 9 MiB", describe(got), pid)
 	}
 }
+
+// A process examined as no claimant that then execs one (its fd count and
+// exe change), keeping the
+// device it holds (no new pid, no new /proc inode): a shell holding the
+// device on fd 3 that, told to, execs a holder of /dev/fd/3.
+func TestScannerSeesExec(t *testing.T) {
+	dev := devDir(t)
+	script := `exec 3<"$0"; read go; exec "$1" --dev /dev/fd/3 --mem-mib 5`
+	cmd := exec.Command("sh", "-c", script, filepath.Join(dev, "nvidia0"), holderBin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
+	pid := cmd.Process.Pid
+	s, err := NewScanner("/proc", dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		all, _ := Scan("/proc", dev)
+		if slices.ContainsFunc(all, func(p Proc) bool { return p.PID == pid }) {
+			break // the shell holds the device
+		}
+		time.Sleep(2 * time.Millisecond) // bounded by the test's deadline
+	}
+	if got, _ := s.Scan(); len(got) != 0 {
+		t.Fatalf("the shell is no claimant: %s", describe(got))
+	}
+	io.WriteString(in, "go\n")
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || strings.TrimSpace(line) != ReadyLine(pid) {
+		t.Fatalf("after the exec: %q %v, want %q", line, err, ReadyLine(pid))
+	}
+	want, _ := ScanClaims("/proc", dev)
+	got, _ := s.Scan()
+	if len(want) != 1 || describe(got) != describe(want) {
+		t.Errorf("after the exec: Scanner:\n%s\nScanClaims:\n%s", describe(got), describe(want))
+	}
+}
