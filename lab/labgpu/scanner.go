@@ -14,9 +14,10 @@ import (
 // Scanner is ScanClaims for a process that reads the same /proc again and
 // again (fake-nvidia-smi -lms): it remembers every process it examined and,
 // per Scan, lists procDir (readdir only) and examines only what may have
-// changed. Its first Scan costs about what ScanClaims does, with raw system
-// calls instead of os's (os.ReadFile's fstat, fcntl and poller
-// registration cost more than the read itself on procfs).
+// changed. It makes raw system calls where os makes more (os.ReadFile's
+// fstat, fcntl and poller registration cost more than the read itself on
+// procfs); its first Scan reads two more things per process than
+// ScanClaimsOnce (the fd count and exe that later Scans compare).
 //
 // What marks a process for a new examination:
 //   - a new incarnation: the inode procfs gives /proc/PID in the listing
@@ -29,10 +30,10 @@ import (
 //   - for any other process: a new /proc/PID/exe (an exec of another
 //     binary).
 //
-// Not seen until something above changes: a process that execs the same
-// binary with the same fd count and was not a claimant before, or one that
-// swaps an fd for a device fd within a period (close, then open of the
-// device at the same count).
+// Not seen until something above changes: a process that was no claimant
+// and execs the same binary with the same fd count or rewrites its argv in
+// place, or one that swaps an fd for a device fd within a period (close,
+// then open of the device at the same count).
 type Scanner struct {
 	procDir, devDir string
 	once            bool // ScanClaimsOnce: nothing is read for later scans
