@@ -58,6 +58,21 @@ type tracked struct {
 	devFDs []string // fd names under fdDir that name a device
 	devOf  []string // the device each names
 	proc   Proc
+	// Kept open between scans (-1: none, read by path): procfs answers a
+	// read or stat of an open file from the task's state at that moment,
+	// without a path walk through /proc/PID again; a dead task's give an
+	// error, a reused pid's belong to the dead one.
+	cmdFD, dirFD int
+}
+
+func (t *tracked) close() {
+	if t.cmdFD >= 0 {
+		unix.Close(t.cmdFD)
+	}
+	if t.dirFD >= 0 {
+		unix.Close(t.dirFD)
+	}
+	t.cmdFD, t.dirFD = -1, -1
 }
 
 // NewScanner returns a Scanner of the processes in procDir that claim
@@ -74,6 +89,14 @@ func NewScanner(procDir, devDir string) (*Scanner, error) {
 	return &Scanner{procDir: procDir, devDir: abs, known: map[int]*tracked{}, sizeIsCount: sizeIsCount,
 		buf: make([]byte, 4096), lnk: make([]byte, 512),
 		dents: make([]byte, 32<<10), sub: make([]byte, 8<<10)}, nil
+}
+
+// Close releases the files the Scanner keeps open (two per claimant).
+func (s *Scanner) Close() {
+	for pid, t := range s.known {
+		t.close()
+		delete(s.known, pid)
+	}
 }
 
 // ScanClaimsOnce is ScanClaims with a Scanner's raw calls, for a process
@@ -96,6 +119,9 @@ func (s *Scanner) Scan() ([]Proc, error) {
 	err := list(s.procDir, s.dents, func(pid int, ino uint64) {
 		t := s.known[pid]
 		if t == nil || t.ino != ino || s.changed(pid, t) {
+			if t != nil {
+				t.close()
+			}
 			t = s.examine(pid, ino)
 			if !s.once {
 				s.known[pid] = t
@@ -111,6 +137,7 @@ func (s *Scanner) Scan() ([]Proc, error) {
 	}
 	for pid, t := range s.known {
 		if t.gen != s.gen {
+			t.close()
 			delete(s.known, pid)
 		}
 	}
@@ -172,23 +199,51 @@ func atoi(b []byte) (int, bool) {
 
 // changed reports whether a known process needs a new examination.
 func (s *Scanner) changed(pid int, t *tracked) bool {
-	if n, ok := s.fdCount(t.fdDir); !ok || n != t.nfds {
+	if !t.claim {
+		if n, ok := s.fdCount(t.fdDir); !ok || n != t.nfds {
+			return true
+		}
+		return s.readlink(s.pidDir(pid)+"/exe") != t.exe
+	}
+	if t.dirFD < 0 || t.cmdFD < 0 { // not kept open: by path
+		if n, ok := s.fdCount(t.fdDir); !ok || n != t.nfds {
+			return true
+		}
+		cmd, err := s.read(s.pidDir(pid) + "/cmdline")
+		if err != nil || !bytes.Equal(cmd, t.cmd) {
+			return true
+		}
+		for i, fd := range t.devFDs {
+			if l, ok := strings.CutPrefix(s.readlink(t.fdDir+"/"+fd), s.devDir+"/"); !ok || l != t.devOf[i] {
+				return true
+			}
+		}
+		return false
+	}
+	if s.sizeIsCount {
+		var st unix.Stat_t
+		if unix.Fstat(t.dirFD, &st) != nil || st.Size != t.nfds {
+			return true
+		}
+	} else if n, ok := s.fdCount(t.fdDir); !ok || n != t.nfds {
 		return true
 	}
-	base := s.pidDir(pid)
-	if !t.claim {
-		return s.readlink(base+"/exe") != t.exe
-	}
-	cmd, err := s.read(base + "/cmdline")
+	cmd, err := s.pread(t.cmdFD)
 	if err != nil || !bytes.Equal(cmd, t.cmd) {
 		return true
 	}
 	for i, fd := range t.devFDs {
-		if l, ok := strings.CutPrefix(s.readlink(t.fdDir+"/"+fd), s.devDir+"/"); !ok || l != t.devOf[i] {
+		if !s.names(s.readlinkAt(t.dirFD, fd), t.devOf[i]) {
 			return true
 		}
 	}
 	return false
+}
+
+// names reports whether link is devDir/dev (without allocating).
+func (s *Scanner) names(link []byte, dev string) bool {
+	d := len(s.devDir)
+	return len(link) == d+1+len(dev) && string(link[:d]) == s.devDir && link[d] == '/' && string(link[d+1:]) == dev
 }
 
 func (s *Scanner) pidDir(pid int) string { return s.procDir + "/" + strconv.Itoa(pid) }
@@ -197,7 +252,7 @@ func (s *Scanner) pidDir(pid int) string { return s.procDir + "/" + strconv.Itoa
 func (s *Scanner) examine(pid int, ino uint64) *tracked {
 	s.examined++
 	base := s.pidDir(pid)
-	t := &tracked{ino: ino, fdDir: base + "/fd"}
+	t := &tracked{ino: ino, fdDir: base + "/fd", cmdFD: -1, dirFD: -1}
 	if !s.once {
 		// Read before deciding: a change after this examination
 		// changes what changed compares against.
@@ -263,6 +318,23 @@ func (s *Scanner) examine(pid int, ino uint64) *tracked {
 	for fd, dev := range fds {
 		t.devFDs, t.devOf = append(t.devFDs, fd), append(t.devOf, dev)
 	}
+	if !s.once {
+		// Opened after the examination: if they are another process's
+		// already, its cmdline or fds differ at the next scan. Out of
+		// fds, this process is read by path.
+		var err1, err2 error
+		t.cmdFD, err1 = unix.Open(base+"/cmdline", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		t.dirFD, err2 = unix.Open(t.fdDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err1 != nil || err2 != nil {
+			if err1 == nil {
+				unix.Close(t.cmdFD)
+			}
+			if err2 == nil {
+				unix.Close(t.dirFD)
+			}
+			t.cmdFD, t.dirFD = -1, -1
+		}
+	}
 	return t
 }
 
@@ -318,6 +390,44 @@ func (s *Scanner) read(path string) ([]byte, error) {
 			return s.buf[:n], nil
 		}
 		n += m
+	}
+}
+
+// pread reads a whole small file from its start through an open fd into
+// the scanner's buffer (valid until the next read).
+func (s *Scanner) pread(fd int) ([]byte, error) {
+	n := 0
+	for {
+		if n == len(s.buf) {
+			s.buf = append(s.buf, make([]byte, len(s.buf))...)
+		}
+		m, err := unix.Pread(fd, s.buf[n:], int64(n))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if m == 0 {
+			return s.buf[:n], nil
+		}
+		n += m
+	}
+}
+
+// readlinkAt is readlink of name in the folder dirFD is open on, into
+// the scanner's buffer (valid until the next readlink); nil when it cannot
+// be read.
+func (s *Scanner) readlinkAt(dirFD int, name string) []byte {
+	for {
+		n, err := unix.Readlinkat(dirFD, name, s.lnk)
+		if err != nil {
+			return nil
+		}
+		if n < len(s.lnk) {
+			return s.lnk[:n]
+		}
+		s.lnk = make([]byte, 2*len(s.lnk))
 	}
 }
 

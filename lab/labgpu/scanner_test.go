@@ -125,7 +125,9 @@ func TestScannerIsScanClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer kept.Close()
 	listing, _ := NewScanner("/proc", dev)
+	defer listing.Close()
 	listing.sizeIsCount = false // as on Linux before 6.2
 	if !kept.sizeIsCount {
 		t.Log("this kernel does not count fds in an fd folder's size: both scanners list")
@@ -140,6 +142,7 @@ func TestScannerIsScanClaims(t *testing.T) {
 			t.Fatalf("%s: ScanClaims found %d claimants, want %d:\n%s", step, len(want), wantN, describe(want))
 		}
 		fresh, _ := NewScanner("/proc", dev)
+		defer fresh.Close()
 		for name, scan := range map[string]func() ([]Proc, error){
 			"kept": kept.Scan, "listing": listing.Scan, "fresh": fresh.Scan,
 			"once": func() ([]Proc, error) { return ScanClaimsOnce("/proc", dev) },
@@ -271,6 +274,11 @@ func TestScannerPidReused(t *testing.T) {
 	sh := startNSShell(t)
 	dev := devDir(t)
 	hold := holderBin + " --dev " + filepath.Join(dev, "nvidia0")
+	fds := func() int {
+		ents, _ := os.ReadDir("/proc/self/fd")
+		return len(ents)
+	}
+	before := fds()
 	s, err := NewScanner(sh.procDir, dev)
 	if err != nil {
 		t.Fatal(err)
@@ -305,13 +313,13 @@ func TestScannerPidReused(t *testing.T) {
 	}
 	until("a claimant", pid, true, true)
 	// Nothing changes in the namespace: a scan examines nothing again.
-	before := s.examined
+	examined := s.examined
 	for i := 0; i < 3; i++ {
 		if got, err := s.Scan(); err != nil || len(got) != 1 {
 			t.Fatalf("a stable namespace: %s %v", describe(got), err)
 		}
 	}
-	if n := s.examined - before; n != 0 {
+	if n := s.examined - examined; n != 0 {
 		t.Errorf("3 scans of an unchanged namespace examined %d processes again, want 0", n)
 	}
 	reuse := func(args string) {
@@ -328,6 +336,14 @@ func TestScannerPidReused(t *testing.T) {
 	until("the monitor's pid taken by a claimant", pid, true, true)
 	if got, _ := s.Scan(); len(got) != 1 || got[0].MemMiB != 9 {
 		t.Errorf("after the reuse: %s, want pid %d claiming 9 MiB", describe(got), pid)
+	}
+	// Two files kept per claimant, those of the dead ones closed.
+	if n := fds() - before; n != 2 {
+		t.Errorf("the scanner keeps %d files open for 1 claimant, want 2", n)
+	}
+	s.Close()
+	if n := fds() - before; n != 0 {
+		t.Errorf("after Close: %d files still open", n)
 	}
 }
 
@@ -351,6 +367,7 @@ func TestScannerSeesExec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer s.Close()
 	for {
 		all, _ := Scan("/proc", dev)
 		if slices.ContainsFunc(all, func(p Proc) bool { return p.PID == pid }) {

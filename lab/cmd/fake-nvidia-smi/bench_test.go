@@ -113,6 +113,7 @@ func BenchmarkCost(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
+					defer ob.close()
 					if st, err := ob.observe(); err != nil || st.used[0] == 0 {
 						b.Fatalf("first reading: %+v %v", st, err)
 					}

@@ -77,6 +77,17 @@ func newObserver(cfgPath string, cfg *labgpu.Config, full, once bool) (*observer
 	return ob, nil
 }
 
+// close releases what the observer keeps open (a run's end does too).
+func (ob *observer) close() {
+	if ob.scanner != nil {
+		ob.scanner.Close()
+	}
+	if ob.lock >= 0 {
+		unix.Close(ob.lock)
+		ob.lock = -1
+	}
+}
+
 // observe reads the live holders and settles them with the state file.
 func (ob *observer) observe() (*observed, error) {
 	var procs []labgpu.Proc
