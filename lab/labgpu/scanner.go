@@ -152,6 +152,11 @@ func list(dir string, buf []byte, fn func(n int, ino uint64)) error {
 		return fmt.Errorf("scan %s: %w", dir, err)
 	}
 	defer unix.Close(fd)
+	return listFD(fd, dir, buf, fn)
+}
+
+// listFD is list of the folder fd is open on (named dir in errors).
+func listFD(fd int, dir string, buf []byte, fn func(n int, ino uint64)) error {
 	for {
 		n, err := unix.Getdents(fd, buf)
 		if err == unix.EINTR {
@@ -347,23 +352,28 @@ func (s *Scanner) devsUnder(fdDir string) (map[string]bool, map[string]string, i
 			return map[string]bool{}, nil, 0 // a kernel thread, a zombie: one stat, no listing
 		}
 	}
+	dfd, err := unix.Open(fdDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, 0
+	}
+	defer unix.Close(dfd)
 	var names []int
-	if err := list(fdDir, s.sub, func(fd int, _ uint64) { names = append(names, fd) }); err != nil {
+	if err := listFD(dfd, fdDir, s.sub, func(fd int, _ uint64) { names = append(names, fd) }); err != nil {
 		return nil, nil, 0
 	}
 	devs, fds := map[string]bool{}, map[string]string{}
-	for _, fd := range names {
-		s.noteDev(fdDir, strconv.Itoa(fd), devs, fds)
+	d := len(s.devDir)
+	for _, n := range names {
+		// Relative to the open folder: no path walk through /proc per fd.
+		fd := strconv.Itoa(n)
+		l := s.readlinkAt(dfd, fd)
+		if len(l) > d+1 && string(l[:d]) == s.devDir && l[d] == '/' {
+			rel := string(l[d+1:])
+			devs[rel] = true
+			fds[fd] = rel
+		}
 	}
 	return devs, fds, len(names)
-}
-
-func (s *Scanner) noteDev(fdDir, fd string, devs map[string]bool, fds map[string]string) {
-	l := s.readlink(fdDir + "/" + fd)
-	if rel, ok := strings.CutPrefix(l, s.devDir+"/"); ok {
-		devs[rel] = true
-		fds[fd] = rel
-	}
 }
 
 // read reads a whole small file into the scanner's buffer (valid until
