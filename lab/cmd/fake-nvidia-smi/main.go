@@ -8,7 +8,10 @@
 //
 // With a loop option it prints the query's rows (the header once) every
 // period, observing the holders anew each time, until killed, as the real
-// tool does.
+// tool does. A reading costs what changed since the last one: a
+// labgpu.Scanner re-examines only new and changed processes, and the state
+// file the release delay needs is rewritten only when its live holders
+// change (otherwise its mtime moves: see observe.go).
 //
 // Its GPUs come from a JSON config (labgpu.Config): the file named by
 // $FAKE_NVIDIA_SMI_CONFIG, else fake-nvidia-smi.json beside the path it was
@@ -24,22 +27,26 @@
 //	    FAKE_NVIDIA_SMI_FLOOD_BYTES of them, then exit 0) on that stream
 //	FAKE_NVIDIA_SMI_HANG=child            print one row, start a child that
 //	    keeps the output open, and hang, both of them
+//
+// Two more serve the benchmark and the tests: FAKE_NVIDIA_SMI_FULL_SCAN=1
+// observes the old way (a whole scan and a state rewrite per reading), and
+// FAKE_NVIDIA_SMI_PROC names the /proc to read (default /proc).
 package main
 
 import (
-	"encoding/json"
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gpush/gpush/lab/labgpu"
-	"golang.org/x/sys/unix"
 )
 
 // exitUsage and friends are nvidia-smi's exit statuses.
@@ -57,25 +64,30 @@ func configPath() string {
 	if p := os.Getenv(labgpu.ConfigEnv); p != "" {
 		return p
 	}
-	var cands []string
+	// Beside the path it ran as first: the executable is resolved (a
+	// readlink and an lstat per path element) only when that has none.
+	var first string
 	if a0 := os.Args[0]; strings.Contains(a0, "/") {
-		cands = append(cands, filepath.Join(filepath.Dir(a0), labgpu.ConfigName))
+		first = filepath.Join(filepath.Dir(a0), labgpu.ConfigName)
 	} else if p, err := exec.LookPath(a0); err == nil {
-		cands = append(cands, filepath.Join(filepath.Dir(p), labgpu.ConfigName))
+		first = filepath.Join(filepath.Dir(p), labgpu.ConfigName)
+	}
+	if first != "" {
+		if _, err := os.Stat(first); err == nil {
+			return first
+		}
 	}
 	if exe, err := os.Executable(); err == nil {
 		if real, err := filepath.EvalSymlinks(exe); err == nil {
 			exe = real
 		}
-		cands = append(cands, filepath.Join(filepath.Dir(exe), labgpu.ConfigName))
-	}
-	for _, c := range cands {
-		if _, err := os.Stat(c); err == nil {
+		c := filepath.Join(filepath.Dir(exe), labgpu.ConfigName)
+		if _, err := os.Stat(c); err == nil || first == "" {
 			return c
 		}
 	}
-	if len(cands) > 0 {
-		return cands[0]
+	if first != "" {
+		return first
 	}
 	return labgpu.ConfigName
 }
@@ -189,16 +201,32 @@ func run(args []string) int {
 		fmt.Println("No devices were found")
 		return exitNoDevices
 	}
+	once := req.loop == 0 || req.form == "list"
+	ob, err := newObserver(cfgPath, cfg, os.Getenv(fullScanEnv) != "", once)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fake-nvidia-smi: %v\n", err)
+		return exitNoDriver
+	}
+	if once && !ob.full {
+		// One reading, a few hundred KiB at most: a collection would
+		// cost more than it frees.
+		debug.SetGCPercent(-1)
+	}
+	out := bufio.NewWriter(os.Stdout) // one write per reading
 	// Readings come on a schedule, as NVML's do: a slow /proc scan eats
 	// into the sleep instead of stretching the period.
 	next := time.Now()
 	for {
-		st, err := observe(cfgPath, cfg)
+		st, err := ob.observe()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "fake-nvidia-smi: %v\n", err)
 			return exitNoDriver
 		}
-		if rc := answer(req, cfg, st); rc != 0 || req.loop == 0 || req.form == "list" {
+		rc := answer(out, req, cfg, st)
+		if err := out.Flush(); err != nil {
+			return 1 // the reader went away
+		}
+		if rc != 0 || req.loop == 0 || req.form == "list" {
 			return rc
 		}
 		req.header = false // the real tool prints it once
@@ -212,7 +240,7 @@ func run(args []string) int {
 }
 
 // answer prints one reading of the form.
-func answer(req request, cfg *labgpu.Config, st *observed) int {
+func answer(w io.Writer, req request, cfg *labgpu.Config, st *observed) int {
 	memText := func(v int64) string {
 		switch cfg.FaultFor(req.form) {
 		case labgpu.FaultNA:
@@ -228,7 +256,7 @@ func answer(req request, cfg *labgpu.Config, st *observed) int {
 	switch req.form {
 	case "list":
 		for _, g := range cfg.GPUs {
-			fmt.Printf("GPU %d: %s (UUID: %s)\n", g.Index, g.Name, g.UUID)
+			fmt.Fprintf(w, "GPU %d: %s (UUID: %s)\n", g.Index, g.Name, g.UUID)
 		}
 	case "query-gpu":
 		var rows [][]string
@@ -252,12 +280,12 @@ func answer(req request, cfg *labgpu.Config, st *observed) int {
 				case "memory.free":
 					row = append(row, memText(max(g.TotalMiB-used, 0)))
 				default:
-					return badField(f)
+					return badField(w, f)
 				}
 			}
 			rows = append(rows, row)
 		}
-		printCSV(req, rows)
+		printCSV(w, req, rows)
 	case "compute-apps":
 		var rows [][]string
 		for _, a := range st.apps {
@@ -278,12 +306,12 @@ func answer(req request, cfg *labgpu.Config, st *observed) int {
 				case "used_memory", "used_gpu_memory":
 					row = append(row, memText(a.proc.MemMiB))
 				default:
-					return badField(f)
+					return badField(w, f)
 				}
 			}
 			rows = append(rows, row)
 		}
-		printCSV(req, rows)
+		printCSV(w, req, rows)
 	}
 	return 0
 }
@@ -372,8 +400,8 @@ func hang(req request, mode string) int {
 	}
 }
 
-func badField(f string) int {
-	fmt.Printf("Field \"%s\" is not a valid field to query.\n\n", f)
+func badField(w io.Writer, f string) int {
+	fmt.Fprintf(w, "Field \"%s\" is not a valid field to query.\n\n", f)
 	return exitUsage
 }
 
@@ -383,7 +411,7 @@ var headerNames = map[string]string{
 	"used_memory": "used_gpu_memory [MiB]", "used_gpu_memory": "used_gpu_memory [MiB]",
 }
 
-func printCSV(req request, rows [][]string) {
+func printCSV(w io.Writer, req request, rows [][]string) {
 	if req.header {
 		h := make([]string, len(req.fields))
 		for i, f := range req.fields {
@@ -392,128 +420,9 @@ func printCSV(req request, rows [][]string) {
 				h[i] = n
 			}
 		}
-		fmt.Println(strings.Join(h, ", "))
+		fmt.Fprintln(w, strings.Join(h, ", "))
 	}
 	for _, r := range rows {
-		fmt.Println(strings.Join(r, ", "))
+		fmt.Fprintln(w, strings.Join(r, ", "))
 	}
-}
-
-type app struct {
-	gpu  int // position in cfg.GPUs
-	proc labgpu.Proc
-}
-
-type observed struct {
-	used map[int]int64 // by GPU index
-	apps []app
-}
-
-// seen is the state file: when each holder was last seen alive and what it held.
-type seen struct {
-	LastSeen time.Time `json:"last_seen"`
-	GPUs     []int     `json:"gpus"` // indices
-	MemMiB   int64     `json:"mem_mib"`
-}
-
-// observe scans the live holders and updates the state file, under a lock
-// so that concurrent calls do not lose each other's sightings.
-func observe(cfgPath string, cfg *labgpu.Config) (*observed, error) {
-	delay, _ := cfg.Delay()
-	procs, err := labgpu.ScanClaims("/proc", cfg.DevDir)
-	if err != nil {
-		return nil, err
-	}
-	sort.Slice(procs, func(a, b int) bool { return procs[a].PID < procs[b].PID })
-	o := &observed{used: map[int]int64{}}
-	for _, g := range cfg.GPUs {
-		o.used[g.Index] = g.BaselineMiB
-	}
-	live := map[string]seen{}
-	ghosts := map[[2]int]bool{} // (dead pid, GPU position) already charged
-	for _, p := range procs {
-		var held []int
-		for gi, g := range cfg.GPUs {
-			if !p.Devices[g.Dev()] {
-				continue
-			}
-			held = append(held, g.Index)
-			o.used[g.Index] += p.MemMiB
-			// NVML lists only processes with a context on the GPU: a
-			// monitor holding the device file is not a compute app.
-			if p.MemMiB > 0 {
-				o.apps = append(o.apps, app{gpu: gi, proc: p})
-			}
-			// A keeper's dead parent stays listed, its memory charged to
-			// its pid, as the driver does for a context a forked child
-			// inherited.
-			if p.KeepsOf > 0 && p.KeepsMiB > 0 && !ghosts[[2]int{p.KeepsOf, gi}] && !running(p.KeepsOf) {
-				ghosts[[2]int{p.KeepsOf, gi}] = true
-				o.used[g.Index] += p.KeepsMiB
-				o.apps = append(o.apps, app{gpu: gi, proc: labgpu.Proc{PID: p.KeepsOf, Name: p.Name, MemMiB: p.KeepsMiB}})
-			}
-		}
-		if len(held) > 0 && p.MemMiB > 0 {
-			live[p.Key()] = seen{GPUs: held, MemMiB: p.MemMiB}
-		}
-	}
-	if delay == 0 {
-		return o, nil
-	}
-	statePath := strings.TrimSuffix(cfgPath, ".json") + ".state.json"
-	lock, err := os.OpenFile(statePath+".lock", os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("state lock: %w", err)
-	}
-	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		return nil, fmt.Errorf("lock %s: %w", lock.Name(), err)
-	}
-	state := map[string]seen{}
-	if b, err := os.ReadFile(statePath); err == nil {
-		_ = json.Unmarshal(b, &state) // a torn state only loses delays
-	}
-	now := time.Now()
-	for k, s := range state {
-		if _, ok := live[k]; ok {
-			continue
-		}
-		if now.Sub(s.LastSeen) >= delay {
-			delete(state, k)
-			continue
-		}
-		// Died recently: the driver has not released its memory yet.
-		for _, gi := range s.GPUs {
-			if _, ok := o.used[gi]; ok {
-				o.used[gi] += s.MemMiB
-			}
-		}
-	}
-	for k, s := range live {
-		s.LastSeen = now
-		state[k] = s
-	}
-	b, err := json.Marshal(state)
-	if err != nil {
-		return nil, err
-	}
-	tmp := statePath + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return nil, fmt.Errorf("write state: %w", err)
-	}
-	if err := os.Rename(tmp, statePath); err != nil {
-		return nil, fmt.Errorf("write state: %w", err)
-	}
-	return o, nil
-}
-
-// running reports whether pid is a live process (a zombie has died).
-func running(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
 }

@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func fixture(t *testing.T, name string) string {
+func fixture(t testing.TB, name string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(fixtureDir, name))
 	if err != nil {
@@ -63,13 +63,13 @@ func probeLine(t *testing.T, file, title string, n int) string {
 
 // h200 is a host dir: dev files, nvidia-smi linked in smi/ with its config.
 type h200 struct {
-	t          *testing.T
+	t          testing.TB
 	dir, dev   string
 	smi, cfgAt string
 	cfg        labgpu.Config
 }
 
-func newH200(t *testing.T) *h200 {
+func newH200(t testing.TB) *h200 {
 	dir := t.TempDir()
 	h := &h200{t: t, dir: dir, dev: filepath.Join(dir, "dev"), smi: filepath.Join(dir, "smi", "nvidia-smi")}
 	h.cfgAt = filepath.Join(dir, "smi", labgpu.ConfigName)
