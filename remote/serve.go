@@ -96,7 +96,7 @@ func (c *sshConn) serveSession(ctx context.Context, verb string) (*serveSession,
 }
 
 // startServe runs the warm check and, when it refuses, deploys the Go way
-// and runs the checked file directly.
+// and starts the helper (see serveDeployed).
 func (c *sshConn) startServe(ctx context.Context, verb string) (*serveSession, error) {
 	dir, err := remoteDirSetting(c.host)
 	if err != nil {
@@ -110,12 +110,7 @@ func (c *sshConn) startServe(ctx context.Context, verb string) (*serveSession, e
 	}
 	c.log.Debug("warm check refused; deploying the helper", "why", refused.reason)
 	c.helper.forget()
-	p, err := c.helper.get(func() (string, error) { return c.deploy(ctx, refused.probe) })
-	if err != nil {
-		return nil, c.markLost(err)
-	}
-	s, _, err = c.openServe(ctx, verb, "helper serve", ShellJoin(serveArgv(p, token, c.host.Become)), token, p, false)
-	return s, err
+	return c.serveDeployed(ctx, verb, cmd, token, refused)
 }
 
 // warmRefusal is why the warm check refused, and what it learnt of the
