@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -125,6 +126,11 @@ func plantInPlace(t *testing.T, p, marker string) {
 	t.Helper()
 	before := statT(t, p)
 	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	// The last session's helper may still be exiting.
+	for deadline := time.Now().Add(20 * time.Second); errors.Is(err, syscall.ETXTBSY) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		f, err = os.OpenFile(p, os.O_WRONLY, 0)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,8 +379,8 @@ func sshdChildCPU(tb testing.TB, srv *sshd.Server) time.Duration {
 	}
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	cu, _ := strconv.ParseInt(f[13], 10, 64) // cutime, field 16
-	cs, _ := strconv.ParseInt(f[14], 10, 64) // cstime, field 17
+	cu, _ := strconv.ParseInt(f[13], 10, 64)        // cutime, field 16
+	cs, _ := strconv.ParseInt(f[14], 10, 64)        // cstime, field 17
 	return time.Duration(cu+cs) * time.Second / 100 // USER_HZ
 }
 
