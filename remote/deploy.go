@@ -359,8 +359,24 @@ func (c *sshConn) serveDeployed(ctx context.Context, verb, warmCmd, token string
 		return nil, err
 	}
 	if s == nil {
-		return nil, fmt.Errorf("%s: uploaded helper %s failed the check right after the upload: %s; refusing to run it "+
-			"(is the disk full or failing, or is something rewriting %s?)", c.host.Name, p, again.reason, path.Dir(p))
+		if strings.HasPrefix(again.reason, p+" has ") {
+			// Its size or sha256 differ: what the old check after the
+			// upload refused too.
+			return nil, fmt.Errorf("%s: uploaded helper %s failed the check right after the upload: %s; refusing to run it "+
+				"(is the disk full or failing, or is something rewriting %s?)", c.host.Name, p, again.reason, path.Dir(p))
+		}
+		// Refused for something the Go checks did not see (a stat that
+		// prints odd lines, say): check the file the Go way, as before.
+		c.log.Warn("the warm check refused the uploaded helper; checking it over SFTP and sha256sum", "path", p, "why", again.reason)
+		p, err := c.helper.get(func() (string, error) {
+			p, _, err := c.deploy(ctx, refused.probe, false)
+			return p, err
+		})
+		if err != nil {
+			return nil, c.markLost(err)
+		}
+		s, _, err := c.openServe(ctx, verb, "helper serve", ShellJoin(serveArgv(p, token, c.host.Become)), token, p, false)
+		return s, err
 	}
 	c.helper.set(p)
 	return s, nil

@@ -369,8 +369,8 @@ func TestServeSkipsShellNoise(t *testing.T) {
 	}
 	shell := filepath.Join(e.tdir, "noisy-sh")
 	noise := "#!/bin/sh\necho 'Welcome to the lab'\necho '{\"serve\":1,\"token\":\"not-yours\"}'\necho 'gpush-warm-exec: /bin/false'\nexec /bin/sh \"$@\"\n"
-	// Noisy from the start: the cold deployment (its sha256sum check
-	// after the upload) reads through the noise too.
+	// Noisy from the start: the cold deployment (the warm check of the
+	// upload) reads through the noise too.
 	if err := os.WriteFile(shell, []byte(noise), 0o755); err != nil {
 		t.Fatal(err)
 	}

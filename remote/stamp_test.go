@@ -411,3 +411,31 @@ func BenchmarkWarmCheckCPU(b *testing.B) {
 		})
 	}
 }
+
+// A check of the upload that refuses for something else than its content
+// (here: stat failing from the upload on) does not fail the call: the
+// upload is checked the Go way, as before, and run.
+func TestUploadCheckRefusedOtherwiseFallsBack(t *testing.T) {
+	requireRoot(t)
+	e := newShimEnv(t)
+	realStat, err := execOut("sh", "-c", "command -v stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flag := filepath.Join(e.tdir, "stat-broken")
+	shim := "#!/bin/sh\n[ -e " + flag + " ] && exit 1\nexec " + strings.TrimSpace(realStat) + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(filepath.Dir(e.sumLog), "stat"), []byte(shim), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testHookUploaded = func(string) { os.WriteFile(flag, nil, 0o644) }
+	t.Cleanup(func() { testHookUploaded = nil })
+	c := e.dial(t)
+	if err := c.Helper(context.Background(), helper.VerbSnapshot, snapReq, nil); err != nil {
+		t.Fatalf("the fallback did not run the helper: %v", err)
+	}
+	mustContain(t, e.logs.String(), "the warm check refused the uploaded helper", "cannot stat")
+	// The refused check, SFTP, the check of the upload, sha256sum, serve.
+	if n, u := c.sessions.Load(), c.uploads.Load(); n != 5 || u != 1 || e.sums() != 1 {
+		t.Fatalf("%d sessions, %d uploads, %d hashes; want 5, 1, 1", n, u, e.sums())
+	}
+}
