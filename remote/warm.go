@@ -44,20 +44,21 @@ import (
 // a clean page; chmod, chown, link and rename too), while no system call
 // sets ctime to a chosen value: utimensat (touch -d) restores mtime but
 // moves ctime to now. A new file has another inode or a new ctime. Opening
-// the file for writing (a mapping too) needs its owner, the login user, or
-// root, since the check refuses group/other write. What is left needs
-// root: setting the clock back to the
-// recorded nanosecond, writing the block device or the file system image
-// (group disk is root-equivalent), or an NFS server changed by hand; root
-// can as well replace the helper between the hash and the exec, and so
-// can the login user, who owns the file and could fake sha256sum through
-// its shell's PATH: hashing protects against neither. The one trap is the
-// clock's granularity (ctime is the kernel's coarse clock, a tick of a
-// few ms): a write in the same tick as the stamped ctime would keep it.
-// So the temp stamp is created before the hash, and the stamp is written
-// only when the file's stat line is unchanged after the hash and the
-// temp's ctime is later than the file's: every write after the temp was
-// created then has a ctime later than the one stamped.
+// the file for writing (a mapping too, and so the one gap, more writes to
+// an already dirty page) needs its owner, the login user, or root, since
+// the check refuses group/other write. The rest needs root: setting the
+// clock back to the recorded nanosecond, writing the block device or the
+// file system image (group disk is root-equivalent), or an NFS server
+// changed by hand. Root can as well replace the helper between the hash
+// and the exec, and so can the login user, who owns the file and could
+// fake sha256sum through its shell's PATH: hashing protects against
+// neither. The trap is the clock's granularity (ctime comes from the
+// kernel's coarse clock, a tick of a few ms): a write in the tick of the
+// stamped ctime would keep it. So the temp stamp is created before the
+// hash, and the stamp is written only when the file's stat line is
+// unchanged after the hash and the temp's ctime is later than the file's:
+// every write after the temp was created then has a later ctime than the
+// stamped one.
 const warmScript = `set -f
 w() { [ -z "$tmp" ] || rm -f -- "$tmp"; printf 'gpush-warm: %s\n' "$*"; exit 0; }
 d=$1 tok=$2 become=$3 tmp=
