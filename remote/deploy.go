@@ -126,6 +126,32 @@ func (hc *helperCache) get(deploy func() (string, error)) (string, error) {
 	return p, nil
 }
 
+// getUnhashed is get for a deploy that may leave the content check of a
+// file it uploaded to the caller (hashed false): such a path is not cached,
+// so that no other call runs it unchecked; the caller sets it once checked.
+func (hc *helperCache) getUnhashed(deploy func() (p string, hashed bool, err error)) (string, bool, error) {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	if hc.path != "" {
+		return hc.path, true, nil
+	}
+	p, hashed, err := deploy()
+	if err != nil {
+		return "", false, err
+	}
+	if hashed {
+		hc.path = p
+	}
+	return p, hashed, nil
+}
+
+// set caches p, a path whose content was checked.
+func (hc *helperCache) set(p string) {
+	hc.mu.Lock()
+	hc.path = p
+	hc.mu.Unlock()
+}
+
 // forget drops the cached path: the warm check found the file unfit, so
 // the next DeployHelper looks at the host again.
 func (hc *helperCache) forget() {
@@ -167,7 +193,16 @@ type deployTarget struct {
 	log *slog.Logger
 	// uploads counts uploads done.
 	uploads *atomic.Int32
+	// hashLater: the caller runs the warm check on an uploaded file before
+	// anything runs it, and that check hashes it on the host, so the
+	// upload is not hashed by a session of its own (a cold host: 3
+	// sessions, not 4).
+	hashLater bool
 }
+
+// testHookUploaded, when set, runs after an upload's rename (tests: a
+// file changed between the upload and its check).
+var testHookUploaded func(p string)
 
 // deployHelper puts the helper for the host's architecture into its
 // private remote dir under a name holding its sha256, unless a file of
@@ -176,24 +211,32 @@ type deployTarget struct {
 // content are checked each time (see verify.go), a bad file is replaced
 // atomically and checked again.
 func deployHelper(ctx context.Context, t deployTarget) (string, error) {
+	p, _, err := deployHelperHashed(ctx, t)
+	return p, err
+}
+
+// deployHelperHashed is deployHelper that also says whether the content
+// of the file at the path was checked: with t.hashLater an upload is not,
+// and the caller must have the warm check hash it before running it.
+func deployHelperHashed(ctx context.Context, t deployTarget) (string, bool, error) {
 	name := t.host.Name
 	arch, err := GoArch(t.machine)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", name, err)
+		return "", false, fmt.Errorf("%s: %w", name, err)
 	}
 	if t.source == nil {
-		return "", fmt.Errorf("%s: no helper source configured (remote.Options.HelperSource; use helperbin.Source)", name)
+		return "", false, fmt.Errorf("%s: no helper source configured (remote.Options.HelperSource; use helperbin.Source)", name)
 	}
 	if t.sum == nil {
-		return "", fmt.Errorf("%s: no way to check the helper's content configured", name)
+		return "", false, fmt.Errorf("%s: no way to check the helper's content configured", name)
 	}
 	bin, err := sourceWithin(ctx, t.source, arch)
 	if err != nil {
-		return "", fmt.Errorf("%s: helper for linux/%s: %w", name, arch, err)
+		return "", false, fmt.Errorf("%s: helper for linux/%s: %w", name, arch, err)
 	}
 	dir, err := RemoteDir(t.host, t.home)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	want := binSum(bin)
 	final := path.Join(dir, "gpush-helper-"+want[:32])
@@ -210,80 +253,135 @@ func deployHelper(ctx context.Context, t deployTarget) (string, error) {
 		// The folders that exist must be safe before gpush creates
 		// anything below them.
 		if err := checkExistingAncestors(t.fs, dir, t.uid); err != nil {
-			return "", fmt.Errorf("%s: %w", name, err)
+			return "", false, fmt.Errorf("%s: %w", name, err)
 		}
 		if err := t.fs.MkdirAll(dir); err != nil {
-			return "", fmt.Errorf("%s: create helper folder %s (%s): %w", name, dir, VarRemoteDir, err)
+			return "", false, fmt.Errorf("%s: create helper folder %s (%s): %w", name, dir, VarRemoteDir, err)
 		}
 		if err := t.fs.Chmod(dir, 0o700); err != nil {
-			return "", fmt.Errorf("%s: chmod 700 helper folder %s: %w", name, dir, err)
+			return "", false, fmt.Errorf("%s: chmod 700 helper folder %s: %w", name, dir, err)
 		}
 		dfi, derr = t.fs.Lstat(dir)
 		ffi, ferr = fileInfo{}, fs.ErrNotExist
 	}
 	if derr != nil {
-		return "", fmt.Errorf("%s: helper folder %s (%s): %w", name, dir, VarRemoteDir, derr)
+		return "", false, fmt.Errorf("%s: helper folder %s (%s): %w", name, dir, VarRemoteDir, derr)
 	}
 	if err := checkPrivateDir(dir, dfi, t.uid); err != nil {
-		return "", fmt.Errorf("%s: %w", name, err)
+		return "", false, fmt.Errorf("%s: %w", name, err)
 	}
 	// Every folder above it too, on every connection.
 	if err := checkHelperPath(t.fs, dir, t.uid); err != nil {
-		return "", fmt.Errorf("%s: %w", name, err)
+		return "", false, fmt.Errorf("%s: %w", name, err)
 	}
 	if ferr == nil {
 		why := helperFileProblem(ffi, int64(len(bin)), t.uid)
 		if why == "" {
 			got, err := t.sum(ctx, final, int64(len(bin)))
 			if err != nil {
-				return "", fmt.Errorf("%s: check helper %s: %w", name, final, err)
+				return "", false, fmt.Errorf("%s: check helper %s: %w", name, final, err)
 			}
 			if got == want {
 				t.log.Debug("helper already deployed, content checked", "path", final)
-				return final, nil
+				return final, true, nil
 			}
 			why = "content has sha256 " + got + ", want " + want + " (planted or corrupted)"
 		}
 		t.log.Warn("replacing helper file", "path", final, "why", why)
 	} else if !errors.Is(ferr, fs.ErrNotExist) {
-		return "", fmt.Errorf("%s: stat helper %s: %w", name, final, ferr)
+		return "", false, fmt.Errorf("%s: stat helper %s: %w", name, final, ferr)
 	}
 	removeStaleTemps(t.fs, dir, t.log)
 	release, err := uploadSlot(ctx)
 	if err != nil {
-		return "", fmt.Errorf("%s: upload helper to %s: waiting for an upload slot (%d at once): %w", name, final, cap(uploadSlots), err)
+		return "", false, fmt.Errorf("%s: upload helper to %s: waiting for an upload slot (%d at once): %w", name, final, cap(uploadSlots), err)
 	}
 	start := time.Now()
 	err = putAtomic(ctx, t.fs, final, bytes.NewReader(bin), 0o755)
 	release()
 	if err != nil {
-		return "", fmt.Errorf("%s: upload helper to %s: %w", name, final, err)
+		return "", false, fmt.Errorf("%s: upload helper to %s: %w", name, final, err)
 	}
 	if t.uploads != nil {
 		t.uploads.Add(1)
+	}
+	if testHookUploaded != nil {
+		testHookUploaded(final)
 	}
 	t.log.Info("uploaded helper", "path", final, "bytes", len(bin), "arch", arch, "took", time.Since(start).Round(time.Millisecond))
 	// What was written is checked like what was found: a full disk, a
 	// concurrent writer or a failing medium must not get executed.
 	if err := checkHelperPath(t.fs, dir, t.uid); err != nil {
-		return "", fmt.Errorf("%s: after upload: %w", name, err)
+		return "", false, fmt.Errorf("%s: after upload: %w", name, err)
 	}
 	fi, err := t.fs.Lstat(final)
 	if err != nil {
-		return "", fmt.Errorf("%s: stat uploaded helper %s: %w", name, final, err)
+		return "", false, fmt.Errorf("%s: stat uploaded helper %s: %w", name, final, err)
 	}
 	if why := helperFileProblem(fi, int64(len(bin)), t.uid); why != "" {
-		return "", fmt.Errorf("%s: uploaded helper %s is %s right after the upload; refusing to run it", name, final, why)
+		return "", false, fmt.Errorf("%s: uploaded helper %s is %s right after the upload; refusing to run it", name, final, why)
+	}
+	if t.hashLater {
+		return final, false, nil
 	}
 	got, err := t.sum(ctx, final, int64(len(bin)))
 	if err != nil {
-		return "", fmt.Errorf("%s: check uploaded helper %s: %w", name, final, err)
+		return "", false, fmt.Errorf("%s: check uploaded helper %s: %w", name, final, err)
 	}
 	if got != want {
-		return "", fmt.Errorf("%s: uploaded helper %s has sha256 %s right after the upload, want %s; refusing to run it "+
+		return "", false, fmt.Errorf("%s: uploaded helper %s has sha256 %s right after the upload, want %s; refusing to run it "+
 			"(is the disk full or failing, or is something rewriting %s?)", name, final, got, want, dir)
 	}
-	return final, nil
+	return final, true, nil
+}
+
+// serveDeployed deploys the helper the Go way once the warm check refused
+// (its reason and probe in refused), then starts it. A file it uploads is
+// not hashed by a session of its own: the warm check, run again as the
+// serve session's command, hashes it on the host (and stamps it) right
+// before it execs it, when the refused check got past its tools (the
+// probe line comes after them). A cold host so costs 3 sessions: the
+// refused check, SFTP, serve.
+func (c *sshConn) serveDeployed(ctx context.Context, verb, warmCmd, token string, refused warmRefusal, steps *stepLog) (*serveSession, error) {
+	hashLater := refused.probe != nil
+	start := time.Now()
+	p, hashed, err := c.helper.getUnhashed(func() (string, bool, error) {
+		return c.deploy(ctx, refused.probe, hashLater)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w (after %s)", c.markLost(err), steps.String())
+	}
+	steps.add("deploy", start)
+	if hashed {
+		s, _, err := c.openServe(ctx, verb, "helper serve", steps.String(), ShellJoin(serveArgv(p, token, c.host.Become)), token, p, false)
+		return s, err
+	}
+	s, again, err := c.openServe(ctx, verb, "helper serve (warm check of the upload)", steps.String(), warmCmd, token, p, true)
+	if err != nil {
+		return nil, err
+	}
+	if s == nil {
+		if strings.HasPrefix(again.reason, p+" has ") {
+			// Its size or sha256 differ: what the old check after the
+			// upload refused too.
+			return nil, fmt.Errorf("%s: uploaded helper %s failed the check right after the upload: %s; refusing to run it "+
+				"(is the disk full or failing, or is something rewriting %s?)", c.host.Name, p, again.reason, path.Dir(p))
+		}
+		// Refused for something the Go checks did not see (a stat that
+		// prints odd lines, say): check the file the Go way, as before.
+		c.log.Warn("the warm check refused the uploaded helper; checking it over SFTP and sha256sum", "path", p, "why", again.reason)
+		p, err := c.helper.get(func() (string, error) {
+			p, _, err := c.deploy(ctx, refused.probe, false)
+			return p, err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%w (after %s)", c.markLost(err), steps.String())
+		}
+		s, _, err := c.openServe(ctx, verb, "helper serve", steps.String(), ShellJoin(serveArgv(p, token, c.host.Become)), token, p, false)
+		return s, err
+	}
+	c.helper.set(p)
+	return s, nil
 }
 
 // sourceWithin calls source for arch, giving up when ctx ends first: a

@@ -102,7 +102,7 @@ func (c *sshConn) serveSession(ctx context.Context, verb string) (*serveSession,
 }
 
 // startServe runs the warm check and, when it refuses, deploys the Go way
-// and runs the checked file directly. Each step's time goes into the
+// and starts the helper (see serveDeployed). Each step's time goes into the
 // errors of the later ones: a call's deadline eaten by earlier steps must
 // not read as the last step hanging.
 func (c *sshConn) startServe(ctx context.Context, verb string) (*serveSession, error) {
@@ -128,14 +128,7 @@ func (c *sshConn) startServe(ctx context.Context, verb string) (*serveSession, e
 	steps.add("warm check refused", start)
 	c.log.Debug("warm check refused; deploying the helper", "why", refused.reason)
 	c.helper.forget()
-	start = time.Now()
-	p, err := c.helper.get(func() (string, error) { return c.deploy(ctx, refused.probe) })
-	if err != nil {
-		return nil, fmt.Errorf("%w (after %s)", c.markLost(err), steps.String())
-	}
-	steps.add("deploy", start)
-	s, _, err = c.openServe(ctx, verb, "helper serve", steps.String(), ShellJoin(serveArgv(p, token, c.host.Become)), token, p, false)
-	return s, err
+	return c.serveDeployed(ctx, verb, cmd, token, refused, &steps)
 }
 
 // stepLog lists the steps of a session start and their times, for errors.

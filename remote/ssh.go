@@ -357,7 +357,10 @@ func (c *sshConn) helperExec(ctx context.Context, verb string, req, resp any) er
 // the first call probes the host and uploads if needed, later calls return
 // the cached path.
 func (c *sshConn) DeployHelper(ctx context.Context) (string, error) {
-	p, err := c.helper.get(func() (string, error) { return c.deploy(ctx, nil) })
+	p, err := c.helper.get(func() (string, error) {
+		p, _, err := c.deploy(ctx, nil, false)
+		return p, err
+	})
 	if err != nil {
 		// The SFTP steps of a deployment do not pass through lost: a link
 		// dropped mid-upload is still a lost connection.
@@ -367,8 +370,8 @@ func (c *sshConn) DeployHelper(ctx context.Context) (string, error) {
 }
 
 // deploy probes the host (unless known already: the warm check's answer)
-// and deploys the helper.
-func (c *sshConn) deploy(ctx context.Context, known *probeResult) (string, error) {
+// and deploys the helper; with hashLater, see deployTarget.
+func (c *sshConn) deploy(ctx context.Context, known *probeResult, hashLater bool) (string, bool, error) {
 	// SFTP setup and the probe are independent round trips: overlap them.
 	type sres struct {
 		s   *sftp.Client
@@ -388,15 +391,16 @@ func (c *sshConn) deploy(ctx context.Context, known *probeResult) (string, error
 	}
 	sr := <-sch
 	if perr != nil {
-		return "", perr
+		return "", false, perr
 	}
 	if sr.err != nil {
-		return "", sr.err
+		return "", false, sr.err
 	}
 	fsys := sftpFS{sr.s}
-	return deployHelper(ctx, deployTarget{
+	return deployHelperHashed(ctx, deployTarget{
 		host: c.host, fs: fsys, machine: pr.machine, home: pr.home, uid: pr.uid,
 		source: c.o.HelperSource, sum: c.sshSum(fsys), log: c.log, uploads: &c.uploads,
+		hashLater: hashLater,
 	})
 }
 
