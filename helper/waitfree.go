@@ -33,13 +33,16 @@ var waitPollHook func(n int)
 // (monitors, NVML clients) never do while memory is at the threshold, and
 // protected ones only name the GPU while memory stays held.
 //
-// A poll is one --query-gpu plus one /proc scan. Owners are what
-// --query-compute-apps lists (nvidia-uvm is no proof: NVML clients open it
-// too); the listing is read only when it can change the verdict: a holder
-// of a chosen GPU it has not judged yet (by identity), a GPU over its
-// threshold with no known owner (owners, ghosts), and every appsRefresh
-// polls while anything holds a device. A GPU held by a judged worker, or
-// watched by judged monitors, costs one nvidia-smi run a poll.
+// A poll is one reading of the GPUs plus one /proc scan; the reading
+// comes from the memory stream started with the wait (the first poll's
+// GPUs too), or from a --query-gpu run when the stream is late or gone.
+// Owners are what --query-compute-apps lists (nvidia-uvm is no proof: NVML
+// clients open it too); the listing is read only when it can change the
+// verdict: a holder of a chosen GPU it has not judged yet (by identity)
+// that maps a device (see unjudgedContext), a GPU over its threshold with
+// no known owner (owners, ghosts), and every appsRefresh polls while a
+// holder it judged is there. A GPU held by a judged worker, or watched by
+// monitors, costs no nvidia-smi run a poll while the stream reads.
 //
 // With Settle, the GPUs must then stay free that long: a new owner, a new
 // holder descending from a Watch supervisor, or memory over the threshold
@@ -216,7 +219,7 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		case !gs.smiOK:
 			s.noListing(&gs)
 			status = assessChosen(gs, nil, want, resp.ThresholdMiB)
-		case unjudged || needApps(status) || sinceApps >= appsRefresh && len(gs.holders) > 0 ||
+		case unjudged || needApps(status) || sinceApps >= appsRefresh && judged.any(gs.holders) ||
 			given != nil && len(given.left(gs.holders)) == 0:
 			// For given holders, the listing tells whether memory is still
 			// charged to one that is gone (a ghost).
@@ -530,8 +533,8 @@ func draining(status []GPUStatus) bool {
 }
 
 // appsRefresh: compute apps are read again at least every this many polls
-// while anything holds a device, so that a judged holder that gained or
-// dropped a context is seen.
+// while a holder the listing judged holds a device, so that one that gained
+// or dropped a context is seen.
 const appsRefresh = 10
 
 // ownership remembers what compute apps said of each holder (by identity),
@@ -580,6 +583,15 @@ func (s *scanner) unjudgedContext(holders []Holder, want map[int]bool, judged ow
 		}
 	}
 	return false
+}
+
+// any: some holder was judged by a listing: only a listing sees it gain
+// or drop a context (the others' maps are read every poll).
+func (o ownership) any(holders []Holder) bool {
+	return slices.ContainsFunc(holders, func(h Holder) bool {
+		_, ok := o[h.Identity]
+		return ok
+	})
 }
 
 // covers: every holder is judged already (its memory is known).
