@@ -69,9 +69,12 @@ type memStream struct {
 	round           []GPU
 	roundAt, fullAt time.Time
 	full            []GPU
-	rounds          int           // whole rounds so far
-	period          time.Duration // the -lms period asked for
-	started         time.Time
+	// fullPaced: the full round took at least half a period (the next
+	// began that much later), as a -lms loop's do; a flood's never does.
+	fullPaced bool
+	rounds    int           // whole rounds so far
+	period    time.Duration // the -lms period asked for
+	started   time.Time
 }
 
 // A stream may print at most fastRounds rounds per period, plus
@@ -210,7 +213,7 @@ func (s *memStream) read(r interface{ Read([]byte) (int, error) }) error {
 		}
 		s.used[idx], s.at[idx], s.last = g.MemUsedMiB, now, now
 		if k := len(s.round); k > 0 && idx <= s.round[k-1].Index {
-			s.full, s.fullAt = s.round, s.roundAt
+			s.full, s.fullAt, s.fullPaced = s.round, s.roundAt, now.Sub(s.roundAt) >= s.period/2
 			s.round = nil
 			s.rounds++
 			if allowed := fastRounds*int(now.Sub(s.started)/s.period) + fastSlack; s.rounds > allowed {
@@ -368,15 +371,15 @@ func (s *memStream) readingsSince(ctx context.Context, t time.Time, idx []int, w
 	}
 }
 
-// gpusSince returns the GPUs of the first whole round of lines that began
-// after t (what a --query-gpu run then would list), waiting up to wait;
-// false when none comes in time or the stream ends first.
+// gpusSince returns the GPUs of the first whole, paced round of lines
+// that began after t (what a --query-gpu run then would list), waiting up
+// to wait; false when none comes in time or the stream ends first.
 func (s *memStream) gpusSince(ctx context.Context, t time.Time, wait time.Duration) ([]GPU, bool) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
 		s.mu.Lock()
-		gpus, ok := slices.Clone(s.full), len(s.full) > 0 && s.fullAt.After(t)
+		gpus, ok := slices.Clone(s.full), len(s.full) > 0 && s.fullPaced && s.fullAt.After(t)
 		changed := s.changed
 		s.mu.Unlock()
 		if ok {

@@ -336,8 +336,29 @@ func TestMemStreamFloodEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.close()
+	if gpus, ok := s.gpusSince(context.Background(), time.Time{}, 20*time.Second); ok {
+		t.Errorf("a flood's round was taken for the GPUs: %+v", gpus)
+	}
 	<-s.done
 	if err := s.reason(); err == nil || !strings.Contains(err.Error(), "faster than -lms 10 allows") {
 		t.Fatalf("reason %v, want the flood named", err)
+	}
+}
+
+// The GPUs of a whole round come once the next round begins, in the order
+// printed, with every column; a round still being printed is not whole.
+func TestMemStreamGPUsSince(t *testing.T) {
+	s, err := startMemStream(script(t, "nvidia-smi", "echo '"+smiRow(0, "5000")+"'\necho '"+smiRow(1, "7")+"'\nsleep 0.05\necho '"+smiRow(0, "40")+"'\nexec sleep 600\n"), 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	gpus, ok := s.gpusSince(context.Background(), time.Time{}, 20*time.Second)
+	if !ok || len(gpus) != 2 || gpus[0].Index != 0 || gpus[1].Index != 1 || gpus[0].MemUsedMiB != 5000 || gpus[1].UUID == "" || gpus[1].MemTotalMiB != 143771 {
+		t.Fatalf("gpus %+v %v, want the first round's two", gpus, ok)
+	}
+	// The second round (GPU 0 only so far) is not whole: nothing newer.
+	if gpus, ok := s.gpusSince(context.Background(), time.Now(), 50*time.Millisecond); ok {
+		t.Errorf("an unfinished round was returned: %+v", gpus)
 	}
 }
