@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,9 +36,12 @@ var memStreamHook func(pid int)
 // stream's process group.
 var memStreamSignalHook func(pid int, sig syscall.Signal)
 
-// memStream is one long-running `nvidia-smi --query-gpu=index,memory.used
-// -lms N`: the real tool prints one line per GPU every N ms until killed
-// (no header with noheader), so each line is the GPU's latest reading.
+// memStream is one long-running `nvidia-smi --query-gpu=FIELDS -lms N`,
+// with the fields of a one-shot --query-gpu: the real tool prints one line
+// per GPU, in index order, every N ms until killed (no header with
+// noheader), so each line is the GPU's latest reading, and a whole round
+// of lines lists the GPUs as a --query-gpu would: a wait's first poll
+// needs no one-shot run.
 type memStream struct {
 	cmd     *exec.Cmd
 	pid     int
@@ -58,13 +62,35 @@ type memStream struct {
 	gap     time.Duration     // the latest time between two lines of one GPU
 	changed chan struct{}     // closed and replaced on every line
 	err     error             // why the stream ended (read after done)
+	// round collects the lines of the round being printed (index order,
+	// from roundAt); full is the latest whole round, whose first line
+	// came at fullAt. A round is whole once the next one starts (an index
+	// not above the previous line's).
+	round           []GPU
+	roundAt, fullAt time.Time
+	full            []GPU
+	// fullPaced: the full round took at least half a period (the next
+	// began that much later), as a -lms loop's do; a flood's never does.
+	fullPaced bool
+	rounds    int           // whole rounds so far
+	period    time.Duration // the -lms period asked for
+	started   time.Time
 }
+
+// A stream may print at most fastRounds rounds per period, plus
+// fastSlack: lines that come in bursts (a reader descheduled a while) stay
+// within that, a tool printing without pause (a flood of valid rows) does
+// not, and is killed before it costs the host more.
+const (
+	fastRounds = 4
+	fastSlack  = 8
+)
 
 // startMemStream starts the stream in its own process group.
 func startMemStream(path string, period time.Duration) (*memStream, error) {
 	ms := max(period.Milliseconds(), 1)
 	// -lms first: options may come in any order.
-	argv := []string{path, "-lms", strconv.FormatInt(ms, 10), "--query-gpu=index,memory.used", csvFormat}
+	argv := []string{path, "-lms", strconv.FormatInt(ms, 10), "--query-gpu=" + queryGPUFields, csvFormat}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
@@ -88,6 +114,7 @@ func startMemStream(path string, period time.Duration) (*memStream, error) {
 	s := &memStream{
 		cmd: cmd, pid: cmd.Process.Pid, updates: make(chan struct{}, 1), done: make(chan struct{}),
 		used: map[int]int64{}, at: map[int]time.Time{}, last: time.Now(), changed: make(chan struct{}),
+		period: time.Duration(ms) * time.Millisecond, started: time.Now(),
 	}
 	if memStreamHook != nil {
 		memStreamHook(s.pid)
@@ -175,16 +202,30 @@ func (s *memStream) read(r interface{ Read([]byte) (int, error) }) error {
 		if line == "" {
 			continue
 		}
-		idx, used, err := parseMemLine(line)
+		g, err := parseStreamLine(line)
 		if err != nil {
-			return fmt.Errorf("memory stream line %d %.200q: %w", n, line, err)
+			return fmt.Errorf("memory stream line %d: %w", n, err)
 		}
-		now := time.Now()
+		idx, now := g.Index, time.Now()
 		s.mu.Lock()
 		if prev, ok := s.at[idx]; ok {
 			s.gap = now.Sub(prev)
 		}
-		s.used[idx], s.at[idx], s.last = used, now, now
+		s.used[idx], s.at[idx], s.last = g.MemUsedMiB, now, now
+		if k := len(s.round); k > 0 && idx <= s.round[k-1].Index {
+			s.full, s.fullAt, s.fullPaced = s.round, s.roundAt, now.Sub(s.roundAt) >= s.period/2
+			s.round = nil
+			s.rounds++
+			if allowed := fastRounds*int(now.Sub(s.started)/s.period) + fastSlack; s.rounds > allowed {
+				s.mu.Unlock()
+				return fmt.Errorf("memory stream: %d rounds in %s, faster than -lms %d allows: not a reading loop",
+					s.rounds, now.Sub(s.started).Round(time.Millisecond), s.period.Milliseconds())
+			}
+		}
+		if len(s.round) == 0 {
+			s.roundAt = now
+		}
+		s.round = append(s.round, g)
 		close(s.changed)
 		s.changed = make(chan struct{})
 		s.mu.Unlock()
@@ -199,24 +240,20 @@ func (s *memStream) read(r interface{ Read([]byte) (int, error) }) error {
 	return nil
 }
 
-// parseMemLine reads "index, memory.used" (nounits); [N/A] reads as -1.
-func parseMemLine(line string) (int, int64, error) {
+// parseStreamLine reads one GPU's line, the columns of a one-shot
+// --query-gpu (nounits); a used [N/A] reads as -1.
+func parseStreamLine(line string) (GPU, error) {
 	if isSMIMessage(line) {
-		return 0, 0, errors.New("nvidia-smi message, not a reading")
+		return GPU{}, fmt.Errorf("%.200q: nvidia-smi message, not a reading", line)
 	}
-	f, err := csvFields(line, 2, -1)
-	if err != nil || len(f) != 2 {
-		return 0, 0, fmt.Errorf("want 2 columns (index, memory.used)")
-	}
-	idx, err := strconv.Atoi(f[0])
-	if err != nil || idx < 0 {
-		return 0, 0, fmt.Errorf("index %.40q is not a number", f[0])
-	}
-	used, err := parseMiB(f[1])
+	gpus, err := parseQueryGPU([]byte(line))
 	if err != nil {
-		return 0, 0, fmt.Errorf("memory.used: %w", err)
+		return GPU{}, err
 	}
-	return idx, used, nil
+	if len(gpus) != 1 {
+		return GPU{}, fmt.Errorf("%.200q: not one GPU's line", line)
+	}
+	return gpus[0], nil
 }
 
 // under: every wanted GPU has a reading at or under its threshold.
@@ -321,6 +358,32 @@ func (s *memStream) readingsSince(ctx context.Context, t time.Time, idx []int, w
 		s.mu.Unlock()
 		if ok {
 			return out, true
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return nil, false
+		case <-ctx.Done():
+			return nil, false
+		case <-s.done:
+			return nil, false
+		}
+	}
+}
+
+// gpusSince returns the GPUs of the first whole, paced round of lines
+// that began after t (what a --query-gpu run then would list), waiting up
+// to wait; false when none comes in time or the stream ends first.
+func (s *memStream) gpusSince(ctx context.Context, t time.Time, wait time.Duration) ([]GPU, bool) {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		gpus, ok := slices.Clone(s.full), len(s.full) > 0 && s.fullPaced && s.fullAt.After(t)
+		changed := s.changed
+		s.mu.Unlock()
+		if ok {
+			return gpus, true
 		}
 		select {
 		case <-changed:

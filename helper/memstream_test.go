@@ -3,6 +3,7 @@ package helper
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -114,7 +115,7 @@ func TestWaitFreeStreamStalls(t *testing.T) {
 	if err := os.MkdirAll(filepath.Dir(wrap), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	script := "#!/bin/sh\nif [ \"$1\" = -lms ]; then echo '0, 5000'; exec sleep 600; fi\nexec '" + h.smi + "' \"$@\"\n"
+	script := "#!/bin/sh\nif [ \"$1\" = -lms ]; then echo '" + smiRow(0, "5000") + "'; exec sleep 600; fi\nexec '" + h.smi + "' \"$@\"\n"
 	if err := os.WriteFile(wrap, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -157,19 +158,26 @@ func TestWaitFreeStreamCancelAndTimeout(t *testing.T) {
 	checkReaped(t, pids())
 }
 
-// Lines of the stream as the real tool prints them, and bad ones named.
-func TestParseMemLine(t *testing.T) {
-	for line, want := range map[string][2]int64{"0, 0": {0, 0}, "7, 10850": {7, 10850}, "1, [N/A]": {1, -1}} {
-		i, v, err := parseMemLine(line)
-		if err != nil || int64(i) != want[0] || v != want[1] {
-			t.Errorf("%q: %d %d %v", line, i, v, err)
+// Lines of the stream as the real tool prints them (a one-shot
+// --query-gpu's columns), and bad ones named.
+func TestParseStreamLine(t *testing.T) {
+	for line, want := range map[string][2]int64{smiRow(0, "0"): {0, 0}, smiRow(7, "10850"): {7, 10850}, smiRow(1, "[N/A]"): {1, -1}} {
+		g, err := parseStreamLine(line)
+		if err != nil || int64(g.Index) != want[0] || g.MemUsedMiB != want[1] || g.MemTotalMiB != 143771 || !strings.HasPrefix(g.UUID, "GPU-") {
+			t.Errorf("%q: %+v %v", line, g, err)
 		}
 	}
-	for _, bad := range []string{"No devices were found", "0, 1, 2", "x, 5", "0, -3"} {
-		if _, _, err := parseMemLine(bad); err == nil {
+	for _, bad := range []string{"No devices were found", "0, 5000", "x, GPU-1, H200, 00000000:18:00.0, 5, 10", smiRow(0, "-3")} {
+		if _, err := parseStreamLine(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
 	}
+}
+
+// smiRow is one GPU's line as `nvidia-smi --query-gpu=` + queryGPUFields
+// prints it (nounits).
+func smiRow(idx int, used string) string {
+	return fmt.Sprintf("%d, GPU-%08d-0000-4000-8000-000000000000, NVIDIA H200, 00000000:%02X:00.0, %s, 143771", idx, idx, 0x18+idx*0x10, used)
 }
 
 // streamSignals records every signal sent to a stream's group in the test.
@@ -204,7 +212,7 @@ func script(t *testing.T, name, text string) string {
 // is killed by close, once: the hook does see signals.
 func TestMemStreamCloseSignalsOnlyUnreaped(t *testing.T) {
 	sent := streamSignals(t)
-	s, err := startMemStream(script(t, "nvidia-smi", "echo '0, 12'\nexit 3\n"), 10*time.Millisecond)
+	s, err := startMemStream(script(t, "nvidia-smi", "echo '"+smiRow(0, "12")+"'\nexit 3\n"), 10*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +232,7 @@ func TestMemStreamCloseSignalsOnlyUnreaped(t *testing.T) {
 		t.Errorf("reading before the exit: %v %v", used, ok)
 	}
 
-	s, err = startMemStream(script(t, "nvidia-smi", "echo '0, 12'\nexec sleep 600\n"), 10*time.Millisecond)
+	s, err = startMemStream(script(t, "nvidia-smi", "echo '"+smiRow(0, "12")+"'\nexec sleep 600\n"), 10*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +257,7 @@ func TestMemStreamReadingsSince(t *testing.T) {
 		t.Fatal(err)
 	}
 	// One reading, then the next only once the test writes to the fifo.
-	s, err := startMemStream(script(t, "nvidia-smi", "echo '0, 5000'\necho '1, 7'\nread x < '"+fifo+"'\necho \"0, $x\"\necho '1, 8'\nexec sleep 600\n"), 10*time.Millisecond)
+	s, err := startMemStream(script(t, "nvidia-smi", "echo '"+smiRow(0, "5000")+"'\necho '"+smiRow(1, "7")+"'\nread x < '"+fifo+"'\necho \""+smiRow(0, "$x")+"\"\necho '"+smiRow(1, "8")+"'\nexec sleep 600\n"), 10*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,8 +285,8 @@ func TestMemStreamReadingsSince(t *testing.T) {
 	}
 }
 
-// With the stream, polls after the first take memory from it: one
-// --query-gpu in the whole wait, one stream, yet every poll's sample shows
+// With the stream, polls take memory from it (the first one its GPUs
+// too): no --query-gpu in the whole wait, one stream, yet every poll's sample shows
 // the worker's memory, and the kill is still seen through to freed.
 // Without it, every poll runs --query-gpu.
 func TestWaitFreeStreamMemoryReplacesQuery(t *testing.T) {
@@ -298,7 +306,7 @@ func TestWaitFreeStreamMemoryReplacesQuery(t *testing.T) {
 	}
 	// A poll whose reading is late (a loaded machine) queries instead:
 	// allowed, but not most of them.
-	if gpu, _ := calls(); len(pids()) != 1 || gpu < 1 || gpu > r.Polls/2 {
+	if gpu, _ := calls(); len(pids()) != 1 || gpu > r.Polls/2 {
 		t.Fatalf("%d streams, %d --query-gpu runs over %d polls: want one stream and few queries", len(pids()), gpu, r.Polls)
 	}
 	for i, smp := range r.Timeline[:8] {
@@ -317,5 +325,40 @@ func TestWaitFreeStreamMemoryReplacesQuery(t *testing.T) {
 	r = waitFree(t, WaitFreeRequest{Config: cfg2, Timeout: Duration(300 * time.Millisecond), Interval: Duration(20 * time.Millisecond)})
 	if gpu, _ := calls2(); gpu != r.Polls || len(pids()) != 1 {
 		t.Fatalf("without the stream: %d --query-gpu runs over %d polls, %d streams", gpu, r.Polls, len(pids()))
+	}
+}
+
+// A tool that prints valid rows without pause is no -lms loop: the stream
+// ends, naming it, instead of feeding polls.
+func TestMemStreamFloodEnds(t *testing.T) {
+	s, err := startMemStream(script(t, "nvidia-smi", "while :; do echo '"+smiRow(0, "0")+"'; done\n"), 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	if gpus, ok := s.gpusSince(context.Background(), time.Time{}, 20*time.Second); ok {
+		t.Errorf("a flood's round was taken for the GPUs: %+v", gpus)
+	}
+	<-s.done
+	if err := s.reason(); err == nil || !strings.Contains(err.Error(), "faster than -lms 10 allows") {
+		t.Fatalf("reason %v, want the flood named", err)
+	}
+}
+
+// The GPUs of a whole round come once the next round begins, in the order
+// printed, with every column; a round still being printed is not whole.
+func TestMemStreamGPUsSince(t *testing.T) {
+	s, err := startMemStream(script(t, "nvidia-smi", "echo '"+smiRow(0, "5000")+"'\necho '"+smiRow(1, "7")+"'\nsleep 0.05\necho '"+smiRow(0, "40")+"'\nexec sleep 600\n"), 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	gpus, ok := s.gpusSince(context.Background(), time.Time{}, 20*time.Second)
+	if !ok || len(gpus) != 2 || gpus[0].Index != 0 || gpus[1].Index != 1 || gpus[0].MemUsedMiB != 5000 || gpus[1].UUID == "" || gpus[1].MemTotalMiB != 143771 {
+		t.Fatalf("gpus %+v %v, want the first round's two", gpus, ok)
+	}
+	// The second round (GPU 0 only so far) is not whole: nothing newer.
+	if gpus, ok := s.gpusSince(context.Background(), time.Now(), 50*time.Millisecond); ok {
+		t.Errorf("an unfinished round was returned: %+v", gpus)
 	}
 }

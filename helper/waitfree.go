@@ -33,13 +33,16 @@ var waitPollHook func(n int)
 // (monitors, NVML clients) never do while memory is at the threshold, and
 // protected ones only name the GPU while memory stays held.
 //
-// A poll is one --query-gpu plus one /proc scan. Owners are what
-// --query-compute-apps lists (nvidia-uvm is no proof: NVML clients open it
-// too); the listing is read only when it can change the verdict: a holder
-// of a chosen GPU it has not judged yet (by identity), a GPU over its
-// threshold with no known owner (owners, ghosts), and every appsRefresh
-// polls while anything holds a device. A GPU held by a judged worker, or
-// watched by judged monitors, costs one nvidia-smi run a poll.
+// A poll is one reading of the GPUs plus one /proc scan; the reading
+// comes from the memory stream started with the wait (the first poll's
+// GPUs too), or from a --query-gpu run when the stream is late or gone.
+// Owners are what --query-compute-apps lists (nvidia-uvm is no proof: NVML
+// clients open it too); the listing is read only when it can change the
+// verdict: a holder of a chosen GPU it has not judged yet (by identity)
+// that maps a device (see unjudgedContext), a GPU over its threshold with
+// no known owner (owners, ghosts), and every appsRefresh polls while a
+// holder it judged is there. A GPU held by a judged worker, or watched by
+// monitors, costs no nvidia-smi run a poll while the stream reads.
 //
 // With Settle, the GPUs must then stay free that long: a new owner, a new
 // holder descending from a Watch supervisor, or memory over the threshold
@@ -89,8 +92,7 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 	// The memory stream (see memstream.go) only tells when to look: each
 	// verdict is a full poll's.
 	var (
-		stream      *memStream
-		streamTried bool
+		stream *memStream
 		// streamPolls counts polls the stream asked for since the last
 		// timed one, so that a stream and a poll that disagree cannot spin.
 		streamPolls  int
@@ -102,6 +104,13 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 			stream.close()
 		}
 	}()
+	// The stream starts with the wait, so that its first poll already reads
+	// the GPUs from it (a --query-gpu run saved on every wait).
+	if findErr == nil && memStreamPeriod > 0 {
+		if stream, err = startMemStream(smi.path, memStreamPeriod); err != nil {
+			notes = append(notes, err.Error()+": polled every "+interval.String())
+		}
+	}
 	endStream := func(why string) {
 		stream.close()
 		stream = nil
@@ -138,6 +147,15 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 			}
 		}
 		pollStart = time.Now()
+		if stream != nil && len(smi.lastGPUs) == 0 {
+			// The first poll: the GPUs of a whole round the stream printed
+			// after the poll began, as fresh as a --query-gpu run now. The
+			// stream starts as slowly as one (NVML's start), so it gets
+			// up to the stall time; a late one falls back to the query.
+			if gpus, ok := stream.gpusSince(ctx, pollStart, memStreamStall); ok {
+				smi.lastGPUs = gpus
+			}
+		}
 		// With the stream, the poll starts no --query-gpu: the /proc scan
 		// runs first and the memory comes from the stream after it.
 		fromStream := stream != nil && len(smi.lastGPUs) > 0 // a stream has an smi
@@ -189,14 +207,19 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 			}
 		}
 		chosen := chosenGPUs(gs.gpus, want)
-		unjudged := judged.apply(gs.holders, want)
+		unjudged := judged.apply(gs.holders, want) && s.unjudgedContext(gs.holders, want, judged)
+		for i := range gs.holders {
+			// What the devices alone say (nvidia-uvm in a daemon that never
+			// opens it), for holders no listing judges this poll.
+			markSuspicious(&gs.holders[i])
+		}
 		status = assessChosen(gs, nil, want, resp.ThresholdMiB)
 		sinceApps++
 		switch {
 		case !gs.smiOK:
 			s.noListing(&gs)
 			status = assessChosen(gs, nil, want, resp.ThresholdMiB)
-		case unjudged || needApps(status) || sinceApps >= appsRefresh && len(gs.holders) > 0 ||
+		case unjudged || needApps(status) || sinceApps >= appsRefresh && judged.any(gs.holders) ||
 			given != nil && len(given.left(gs.holders)) == 0:
 			// For given holders, the listing tells whether memory is still
 			// charged to one that is gone (a ghost).
@@ -214,12 +237,6 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		}
 		last = gs
 		pollMemUnder = memUnder(chosen, resp.ThresholdMiB)
-		if !streamTried && gs.smiOK && smi != nil && memStreamPeriod > 0 {
-			streamTried = true
-			if stream, err = startMemStream(smi.path, memStreamPeriod); err != nil {
-				notes = append(notes, err.Error()+": polled every "+interval.String())
-			}
-		}
 		sample := Sample{T: Duration(pollStart.Sub(start)), UsedMiB: map[int]int64{}, Holders: len(blockingPIDs(status))}
 		for _, g := range chosen {
 			sample.UsedMiB[g.Index] = g.MemUsedMiB
@@ -516,8 +533,8 @@ func draining(status []GPUStatus) bool {
 }
 
 // appsRefresh: compute apps are read again at least every this many polls
-// while anything holds a device, so that a judged holder that gained or
-// dropped a context is seen.
+// while a holder the listing judged holds a device, so that one that gained
+// or dropped a context is seen.
 const appsRefresh = 10
 
 // ownership remembers what compute apps said of each holder (by identity),
@@ -538,6 +555,43 @@ func (o ownership) apply(holders []Holder, want map[int]bool) (unjudged bool) {
 		markSuspicious(h)
 	}
 	return unjudged
+}
+
+// unjudgedContext: a holder of a chosen GPU (or of shared devices only)
+// that no listing has judged maps an NVIDIA device, so it may own a
+// context that only --query-compute-apps can tell about.
+//
+// Why a poll may skip the listing otherwise and stay true: a process the
+// listing names has a compute context, and a context maps the driver's
+// device files (context.go: on the H200 a torch worker maps nvidiactl 27
+// times and nvidia0 3 times; NVML clients such as nvidia-smi -lms, pynvml
+// and dcgm map none). So a holder that maps none would be listed as no
+// owner: the listing could not make a GPU less free. It can only add ghosts
+// (memory charged to dead pids), and those matter only over the threshold,
+// where needApps reads it anyway. The maps are read after the scan found
+// the holder, so a context made before then is seen.
+func (s *scanner) unjudgedContext(holders []Holder, want map[int]bool, judged ownership) bool {
+	for _, h := range holders {
+		if _, ok := judged[h.Identity]; ok {
+			continue
+		}
+		if !h.SharedOnly && !slices.ContainsFunc(h.GPUs, func(g int) bool { return want[g] }) {
+			continue
+		}
+		if len(s.mappedDevices(h.PID)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// any: some holder was judged by a listing: only a listing sees it gain
+// or drop a context (the others' maps are read every poll).
+func (o ownership) any(holders []Holder) bool {
+	return slices.ContainsFunc(holders, func(h Holder) bool {
+		_, ok := o[h.Identity]
+		return ok
+	})
 }
 
 // covers: every holder is judged already (its memory is known).

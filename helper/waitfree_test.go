@@ -356,3 +356,53 @@ func TestWaitFreeGivenHolderGhost(t *testing.T) {
 		t.Errorf("after the keeper: outcome %s reason %q", r.Outcome, r.Reason)
 	}
 }
+
+// A wait whose GPU is free at once, watched by a monitor (its device open,
+// nothing mapped): the first poll reads the GPUs from the stream started
+// with the wait and needs no listing, since the monitor maps no device, so
+// the whole wait runs one nvidia-smi process. Without the stream the same
+// wait runs --query-gpu, and still no --query-compute-apps.
+func TestWaitFreeFirstPollFromStream(t *testing.T) {
+	h := newHost(t, 1)
+	old := memStreamStall
+	memStreamStall = 20 * time.Second // a loaded machine starts the stream late, not never
+	t.Cleanup(func() { memStreamStall = old })
+	pids := streamPIDs(t)
+	cfg, calls := countingSMI(t, h)
+	mon := h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"))
+	r := waitFree(t, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second)})
+	if r.Outcome != WaitFreed || r.Polls != 1 || len(r.GPUs) != 1 || r.GPUs[0].UUID == "" || r.GPUs[0].MemTotalMiB <= 0 {
+		t.Fatalf("outcome %s polls %d gpus %+v reason %q", r.Outcome, r.Polls, r.GPUs, r.Reason)
+	}
+	if gpu, apps := calls(); gpu != 0 || apps != 0 || len(pids()) != 1 {
+		t.Errorf("%d --query-gpu, %d --query-compute-apps, %d streams: want the stream alone", gpu, apps, len(pids()))
+	}
+	checkReaped(t, pids())
+
+	memStreamPeriod, old = 0, memStreamPeriod
+	t.Cleanup(func() { memStreamPeriod = old })
+	r = waitFree(t, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second)})
+	if gpu, apps := calls(); r.Outcome != WaitFreed || gpu != 1 || apps != 0 {
+		t.Errorf("without the stream: outcome %s, %d --query-gpu, %d --query-compute-apps", r.Outcome, gpu, apps)
+	}
+	if !alive(mon.pid) {
+		t.Error("the monitor died")
+	}
+}
+
+// Skipping the listing never frees a GPU an owner holds: with a threshold
+// above the worker's memory, the GPU reads under it, but the worker maps
+// its device (a context), so the listing is read and names it the owner.
+func TestWaitFreeMappedHolderNeedsListing(t *testing.T) {
+	h := newHost(t, 1)
+	cfg, calls := countingSMI(t, h)
+	p := h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "5000")
+	th := int64(20000)
+	r := waitFree(t, WaitFreeRequest{Config: cfg, ThresholdMiB: &th, Timeout: Duration(300 * time.Millisecond), Interval: Duration(50 * time.Millisecond)})
+	if r.OK || r.Outcome != WaitTimedOut || len(r.Status) != 1 || r.Status[0].State != GPUHeld || !slices.Equal(r.Status[0].Owners, []int{p.pid}) {
+		t.Fatalf("outcome %s status %+v reason %q: the worker must hold the GPU", r.Outcome, r.Status, r.Reason)
+	}
+	if _, apps := calls(); apps < 1 {
+		t.Errorf("no --query-compute-apps run: the worker was not judged")
+	}
+}

@@ -25,11 +25,15 @@
 --
 -- example: gpush run free_gpus.lua -i ct129 -e services=sglang-qwen.service -e grace=10s
 local util = require("util")
+local services = vars.services or {}
 local held, leftover = {}, {} -- GPUs the units' workers held; GPUs their leftovers still hold
-for _, unit in ipairs(vars.services or {}) do
-  for _, h in ipairs(gpu.holders{units = {unit}, shared = false}) do
+-- One look before any stop, for every service at once (each holder's record names its unit).
+if #services > 0 then
+  for _, h in ipairs(gpu.holders{units = services, shared = false}) do
     for _, g in ipairs(h.gpus) do held[g] = true end
   end
+end
+for _, unit in ipairs(services) do
   local s = systemd.stop(unit)
   if s.load_state == "not-found" or not s.ok and #s.remaining == 0 then
     fail("stop %s: %s", unit, s.reason or s.active_state or "failed")

@@ -117,6 +117,16 @@ func TestFreeGPUsServiceLeftovers(t *testing.T) {
 			t.Errorf("release wait for GPUs %v, want only 0 (GPU 1 is held by a leftover)", gs)
 		}
 	}
+	// Both services' holders come from one snapshot, taken before any stop.
+	var verbs []string
+	for _, c := range r.host.FakeConn.Calls("") {
+		if c.Verb == helper.VerbSnapshot || c.Verb == helper.VerbUnit {
+			verbs = append(verbs, c.Verb)
+		}
+	}
+	if len(verbs) < 3 || verbs[0] != helper.VerbSnapshot || verbs[1] != helper.VerbUnit || verbs[2] != helper.VerbUnit {
+		t.Errorf("helper calls %v, want one snapshot, then the two stops", verbs)
+	}
 }
 
 // Under --check nothing is stopped or killed; the rows say what would be.
