@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 
 // host is one fake systemd host: a systemctl link with its config beside it.
 type host struct {
-	t   *testing.T
+	t   testing.TB
 	dir string
 	cfg labsystemd.Config
 	hs  []string
@@ -50,7 +50,7 @@ type host struct {
 
 // newHost lays out a host whose units live in real cgroups; it skips when
 // cgroups cannot be written here (not root, read-only cgroupfs).
-func newHost(t *testing.T, units map[string]labsystemd.Unit) *host {
+func newHost(t testing.TB, units map[string]labsystemd.Unit) *host {
 	t.Helper()
 	base := fmt.Sprintf("/gpush-test/fake-systemctl-%d-%s", os.Getpid(), strings.NewReplacer("/", "-").Replace(t.Name()))
 	if err := labsystemd.Writable(labsystemd.DefaultCgroupRoot, base); err != nil {
@@ -76,7 +76,7 @@ func newHost(t *testing.T, units map[string]labsystemd.Unit) *host {
 	return h
 }
 
-func newHostAt(t *testing.T, units map[string]labsystemd.Unit, root, base string) *host {
+func newHostAt(t testing.TB, units map[string]labsystemd.Unit, root, base string) *host {
 	t.Helper()
 	h := &host{t: t, dir: t.TempDir(), cfg: labsystemd.Config{Units: units, CgroupBase: base, CgroupRoot: root}}
 	if err := os.WriteFile(filepath.Join(h.dir, "dev0"), nil, 0o644); err != nil {
