@@ -13,7 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -204,33 +204,36 @@ func Writable(root, base string) error {
 }
 
 // Procs lists the pids in cgroup dir and its sub-cgroups (deduplicated,
-// sorted); nil when dir does not exist.
+// sorted); nil when dir does not exist. Each cgroup costs one read of its
+// cgroup.procs and one listing for its sub-cgroups (a stop polls this).
 func Procs(dir string) []int {
-	if _, err := os.Stat(dir); err != nil {
+	var out []int
+	procsIn(dir, &out)
+	if len(out) == 0 {
 		return nil
 	}
-	seen := map[int]bool{}
-	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return nil
-		}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// procsIn appends the pids of cgroup dir and those below it to out.
+func procsIn(dir string, out *[]int) {
+	if b, err := os.ReadFile(dir + "/cgroup.procs"); err == nil {
 		for _, f := range strings.Fields(string(b)) {
 			if n, err := strconv.Atoi(f); err == nil {
-				seen[n] = true
+				*out = append(*out, n)
 			}
 		}
-		return nil
-	})
-	out := make([]int, 0, len(seen))
-	for p := range seen {
-		out = append(out, p)
 	}
-	sort.Ints(out)
-	return out
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			procsIn(dir+"/"+e.Name(), out)
+		}
+	}
 }
 
 // Live reports whether pid exists and is not a zombie (a zombie has let go

@@ -3,6 +3,8 @@ package labsystemd
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -47,4 +49,41 @@ func TestSignalMemberChecksMembership(t *testing.T) {
 		t.Error("sleep exited cleanly, want killed")
 	}
 	done <- nil // for the cleanup
+}
+
+// Procs gathers cgroup.procs of a cgroup and every cgroup below it, sorted
+// and without repeats; a missing cgroup has none. (A plain tree with the
+// cgroupfs layout: cgroup.procs in every folder.)
+func TestProcsWalksSubCgroups(t *testing.T) {
+	top := filepath.Join(t.TempDir(), "u.service")
+	for path, pids := range map[string]string{
+		"":          "30\n7\n",
+		"a":         "12\n",
+		"a/b":       "7\n99\n",
+		"c":         "",
+		"not-a-dir": "",
+	} {
+		dir := filepath.Join(top, path)
+		if path == "not-a-dir" {
+			if err := os.WriteFile(dir, []byte("5\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(pids), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := Procs(top), []int{7, 12, 30, 99}; !slices.Equal(got, want) {
+		t.Errorf("Procs = %v, want %v", got, want)
+	}
+	if got := Procs(filepath.Join(top, "c")); got != nil {
+		t.Errorf("empty cgroup: %v", got)
+	}
+	if got := Procs(filepath.Join(top, "gone")); got != nil {
+		t.Errorf("missing cgroup: %v", got)
+	}
 }

@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 
 // host is one fake systemd host: a systemctl link with its config beside it.
 type host struct {
-	t   *testing.T
+	t   testing.TB
 	dir string
 	cfg labsystemd.Config
 	hs  []string
@@ -50,7 +50,7 @@ type host struct {
 
 // newHost lays out a host whose units live in real cgroups; it skips when
 // cgroups cannot be written here (not root, read-only cgroupfs).
-func newHost(t *testing.T, units map[string]labsystemd.Unit) *host {
+func newHost(t testing.TB, units map[string]labsystemd.Unit) *host {
 	t.Helper()
 	base := fmt.Sprintf("/gpush-test/fake-systemctl-%d-%s", os.Getpid(), strings.NewReplacer("/", "-").Replace(t.Name()))
 	if err := labsystemd.Writable(labsystemd.DefaultCgroupRoot, base); err != nil {
@@ -76,7 +76,7 @@ func newHost(t *testing.T, units map[string]labsystemd.Unit) *host {
 	return h
 }
 
-func newHostAt(t *testing.T, units map[string]labsystemd.Unit, root, base string) *host {
+func newHostAt(t testing.TB, units map[string]labsystemd.Unit, root, base string) *host {
 	t.Helper()
 	h := &host{t: t, dir: t.TempDir(), cfg: labsystemd.Config{Units: units, CgroupBase: base, CgroupRoot: root}}
 	if err := os.WriteFile(filepath.Join(h.dir, "dev0"), nil, 0o644); err != nil {
@@ -367,5 +367,49 @@ func TestTimespan(t *testing.T) {
 		if got := timespan(d); got != want {
 			t.Errorf("timespan(%v) = %q, want %q", d, got, want)
 		}
+	}
+}
+
+// The config is found beside the path systemctl ran as, else beside the
+// executable that path resolves to, else at $FAKE_SYSTEMCTL_CONFIG; show's
+// FragmentPath names the one used.
+func TestConfigLookup(t *testing.T) {
+	root := t.TempDir()
+	h := newHostAt(t, map[string]labsystemd.Unit{"a.service": {Exec: []string{"/bin/true"}}}, root, "/gpush-test/y")
+	want := filepath.Join(h.dir, labsystemd.ConfigName)
+	frag := func(env []string, argv0 string) string {
+		t.Helper()
+		cmd := exec.Command(argv0, "show", "-p", "FragmentPath", "--value", "a.service")
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", argv0, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if got := frag(nil, filepath.Join(h.dir, "systemctl")); got != want {
+		t.Errorf("beside argv[0]: FragmentPath %q, want %q", got, want)
+	}
+	// A symlink from a folder without a config: the resolved executable's.
+	other := t.TempDir()
+	link := filepath.Join(other, "systemctl")
+	if err := os.Symlink(filepath.Join(h.dir, "systemctl"), link); err != nil {
+		t.Fatal(err)
+	}
+	if got := frag(nil, link); got != want {
+		t.Errorf("through a symlink: FragmentPath %q, want %q", got, want)
+	}
+	// The environment wins over both.
+	alt := filepath.Join(other, "alt.json")
+	if err := h.cfg.Save(alt); err != nil {
+		t.Fatal(err)
+	}
+	if got := frag([]string{labsystemd.ConfigEnv + "=" + alt}, link); got != alt {
+		t.Errorf("with $%s: FragmentPath %q, want %q", labsystemd.ConfigEnv, got, alt)
+	}
+	// A unit unknown to the config has no FragmentPath.
+	cmd := exec.Command(link, "show", "-p", "FragmentPath", "-p", "LoadState", "nope")
+	if out, err := cmd.Output(); err != nil || string(out) != "LoadState=not-found\nFragmentPath=\n" {
+		t.Errorf("unknown unit: %q %v", out, err)
 	}
 }
