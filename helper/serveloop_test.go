@@ -36,16 +36,24 @@ func startLoop(t *testing.T, argv ...string) *loop {
 	if err != nil {
 		t.Fatal(err)
 	}
-	outp, err := cmd.StdoutPipe()
+	// A pipe of our own, not StdoutPipe: Wait, running from the start,
+	// closes StdoutPipe's read end once the helper exits, and a helper that
+	// wrote its fatal line and exited would lose it to the reader.
+	outp, outw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmd.Stdout = outw
 	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	outw.Close()
+	if err != nil {
+		outp.Close()
 		t.Fatal(err)
 	}
 	l := &loop{t: t, cmd: cmd, in: in, out: bufio.NewReader(outp), done: make(chan error, 1)}
 	t.Cleanup(func() {
+		defer outp.Close()
 		in.Close()
 		select {
 		case <-l.done:

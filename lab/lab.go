@@ -1004,8 +1004,58 @@ func (l *Lab) Stop() error {
 				errs = append(errs, fmt.Errorf("lab: stop sshd: %w", err))
 			}
 		}
+		if err := l.awaitOwnExes(5 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
 	})
 	return errors.Join(errs...)
+}
+
+// awaitOwnExes waits until no process runs an executable from the lab's
+// folder (a helper that sessions left, winding down after its EOF; a fake
+// nvidia-smi it started), then kills what is left: those are the lab's by
+// construction, nothing else runs programs from its private folder. A
+// process writing there after Stop made the caller's removal of the folder
+// fail ("directory not empty").
+func (l *Lab) awaitOwnExes(wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		left := l.ownExes()
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			for _, p := range left {
+				syscall.Kill(p, syscall.SIGKILL)
+			}
+			return fmt.Errorf("lab: processes %v still ran programs from %s %s after Stop; killed", left, l.Dir, wait)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ownExes lists the live processes whose executable lies under l.Dir.
+func (l *Lab) ownExes() []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	prefix := l.Dir + string(filepath.Separator)
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		exe, err := os.Readlink("/proc/" + e.Name() + "/exe")
+		if err != nil || !strings.HasPrefix(exe, prefix) {
+			continue
+		}
+		if st, err := procState(pid); err == nil && st != "Z" && st != "X" {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // ModuleRoot returns the folder of the gpush module source (go.mod's dir).
