@@ -22,7 +22,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -1058,6 +1057,10 @@ func (l *Lab) ownExes() []int {
 	return out
 }
 
+// HelperArches are the architectures BuildGpush embeds a helper for:
+// remote/helperbin's Arches (the lab does not link the embedded helpers).
+var HelperArches = []string{"amd64", "arm64"}
+
 // ModuleRoot returns the folder of the gpush module source (go.mod's dir).
 func ModuleRoot(ctx context.Context) (string, error) {
 	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/gpush/gpush").Output()
@@ -1067,9 +1070,9 @@ func ModuleRoot(ctx context.Context) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// BuildGpush builds gpush to out with a static gpush-helper for this
-// machine's architecture embedded, as `make build` does, but without writing
-// into the source tree: the helper goes beside out and reaches gpush's
+// BuildGpush builds gpush to out with a static gpush-helper for every
+// architecture embedded (HelperArches), as `make build` does, but without
+// writing into the source tree: the helpers go beside out and reach gpush's
 // go:embed through `go build -overlay`.
 func BuildGpush(ctx context.Context, out string) error {
 	root, err := ModuleRoot(ctx)
@@ -1083,17 +1086,24 @@ func BuildGpush(ctx context.Context, out string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	name := "gpush-helper-linux-" + runtime.GOARCH
-	helperOut := filepath.Join(filepath.Dir(out), name)
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", helperOut, "./cmd/gpush-helper")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build gpush-helper linux/%s: %w\n%s", runtime.GOARCH, err, b)
+	// Every architecture gpush embeds (helperbin.Arches), as `make build`
+	// does: a gpush missing one builds it from the module source when a
+	// host asks, and that `go build` (with a test's empty HOME, the whole
+	// standard library) outlived the gpush run and wrote into the test's
+	// folders.
+	replace := map[string]string{}
+	for _, arch := range HelperArches {
+		name := "gpush-helper-linux-" + arch
+		helperOut := filepath.Join(filepath.Dir(out), name)
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", helperOut, "./cmd/gpush-helper")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build gpush-helper linux/%s: %w\n%s", arch, err, b)
+		}
+		replace[filepath.Join(root, "remote", "helperbin", "bin", name)] = helperOut
 	}
-	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {
-		filepath.Join(root, "remote", "helperbin", "bin", name): helperOut,
-	}})
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": replace})
 	if err != nil {
 		return err
 	}
@@ -1101,7 +1111,7 @@ func BuildGpush(ctx context.Context, out string) error {
 	if err := os.WriteFile(overlayPath, overlay, 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", overlayPath, err)
 	}
-	cmd = exec.CommandContext(ctx, "go", "build", "-overlay", overlayPath, "-o", out, "./cmd/gpush")
+	cmd := exec.CommandContext(ctx, "go", "build", "-overlay", overlayPath, "-o", out, "./cmd/gpush")
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build gpush: %w\n%s", err, b)

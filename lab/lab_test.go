@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpush/gpush/lab/sshd"
+	"github.com/gpush/gpush/remote/helperbin"
 )
 
 // A lab host must look like a GPU host to the outside: the fake nvidia-smi
@@ -290,5 +292,13 @@ func TestHostRTTProxies(t *testing.T) {
 		if out, err := exec.CommandContext(ctx, ssh, "-F", l.SSHConfig, "-o", "ConnectTimeout=5", h.Name, "true").CombinedOutput(); err == nil {
 			t.Errorf("ssh %s still works after Stop:\n%s", h.Name, out)
 		}
+	}
+}
+
+// BuildGpush embeds every helper gpush knows: one left out is built from
+// source at run time by the gpush under test, outliving it.
+func TestHelperArchesAreHelperbins(t *testing.T) {
+	if !slices.Equal(HelperArches, helperbin.Arches) {
+		t.Fatalf("lab.HelperArches %v, remote/helperbin.Arches %v", HelperArches, helperbin.Arches)
 	}
 }
