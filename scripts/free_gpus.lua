@@ -35,7 +35,9 @@ if #services > 0 then
 end
 for _, unit in ipairs(services) do
   local s = systemd.stop(unit)
-  if s.load_state == "not-found" or not s.ok and #s.remaining == 0 then
+  -- A stop that failed with nothing of the unit left is the unit's failure; leftovers (in its cgroup or
+  -- holding its GPUs) are what the stages below free.
+  if s.load_state == "not-found" or not s.ok and #s.remaining == 0 and #s.gpu_holders == 0 then
     fail("stop %s: %s", unit, s.reason or s.active_state or "failed")
   end
   for _, h in ipairs(s.gpu_holders) do for _, g in ipairs(h.gpus) do leftover[g] = true end end

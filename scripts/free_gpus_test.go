@@ -129,6 +129,24 @@ func TestFreeGPUsServiceLeftovers(t *testing.T) {
 	}
 }
 
+// A unit's worker still exiting when the stop returns (out of the cgroup's
+// listing, still holding its GPU: a loaded host showed it) is a leftover to
+// free, not a failed stop.
+func TestFreeGPUsHolderOutlivesStop(t *testing.T) {
+	m := modulestest.NewGPUHost("gpu01", 2)
+	m.AddUnit(modulestest.FakeUnit{Name: "vllm.service", Active: true, ExitingAfterStop: true})
+	w := m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{Unit: "vllm.service"}, MemByGPU: map[int]int64{0: 10240}})
+	r := runScript(t, m, "free_gpus.lua", false, map[string]any{"services": []string{"vllm.service"},
+		"grace": "10ms", "timeout": "1s"})
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	wantStep(t, r.rows(t), map[int]string{0: "stage 1", 1: "already-free"})
+	if m.Alive(w.PID) {
+		t.Error("the unit's worker must be gone")
+	}
+}
+
 // Under --check nothing is stopped or killed; the rows say what would be.
 func TestFreeGPUsCheck(t *testing.T) {
 	m := modulestest.NewGPUHost("gpu01", 2)
