@@ -56,6 +56,10 @@ func TestSignalMemberChecksMembership(t *testing.T) {
 // cgroupfs layout: cgroup.procs in every folder.)
 func TestProcsWalksSubCgroups(t *testing.T) {
 	top := filepath.Join(t.TempDir(), "u.service")
+	// First: the map's order is random, and the file below needs its folder.
+	if err := os.MkdirAll(top, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for path, pids := range map[string]string{
 		"":          "30\n7\n",
 		"a":         "12\n",
