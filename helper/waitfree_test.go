@@ -61,7 +61,9 @@ func TestWaitFreeMemoryHeld(t *testing.T) {
 	h := newHost(t, 1)
 	h.fake.GPUs[0].BaselineMiB = 5000
 	h.save()
-	r := waitFree(t, WaitFreeRequest{Config: h.cfg, Timeout: Duration(300 * time.Millisecond), Interval: Duration(50 * time.Millisecond)})
+	// Long enough for a second poll on a loaded machine: the first one
+	// waits for the stream's first whole round.
+	r := waitFree(t, WaitFreeRequest{Config: h.cfg, Timeout: Duration(2 * time.Second), Interval: Duration(50 * time.Millisecond)})
 	if r.Outcome != WaitMemoryHeld || r.OK || !strings.Contains(r.Reason, "GPU 0: 5000 MiB used (threshold 64 MiB) with no holder left") || r.Polls < 2 {
 		t.Errorf("outcome %s reason %q polls %d", r.Outcome, r.Reason, r.Polls)
 	}
