@@ -341,58 +341,60 @@ func (s *memStream) readingsSince(ctx context.Context, t time.Time, idx []int, w
 	if wait <= 0 {
 		wait = s.freshWait()
 	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	for {
-		s.mu.Lock()
-		out, ok := make(map[int]int64, len(idx)), len(idx) > 0
+	var out map[int]int64
+	ok := s.await(ctx, wait, func() bool {
+		out = make(map[int]int64, len(idx))
 		for _, i := range idx {
 			at, seen := s.at[i]
 			if !seen || !at.After(t) {
-				ok = false
-				break
+				return false
 			}
 			out[i] = s.used[i]
 		}
-		changed := s.changed
-		s.mu.Unlock()
-		if ok {
-			return out, true
-		}
-		select {
-		case <-changed:
-		case <-timer.C:
-			return nil, false
-		case <-ctx.Done():
-			return nil, false
-		case <-s.done:
-			return nil, false
-		}
+		return len(idx) > 0
+	})
+	if !ok {
+		return nil, false
 	}
+	return out, true
 }
 
 // gpusSince returns the GPUs of the first whole, paced round of lines
 // that began after t (what a --query-gpu run then would list), waiting up
 // to wait; false when none comes in time or the stream ends first.
 func (s *memStream) gpusSince(ctx context.Context, t time.Time, wait time.Duration) ([]GPU, bool) {
+	var gpus []GPU
+	ok := s.await(ctx, wait, func() bool {
+		if len(s.full) == 0 || !s.fullPaced || !s.fullAt.After(t) {
+			return false
+		}
+		gpus = slices.Clone(s.full)
+		return true
+	})
+	return gpus, ok
+}
+
+// await calls ready under s.mu until it says true, waiting for each new
+// line up to wait in all; false when wait, ctx or the stream ends first.
+func (s *memStream) await(ctx context.Context, wait time.Duration, ready func() bool) bool {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
 		s.mu.Lock()
-		gpus, ok := slices.Clone(s.full), len(s.full) > 0 && s.fullPaced && s.fullAt.After(t)
+		ok := ready()
 		changed := s.changed
 		s.mu.Unlock()
 		if ok {
-			return gpus, true
+			return true
 		}
 		select {
 		case <-changed:
 		case <-timer.C:
-			return nil, false
+			return false
 		case <-ctx.Done():
-			return nil, false
+			return false
 		case <-s.done:
-			return nil, false
+			return false
 		}
 	}
 }
