@@ -98,9 +98,13 @@ func findSystemd(cfg Config) (string, string) {
 	return "", "systemctl not found on PATH or in /usr/bin, /bin"
 }
 
-// Unit stops, starts, restarts or reports one systemd unit, with systemctl
-// run as an argument vector under a deadline. After a stop it lists what
-// is still alive in the unit's cgroup and the GPU holders that belong to it.
+// Unit stops, starts, restarts or reports one systemd unit (req.Unit), or
+// several in one call (req.Units), with systemctl run as an argument vector
+// under a deadline. After a stop it lists what is still alive in each unit's
+// cgroup and the GPU holders that belong to it. Several units cost what one
+// does: one `systemctl show` before, one action, one show after and one
+// snapshot; each unit still gets its own truthful result, in req.Units' order,
+// in the response's Units.
 func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 	start := time.Now()
 	switch req.Action {
@@ -108,78 +112,213 @@ func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 	default:
 		return nil, fmt.Errorf("unit action %q: want stop, start, restart or status", req.Action)
 	}
-	name, err := NormalizeUnit(req.Unit)
+	names, err := requestUnits(req)
 	if err != nil {
 		return nil, err
 	}
-	resp := &UnitResponse{Version: Version, Unit: name, Action: req.Action}
-	defer func() { resp.Elapsed = Duration(time.Since(start)) }()
+	batch := len(req.Units) > 0
+	units := make([]*UnitResponse, len(names))
+	for i, n := range names {
+		units[i] = &UnitResponse{Version: Version, Unit: n, Action: req.Action}
+	}
+	resp := units[0]
+	if batch {
+		resp = &UnitResponse{Version: Version, Action: req.Action}
+	}
+	defer func() {
+		el := Duration(time.Since(start))
+		resp.Elapsed = el
+		if batch {
+			resp.OK, resp.Units = true, make([]UnitResponse, len(units))
+			bad := 0
+			for i, u := range units {
+				u.Elapsed = el
+				resp.Units[i] = *u
+				if !u.OK {
+					resp.OK = false
+					bad++
+				}
+			}
+			if bad > 0 && resp.Reason == "" {
+				resp.Reason = fmt.Sprintf("%d of %d units not ok", bad, len(units))
+			}
+		}
+	}()
 	systemctl, why := findSystemd(req.Config)
 	if systemctl == "" {
 		resp.Reason = why
+		for _, u := range units {
+			u.Reason = why
+		}
 		return resp, nil
 	}
 	resp.Systemd = true
+	for _, u := range units {
+		u.Systemd = true
+	}
 	// The look before and the action share the unit's timeout; the look
 	// after has its own short one, so that a timed-out action still reports
-	// the unit's state.
+	// the unit's state. systemd runs the jobs of one systemctl call side by
+	// side, so the timeout still bounds each unit's action as it does alone.
 	timeout := unitTimeout(req)
 	actCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// Look before acting: a unit systemd does not know is never acted on,
 	// and is never reported as stopped (a typo in a unit name is not a free).
-	pre, err := showUnit(actCtx, systemctl, timeout, name)
+	pre, err := showUnits(actCtx, systemctl, timeout, names)
 	if err != nil {
 		return nil, err
 	}
-	if why := unknownUnit(name, pre); why != "" {
-		resp.fill(pre)
-		resp.Reason = why
+	var known []*UnitResponse
+	for i, u := range units {
+		u.fill(pre[i])
+		if why := unknownUnit(u.Unit, pre[i]); why != "" {
+			u.Reason = why
+			continue
+		}
+		known = append(known, u)
+	}
+	if len(known) == 0 {
 		return resp, nil
 	}
+	knownNames := make([]string, len(known))
+	for i, u := range known {
+		knownNames[i] = u.Unit
+	}
 	var actionErr error
+	var actionStderr []byte
 	if req.Action != UnitStatus {
-		_, errb, err := runBounded(actCtx, timeout, []string{systemctl, req.Action, "--", name})
+		_, errb, err := runBounded(actCtx, timeout, append([]string{systemctl, req.Action, "--"}, knownNames...))
 		if err != nil {
-			actionErr = withOutput(err, errb)
+			actionErr, actionStderr = err, errb
 		}
-	}
-	props := pre
-	if req.Action != UnitStatus {
-		if props, err = showUnit(ctx, systemctl, unitAfterTimeout(req), name); err != nil {
+		post, err := showUnits(ctx, systemctl, unitAfterTimeout(req), knownNames)
+		if err != nil {
 			return nil, err
 		}
+		for i, u := range known {
+			u.fill(post[i])
+		}
 	}
-	resp.fill(props)
 	if req.Action == UnitStop || req.Action == UnitStatus {
-		if err := fillUnitLeftovers(ctx, req.Config, resp); err != nil {
+		if err := fillUnitLeftovers(ctx, req.Config, known); err != nil {
 			return nil, err
 		}
 	}
-	masked := resp.LoadState == "masked"
-	switch {
-	case masked && (req.Action == UnitStart || req.Action == UnitRestart):
-		resp.Reason = "unit " + name + " is masked: it cannot be started"
-	case actionErr != nil:
-		resp.Reason = actionErr.Error()
-	case req.Action == UnitStop:
-		resp.OK = (resp.ActiveState == "inactive" || resp.ActiveState == "failed") && len(resp.Remaining) == 0 && len(resp.GPUHolders) == 0
-		if !resp.OK {
-			resp.Reason = fmt.Sprintf("after stop: state %s, %d processes left in the cgroup, %d GPU holders of the unit", resp.ActiveState, len(resp.Remaining), len(resp.GPUHolders))
-		}
-	case req.Action == UnitStart || req.Action == UnitRestart:
-		resp.OK = resp.ActiveState == "active" || resp.ActiveState == "activating" || resp.ActiveState == "reloading"
-		if !resp.OK {
-			resp.Reason = "after " + req.Action + ": state " + resp.ActiveState + "/" + resp.SubState
-		}
-	default:
-		resp.OK = true
+	// When the failure names some units, it is theirs; when it names none
+	// (a timeout), it concerns every unit that did not get there.
+	attributed := false
+	for _, u := range known {
+		attributed = attributed || linesNaming(actionStderr, u.Unit) != ""
 	}
-	if masked && resp.OK {
-		// Stopped or looked at, and true; the operator still learns the unit is masked.
-		resp.Reason = "unit " + name + " is masked"
+	for _, u := range known {
+		u.judge(actionErr, actionStderr, len(known), attributed)
 	}
 	return resp, nil
+}
+
+// requestUnits validates and normalizes the request's unit names: Unit, or
+// every one of Units (none may repeat another).
+func requestUnits(req UnitRequest) ([]string, error) {
+	if len(req.Units) == 0 {
+		name, err := NormalizeUnit(req.Unit)
+		if err != nil {
+			return nil, err
+		}
+		return []string{name}, nil
+	}
+	if req.Unit != "" {
+		return nil, fmt.Errorf("unit request: unit %q and units %q both given (one or the other)", req.Unit, req.Units)
+	}
+	names := make([]string, len(req.Units))
+	at := map[string]int{}
+	for i, u := range req.Units {
+		n, err := NormalizeUnit(u)
+		if err != nil {
+			return nil, fmt.Errorf("units[%d]: %w", i, err)
+		}
+		if j, dup := at[n]; dup {
+			return nil, fmt.Errorf("units[%d]: unit %q repeats units[%d] (%s)", i, u, j, n)
+		}
+		at[n], names[i] = i, n
+	}
+	return names, nil
+}
+
+// judge sets OK and Reason of a known unit from its state after the action.
+// actionErr is the action's failure (stderr its output), shared by the n
+// units it acted on: with one unit it is that unit's, as it always was; with
+// several only the stderr lines that name a unit are that unit's (or, when
+// attributed is false, no line names any unit, the failure of every unit
+// that did not get there), and a unit that reached the state asked for is ok
+// whatever the others did.
+func (r *UnitResponse) judge(actionErr error, stderr []byte, n int, attributed bool) {
+	var ownErr error
+	if actionErr != nil {
+		if n == 1 {
+			ownErr = withOutput(actionErr, stderr)
+		} else if lines := linesNaming(stderr, r.Unit); lines != "" {
+			ownErr = withOutput(actionErr, []byte(lines))
+		}
+	}
+	masked := r.LoadState == "masked"
+	reached := false
+	switch r.Action {
+	case UnitStop:
+		reached = (r.ActiveState == "inactive" || r.ActiveState == "failed") && len(r.Remaining) == 0 && len(r.GPUHolders) == 0
+	case UnitStart, UnitRestart:
+		reached = r.ActiveState == "active" || r.ActiveState == "activating" || r.ActiveState == "reloading"
+	default:
+		reached = true
+	}
+	switch {
+	case masked && (r.Action == UnitStart || r.Action == UnitRestart):
+		r.Reason = "unit " + r.Unit + " is masked: it cannot be started"
+	case ownErr != nil && (n == 1 || !reached):
+		r.Reason = ownErr.Error()
+	case reached:
+		r.OK = true
+	case r.Action == UnitStop:
+		r.Reason = fmt.Sprintf("after stop: state %s, %d processes left in the cgroup, %d GPU holders of the unit", r.ActiveState, len(r.Remaining), len(r.GPUHolders))
+	default:
+		r.Reason = "after " + r.Action + ": state " + r.ActiveState + "/" + r.SubState
+	}
+	if !r.OK && ownErr == nil && actionErr != nil && !attributed && !masked {
+		// No line names a unit (a timeout): the call that acted on this
+		// one failed as a whole.
+		r.Reason += fmt.Sprintf(" (systemctl %s of %d units: %v)", r.Action, n, withOutput(actionErr, stderr))
+	}
+	if masked && r.OK {
+		// Stopped or looked at, and true; the operator still learns the unit is masked.
+		r.Reason = "unit " + r.Unit + " is masked"
+	}
+}
+
+// linesNaming returns the lines of out that name unit as a whole name
+// ("Failed to stop a.service: ..." names a.service, not b-a.service).
+func linesNaming(out []byte, unit string) string {
+	var keep []string
+	for _, line := range strings.Split(string(out), "\n") {
+		for rest, off := line, 0; ; {
+			i := strings.Index(rest, unit)
+			if i < 0 {
+				break
+			}
+			at := off + i
+			end := at + len(unit)
+			if (at == 0 || !isUnitByte(line[at-1])) && (end == len(line) || !isUnitByte(line[end]) || line[end] == ':') {
+				keep = append(keep, strings.TrimSpace(line))
+				break
+			}
+			rest, off = line[at+1:], at+1
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+// isUnitByte reports whether c may be part of a unit name.
+func isUnitByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte(":_.\\@-", c) >= 0
 }
 
 // unitTimeout is the deadline for a unit request's systemctl calls up to
@@ -201,19 +340,41 @@ var showProps = []string{"LoadState", "ActiveState", "SubState", "MainPID", "Con
 
 // showUnit runs `systemctl show -p ... -- name` and parses it.
 func showUnit(ctx context.Context, systemctl string, timeout time.Duration, name string) (map[string]string, error) {
+	props, err := showUnits(ctx, systemctl, timeout, []string{name})
+	if err != nil {
+		return nil, err
+	}
+	return props[0], nil
+}
+
+// showUnits runs one `systemctl show -p ... -- name...` and parses its
+// blocks: systemctl prints one per unit, in the order given, separated by a
+// blank line.
+func showUnits(ctx context.Context, systemctl string, timeout time.Duration, names []string) ([]map[string]string, error) {
 	argv := []string{systemctl, "show"}
 	for _, p := range showProps {
 		argv = append(argv, "-p", p)
 	}
-	out, errb, err := runBounded(ctx, timeout, append(argv, "--", name))
+	what := "unit " + names[0]
+	if len(names) > 1 {
+		what = "units " + strings.Join(names, " ")
+	}
+	out, errb, err := runBounded(ctx, timeout, append(append(argv, "--"), names...))
 	if err != nil {
-		return nil, fmt.Errorf("unit %s: systemctl show: %w", name, withOutput(err, errb))
+		return nil, fmt.Errorf("%s: systemctl show: %w", what, withOutput(err, errb))
 	}
-	props := parseShow(out)
-	if props["LoadState"] == "" {
-		return nil, fmt.Errorf("unit %s: systemctl show gave no LoadState: %.200q", name, out)
+	blocks := strings.Split(strings.TrimSpace(string(out)), "\n\n")
+	if len(blocks) != len(names) {
+		return nil, fmt.Errorf("%s: systemctl show gave %d blocks of properties for %d units: %.300q", what, len(blocks), len(names), out)
 	}
-	return props, nil
+	all := make([]map[string]string, len(names))
+	for i, b := range blocks {
+		all[i] = parseShow([]byte(b))
+		if all[i]["LoadState"] == "" {
+			return nil, fmt.Errorf("unit %s: systemctl show gave no LoadState: %.200q", names[i], b)
+		}
+	}
+	return all, nil
 }
 
 // unknownUnit says why name cannot be acted on when systemd has no such
@@ -252,24 +413,27 @@ func parseShow(b []byte) map[string]string {
 	return m
 }
 
-// fillUnitLeftovers lists processes in the unit's cgroup and the GPU holders
-// that belong to the unit.
-func fillUnitLeftovers(ctx context.Context, cfg Config, resp *UnitResponse) error {
+// fillUnitLeftovers lists processes in each unit's cgroup and the GPU
+// holders that belong to the unit, from one snapshot for all of them.
+func fillUnitLeftovers(ctx context.Context, cfg Config, units []*UnitResponse) error {
 	s, err := newScanner(cfg)
 	if err != nil {
 		return err
 	}
-	if resp.ControlGroup != "" {
-		pids := unitCgroupProcs(cgroupRoot, resp.ControlGroup)
+	for _, u := range units {
+		if u.ControlGroup == "" {
+			continue
+		}
+		pids := unitCgroupProcs(cgroupRoot, u.ControlGroup)
 		if pids == nil {
-			pids = s.pidsInCgroup(resp.ControlGroup)
+			pids = s.pidsInCgroup(u.ControlGroup)
 		}
 		for _, pid := range pids {
 			st, err := s.proc.stat(pid)
 			if err != nil || st.State == "Z" {
 				continue
 			}
-			resp.Remaining = append(resp.Remaining, Proc{
+			u.Remaining = append(u.Remaining, Proc{
 				Identity: Identity{PID: pid, StartTime: st.StartTime, BootID: s.bootID},
 				Comm:     st.Comm, Cmdline: s.proc.cmdline(pid), State: st.State,
 			})
@@ -277,11 +441,16 @@ func fillUnitLeftovers(ctx context.Context, cfg Config, resp *UnitResponse) erro
 	}
 	snap, err := s.snapshot(ctx)
 	if err != nil {
-		return fmt.Errorf("unit %s: %w", resp.Unit, err)
+		if len(units) == 1 {
+			return fmt.Errorf("unit %s: %w", units[0].Unit, err)
+		}
+		return fmt.Errorf("units' GPU holders: %w", err)
 	}
 	for _, h := range snap.Holders {
-		if h.Unit == resp.Unit || (resp.ControlGroup != "" && inCgroup(h.Cgroup, resp.ControlGroup)) {
-			resp.GPUHolders = append(resp.GPUHolders, h)
+		for _, u := range units {
+			if h.Unit == u.Unit || (u.ControlGroup != "" && inCgroup(h.Cgroup, u.ControlGroup)) {
+				u.GPUHolders = append(u.GPUHolders, h)
+			}
 		}
 	}
 	return nil

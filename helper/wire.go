@@ -399,12 +399,17 @@ const (
 	UnitStatus  = "status"
 )
 
-// UnitRequest drives one systemd unit.
+// UnitRequest drives one systemd unit, or several at once.
 type UnitRequest struct {
 	Config
 	Action string `json:"action"`
 	Unit   string `json:"unit"`
-	// Timeout bounds the systemctl call (default 90s).
+	// Units, instead of Unit, acts on several units with one systemctl
+	// show before, one action and one show after, and one snapshot for
+	// their leftovers; the response's Units answers each in this order.
+	Units []string `json:"units,omitempty"`
+	// Timeout bounds the systemctl call (default 90s): each unit's action,
+	// also in a call for several, whose jobs systemd runs side by side.
 	Timeout Duration `json:"timeout,omitempty"`
 }
 
@@ -416,7 +421,9 @@ type Proc struct {
 	State   string   `json:"state"`
 }
 
-// UnitResponse reports the unit after the action.
+// UnitResponse reports the unit after the action. For a request with
+// Units, Units holds one response per unit; then Unit is empty, OK says
+// whether every unit is ok, and Reason counts those that are not.
 type UnitResponse struct {
 	Version string `json:"version"`
 	Unit    string `json:"unit"`
@@ -439,6 +446,8 @@ type UnitResponse struct {
 	Remaining []Proc `json:"remaining,omitempty"`
 	// GPUHolders: GPU holders that belong to the unit (by cgroup).
 	GPUHolders []Holder `json:"gpu_holders,omitempty"`
+	// Units: the per-unit responses of a request with Units, in its order.
+	Units []UnitResponse `json:"units,omitempty"`
 }
 
 // ErrorResponse is written instead of a response when a request cannot be

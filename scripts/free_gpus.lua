@@ -33,18 +33,22 @@ if #services > 0 then
     for _, g in ipairs(h.gpus) do held[g] = true end
   end
 end
-for _, unit in ipairs(services) do
-  local s = systemd.stop(unit)
+-- One call stops them all; each result is that unit's own.
+local failed
+for i, s in ipairs(#services > 0 and systemd.stop(services) or {}) do
+  local unit = services[i]
   -- A stop that failed with nothing of the unit left is the unit's failure; leftovers (in its cgroup or
   -- holding its GPUs) are what the stages below free.
   if s.load_state == "not-found" or not s.ok and #s.remaining == 0 and #s.gpu_holders == 0 then
-    fail("stop %s: %s", unit, s.reason or s.active_state or "failed")
+    failed = failed or string.format("stop %s: %s", unit, s.reason or s.active_state or "failed")
+  else
+    for _, h in ipairs(s.gpu_holders) do for _, g in ipairs(h.gpus) do leftover[g] = true end end
+    if s.would then log.info("would stop %s", unit)
+    elseif s.ok then log.info("stopped %s", unit)
+    else log.warn("stopped %s; it left %d process(es) in its cgroup: %s", unit, #s.remaining, s.reason) end
   end
-  for _, h in ipairs(s.gpu_holders) do for _, g in ipairs(h.gpus) do leftover[g] = true end end
-  if s.would then log.info("would stop %s", unit)
-  elseif s.ok then log.info("stopped %s", unit)
-  else log.warn("stopped %s; it left %d process(es) in its cgroup: %s", unit, #s.remaining, s.reason) end
 end
+if failed then fail("%s", failed) end
 -- Wait for the release only where waiting can help: not where a leftover worker holds the GPU.
 local release = util.filter(util.keys(held), function(g) return not leftover[g] end)
 if #release > 0 and not check then

@@ -117,15 +117,38 @@ func TestFreeGPUsServiceLeftovers(t *testing.T) {
 			t.Errorf("release wait for GPUs %v, want only 0 (GPU 1 is held by a leftover)", gs)
 		}
 	}
-	// Both services' holders come from one snapshot, taken before any stop.
+	// Both services' holders come from one snapshot, taken before any stop,
+	// and one unit call stops both.
 	var verbs []string
+	var units []string
 	for _, c := range r.host.FakeConn.Calls("") {
 		if c.Verb == helper.VerbSnapshot || c.Verb == helper.VerbUnit {
 			verbs = append(verbs, c.Verb)
 		}
+		if c.Verb == helper.VerbUnit {
+			units = append(units, strings.Join(c.Request.(helper.UnitRequest).Units, " "))
+		}
 	}
-	if len(verbs) < 3 || verbs[0] != helper.VerbSnapshot || verbs[1] != helper.VerbUnit || verbs[2] != helper.VerbUnit {
-		t.Errorf("helper calls %v, want one snapshot, then the two stops", verbs)
+	if len(verbs) < 2 || verbs[0] != helper.VerbSnapshot || verbs[1] != helper.VerbUnit || fmt.Sprint(units) != "[vllm.service sglang.service]" {
+		t.Errorf("helper calls %v, units %q, want one snapshot, then one stop of both", verbs, units)
+	}
+}
+
+// A unit that does not exist among others: the others are still stopped
+// (one call), each logged, and the host fails naming the missing one.
+func TestFreeGPUsOneUnitNotFound(t *testing.T) {
+	m := modulestest.NewGPUHost("gpu01", 1)
+	m.AddUnit(modulestest.FakeUnit{Name: "vllm.service", Active: true})
+	svc := m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{Unit: "vllm.service"}, MemByGPU: map[int]int64{0: 1000}})
+	r := runScript(t, m, "free_gpus.lua", false, map[string]any{"services": []string{"vllm-embd.service", "vllm.service"}})
+	if r.err == nil || !strings.Contains(r.err.Error(), "stop vllm-embd.service: unit vllm-embd.service not found") {
+		t.Fatalf("error %v", r.err)
+	}
+	if m.Alive(svc.PID) || !hasLine(r.logs(), "info stopped vllm.service") {
+		t.Errorf("the unit that exists must be stopped and logged: logs %q", r.logs())
+	}
+	if len(r.host.FakeConn.Calls(helper.VerbKill)) != 0 {
+		t.Error("a failed stop must not go on to kill")
 	}
 }
 

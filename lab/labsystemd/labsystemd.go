@@ -41,6 +41,9 @@ type Unit struct {
 	StopTimeout string `json:"stop_timeout,omitempty"`
 	// Description shows in `status`.
 	Description string `json:"description,omitempty"`
+	// RefuseManualStop is systemd's RefuseManualStop=: `systemctl stop`
+	// fails for this unit (exit 4, a line naming it) and leaves it running.
+	RefuseManualStop bool `json:"refuse_manual_stop,omitempty"`
 }
 
 // Timeout returns the parsed StopTimeout.

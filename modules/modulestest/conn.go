@@ -208,6 +208,10 @@ func (c *Conn) Helper(ctx context.Context, verb string, req, resp any) (err erro
 		}
 		out = w
 	case helper.UnitRequest:
+		if len(r.Units) > 0 {
+			out = c.Model.unitBatch(r)
+			break
+		}
 		if r.Unit == "" || strings.HasPrefix(r.Unit, "-") {
 			return fmt.Errorf("gpush-helper unit: invalid unit name %q", r.Unit)
 		}

@@ -1014,6 +1014,27 @@ func (g *GPUHost) unit(req helper.UnitRequest) helper.UnitResponse {
 	return resp
 }
 
+// unitBatch answers a request for several units as the helper does: one
+// response per unit, in the request's order, in Units.
+func (g *GPUHost) unitBatch(req helper.UnitRequest) helper.UnitResponse {
+	resp := helper.UnitResponse{Version: helper.Version, Action: req.Action, Systemd: !g.NoSystemd, OK: true}
+	bad := 0
+	for _, u := range req.Units {
+		one := req
+		one.Unit, one.Units = u, nil
+		r := g.unit(one)
+		if !r.OK {
+			resp.OK = false
+			bad++
+		}
+		resp.Units = append(resp.Units, r)
+	}
+	if bad > 0 {
+		resp.Reason = fmt.Sprintf("%d of %d units not ok", bad, len(req.Units))
+	}
+	return resp
+}
+
 func contains(xs []int, x int) bool {
 	for _, v := range xs {
 		if v == x {

@@ -242,3 +242,32 @@ assert(systemd.stop("trainer.service").ok, "second stop")`)
 		t.Errorf("respawners:\n got %s\nwant %s", got, want)
 	}
 }
+
+// Several units in one call against the real systemd: each result is the
+// unit's own (a worker left behind, a unit that does not exist, a clean stop
+// of a Restart=always unit, which alone is recorded as a respawner).
+func TestRealSystemdStopList(t *testing.T) {
+	e := newRealEnv(t)
+	e.unit("sglang-qwen.service", "--dev "+filepath.Join(e.dev, "nvidia0")+" --mem-mib 2048 --child-mem-mib 8192", "KillMode=process")
+	e.unit("trainer.service", "--dev "+filepath.Join(e.dev, "nvidia0")+" --mem-mib 4096", "Restart=always", "RestartSec=100ms")
+	e.lua(`
+local st = systemd.start{"sglang-qwen", "trainer.service"}
+assert(#st == 2 and st[1].ok and st[2].ok, "start")`)
+	e.ready("sglang-qwen.service", 2)
+	e.ready("trainer.service", 1)
+	e.lua(`
+local rs = systemd.stop({"sglang-qwen", "vllm-embd.service", "trainer"}, {timeout = "30s"})
+assert(#rs == 3, "results: " .. #rs)
+local l, typo, tr = rs[1], rs[2], rs[3]
+assert(l.unit == "sglang-qwen.service" and not l.ok and l.active_state == "inactive", "leftover unit: " .. tostring(l.reason))
+assert(#l.remaining == 1 and #l.gpu_holders == 1 and l.gpu_holders[1].mem_mib == 8192, "leftover worker")
+assert(typo.unit == "vllm-embd.service" and not typo.ok and typo.load_state == "not-found", "typo")
+assert(typo.reason == "unit vllm-embd.service not found", "typo reason " .. tostring(typo.reason))
+assert(tr.unit == "trainer.service" and tr.ok and tr.active_state == "inactive" and #tr.gpu_holders == 0, "trainer: " .. tostring(tr.reason))
+assert(gpu.kill(l.gpu_holders, {grace = "2s"}).exited == 1, "kill the worker")
+`)
+	want := `[{"pid":0,"start_time":0,"boot_id":"","unit":"trainer.service","restart":"always","why":"unit trainer.service has Restart=always: it may start again"}]`
+	if got := supervisorsJSON(e.host); got != want {
+		t.Errorf("respawners:\n got %s\nwant %s", got, want)
+	}
+}

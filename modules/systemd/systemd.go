@@ -48,12 +48,56 @@ func CheckUnit(L *glua.LState, n int, fn string) string {
 	return u
 }
 
+// checkUnits reads argument n as a list of unit names (its form for
+// several units): each must be valid and none may repeat another, so that
+// nothing runs on a list with a bad name.
+func checkUnits(L *glua.LState, n int, fn string, list *glua.LTable) []string {
+	var units []string
+	at := map[string]int{}
+	bad := func(i int, format string, a ...any) {
+		L.ArgError(n, fmt.Sprintf("%s: unit %d of the list: %s", fn, i, fmt.Sprintf(format, a...)))
+	}
+	for i := 1; i <= list.Len(); i++ {
+		v, ok := list.RawGetInt(i).(glua.LString)
+		if !ok {
+			bad(i, "%s, want a unit name", list.RawGetInt(i).Type())
+		}
+		u := string(v)
+		if !unitName.MatchString(u) || strings.HasPrefix(u, "-") {
+			bad(i, "invalid unit name %q (letters, digits and :_.@-\\ only, not starting with -)", u)
+		}
+		full, err := helper.NormalizeUnit(u)
+		if err != nil {
+			bad(i, "%v", err)
+		}
+		if j, dup := at[full]; dup {
+			bad(i, "%q repeats unit %d (%s)", u, j, full)
+		}
+		at[full] = i
+		units = append(units, u)
+	}
+	// A table with other keys than 1..n is not a list of units.
+	keys := 0
+	list.ForEach(func(glua.LValue, glua.LValue) { keys++ })
+	if keys != len(units) {
+		L.ArgError(n, fmt.Sprintf("%s: want a list of unit names (%d entries, %d of them at 1..%d)", fn, keys, len(units), len(units)))
+	}
+	if len(units) == 0 {
+		L.ArgError(n, fn+": the list of units is empty")
+	}
+	return units
+}
+
 func action(h modules.Host, act string) glua.LGFunction {
 	fn := "systemd." + act
 	return func(L *glua.LState) int {
-		unit := CheckUnit(L, 1, fn)
+		req := helper.UnitRequest{Config: h.HelperConfig(), Action: act}
+		if list, ok := L.Get(1).(*glua.LTable); ok {
+			req.Units = checkUnits(L, 1, fn, list)
+		} else {
+			req.Unit = CheckUnit(L, 1, fn)
+		}
 		o := luaconv.CheckOpts(L, 2, fn)
-		req := helper.UnitRequest{Config: h.HelperConfig(), Action: act, Unit: unit}
 		if o.Has("timeout") {
 			req.Timeout = helper.Duration(o.Duration("timeout", 0))
 		}
@@ -65,19 +109,36 @@ func action(h modules.Host, act string) glua.LGFunction {
 		}
 		var resp helper.UnitResponse
 		modules.CallHelper(L, h, fn, helper.VerbUnit, req, &resp)
-		h.Stats().AddUnit(act, would, resp)
-		if !would && act == helper.UnitStop {
-			noteRestart(h, resp)
+		if req.Units == nil {
+			L.Push(result(L, h, act, would, resp))
+			return 1
 		}
-		t := unitTable(L, resp)
-		if would {
-			t.RawSetString("ok", glua.LTrue)
-			t.RawSetString("would", glua.LTrue)
-			t.RawSetString("action", glua.LString(act))
+		if len(resp.Units) != len(req.Units) {
+			L.RaiseError("%s: the helper answered for %d of %d units", fn, len(resp.Units), len(req.Units))
+		}
+		t := L.CreateTable(len(resp.Units), 0)
+		for _, u := range resp.Units {
+			t.Append(result(L, h, act, would, u))
 		}
 		L.Push(t)
 		return 1
 	}
+}
+
+// result records one unit's outcome (stats, a unit that may restart) and
+// returns its table.
+func result(L *glua.LState, h modules.Host, act string, would bool, resp helper.UnitResponse) *glua.LTable {
+	h.Stats().AddUnit(act, would, resp)
+	if !would && act == helper.UnitStop {
+		noteRestart(h, resp)
+	}
+	t := unitTable(L, resp)
+	if would {
+		t.RawSetString("ok", glua.LTrue)
+		t.RawSetString("would", glua.LTrue)
+		t.RawSetString("action", glua.LString(act))
+	}
+	return t
 }
 
 // noteRestart records a stopped unit whose Restart= is set as something

@@ -21,7 +21,7 @@
 // main process only, so its workers live on (a stopped service's
 // leftovers); mixed TERMs the main process, then KILLs the rest.
 //
-// Every call is a fresh process (a free runs seven per host), so a run
+// Every call is a fresh process (a free runs four per host), so a run
 // does only what its verb needs: no collector, the executable resolved only
 // when no config sits beside the path it ran as, one /proc/PID/stat read per
 // check of the main process, and show works out only the properties asked
@@ -44,6 +44,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -56,6 +57,7 @@ const (
 	exitFailure    = 1
 	exitNotActive  = 3
 	exitNoSuchUnit = 4 // status of an unknown unit
+	exitRefused    = 4 // a stop refused by RefuseManualStop= (EXIT_NOPERMISSION)
 	exitNotLoaded  = 5 // start/stop of an unknown unit
 )
 
@@ -262,20 +264,44 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if !needUnit() {
 			return exitFailure
 		}
-		for _, u := range o.units {
-			var code int
-			switch o.verb {
-			case "start":
-				code = m.start(u)
-			case "stop":
-				code = m.stop(u)
-			default:
-				if code = m.stop(u); code == 0 {
-					code = m.start(u)
+		// systemctl queues one job per unit and waits for all of them: a
+		// failing unit (named on stderr) does not keep the others from their
+		// job, and the exit status is the first failure's. Stops run side by
+		// side, as systemd's jobs do, so that a slow unit does not hold back
+		// the others' stops; starts run one after the other (they create the
+		// cgroups that a parallel stop may prune).
+		codes := make([]int, len(o.units))
+		var wg sync.WaitGroup
+		if len(o.units) > 1 {
+			m.stderr = &lockedWriter{w: stderr}
+		}
+		for i, u := range o.units {
+			act := func() {
+				switch o.verb {
+				case "start":
+					codes[i] = m.start(u)
+				case "stop":
+					codes[i] = m.stop(u)
+				default:
+					if codes[i] = m.stop(u); codes[i] == 0 {
+						codes[i] = m.start(u)
+					}
 				}
 			}
-			if code != 0 {
-				return code
+			if o.verb != "stop" {
+				act()
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				act()
+			}()
+		}
+		wg.Wait()
+		for _, c := range codes {
+			if c != 0 {
+				return c
 			}
 		}
 		return 0
@@ -323,6 +349,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "Unknown command verb '%s'.\n", o.verb)
 		return exitFailure
 	}
+}
+
+// lockedWriter serializes the writes of units stopped side by side.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
 
 func lockDir(dir string) (func(), error) {
@@ -571,11 +609,15 @@ func (m *manager) stop(u string) int {
 		fmt.Fprintf(m.stderr, "Failed to stop %s: Unit %s not loaded.\n", u, u)
 		return exitNotLoaded
 	}
+	unit := m.cfg.Units[u]
+	if unit.RefuseManualStop {
+		fmt.Fprintf(m.stderr, "Failed to stop %s: Operation refused, unit %s may be requested by dependency only (it is configured to refuse manual start/stop).\nSee system logs and 'systemctl status %s' for details.\n", u, u, u)
+		return exitRefused
+	}
 	if st.Active != "active" {
 		m.prune(u)
 		return 0
 	}
-	unit := m.cfg.Units[u]
 	timeout, _ := unit.Timeout() // checked by Load
 	main := st.MainPID
 	mainGone := func() bool { return !m.mainAlive(st) }

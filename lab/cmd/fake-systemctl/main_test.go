@@ -413,3 +413,44 @@ func TestConfigLookup(t *testing.T) {
 		t.Errorf("unknown unit: %q %v", out, err)
 	}
 }
+
+// Several units in one stop, as systemctl does it: every unit it knows gets
+// its job even when one fails (a unit not loaded, one refusing the stop, each
+// named on stderr), the exit status is the first failure's in the order
+// given, and show prints one block per unit in that order.
+func TestStopSeveral(t *testing.T) {
+	h := newHost(t, map[string]labsystemd.Unit{})
+	h.cfg.Units["slow.service"] = labsystemd.Unit{Exec: h.holder("--ignore-term"), StopTimeout: "300ms"}
+	h.cfg.Units["a.service"] = labsystemd.Unit{Exec: h.holder()}
+	h.cfg.Units["refuser.service"] = labsystemd.Unit{Exec: h.holder(), RefuseManualStop: true}
+	h.cfg.Save(filepath.Join(h.dir, labsystemd.ConfigName))
+	if _, errb, code := h.run("start", "slow", "a", "refuser"); code != 0 {
+		t.Fatalf("start: exit %d: %s", code, errb)
+	}
+	pids := map[string]int{}
+	for _, u := range []string{"slow.service", "a.service", "refuser.service"} {
+		pids[u] = h.ready(u, 1)[0]
+	}
+	_, errb, code := h.run("stop", "--", "slow.service", "nope.service", "refuser.service", "a.service")
+	if code != exitNotLoaded {
+		t.Errorf("stop: exit %d, want %d (the first failure's, nope.service)", code, exitNotLoaded)
+	}
+	for _, want := range []string{"Failed to stop nope.service: Unit nope.service not loaded.\n",
+		"Failed to stop refuser.service: Operation refused, unit refuser.service may be requested by dependency only"} {
+		if !strings.Contains(errb, want) {
+			t.Errorf("stderr %q, want %q", errb, want)
+		}
+	}
+	if _, _, code := h.run("stop", "refuser.service"); code != exitRefused {
+		t.Errorf("stop of the refusing unit alone: exit %d, want %d", code, exitRefused)
+	}
+	out, _, code := h.run("show", "-p", "ActiveState", "-p", "Result", "--", "slow.service", "nope.service", "refuser.service", "a.service")
+	want := "Result=timeout\nActiveState=failed\n\nResult=success\nActiveState=inactive\n\nResult=success\nActiveState=active\n\nResult=success\nActiveState=inactive\n"
+	if code != 0 || out != want {
+		t.Errorf("show: exit %d\n%s\nwant\n%s", code, out, want)
+	}
+	if labsystemd.Live(pids["slow.service"]) || labsystemd.Live(pids["a.service"]) || !labsystemd.Live(pids["refuser.service"]) {
+		t.Errorf("after the stop: slow alive %v, a alive %v, refuser alive %v (want false, false, true)",
+			labsystemd.Live(pids["slow.service"]), labsystemd.Live(pids["a.service"]), labsystemd.Live(pids["refuser.service"]))
+	}
+}
