@@ -83,7 +83,12 @@ const (
 // Binaries are the lab's executables. Empty fields are built by Start with
 // `go build` into Dir/bin (needs the gpush module source).
 type Binaries struct {
-	Holder        string // lab/cmd/gpu-holder
+	Holder string // lab/cmd/gpu-holder (its C build when cc is there, see HolderKind)
+	// HolderKind picks the holder Build makes: HolderC, HolderGo, or empty
+	// for C when a C compiler builds it, else Go. Build sets it to the one
+	// it made, and HolderNote to why (what the lab logs).
+	HolderKind    string
+	HolderNote    string
 	FakeSMI       string // lab/cmd/fake-nvidia-smi
 	FakeSystemctl string // lab/cmd/fake-systemctl
 	Init          string // lab/cmd/lab-init (Options.Isolate)
@@ -271,6 +276,7 @@ func Start(ctx context.Context, o Options) (l *Lab, err error) {
 	if l.bin, err = Build(ctx, filepath.Join(dir, "bin"), o.Bin); err != nil {
 		return l, err
 	}
+	fmt.Fprintf(o.Log, "lab: gpu-holder %s\n", l.bin.HolderNote)
 	so := o.SSHD
 	so.Dir = filepath.Join(dir, "sshd")
 	if so.LogLevel == "" {
@@ -367,12 +373,14 @@ func Build(ctx context.Context, binDir string, have Binaries) (Binaries, error) 
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
 		return b, fmt.Errorf("create %s: %w", binDir, err)
 	}
+	if err := buildHolder(ctx, binDir, &b); err != nil {
+		return b, err
+	}
 	for _, t := range []struct {
 		field *string
 		pkg   string
 		name  string
 	}{
-		{&b.Holder, "github.com/gpush/gpush/lab/cmd/gpu-holder", "gpu-holder"},
 		{&b.FakeSMI, "github.com/gpush/gpush/lab/cmd/fake-nvidia-smi", "fake-nvidia-smi"},
 		{&b.FakeSystemctl, "github.com/gpush/gpush/lab/cmd/fake-systemctl", "fake-systemctl"},
 		{&b.Init, "github.com/gpush/gpush/lab/cmd/lab-init", "lab-init"},
