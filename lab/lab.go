@@ -686,8 +686,8 @@ func (l *Lab) startProcs(ctx context.Context, h Host) error {
 }
 
 // startHolder starts a gpu-holder in its own process group (through start)
-// and returns the pids of its "ready <pid>" lines (itself, then its child if
-// any).
+// and returns the pids of its "ready <pid>" lines (itself, then its child
+// or keeper if any).
 func startHolder(ctx context.Context, bin string, args []string, start func(*exec.Cmd) error) ([]int, *exec.Cmd, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -702,7 +702,7 @@ func startHolder(ctx context.Context, bin string, args []string, start func(*exe
 	}
 	want := 1
 	for i, a := range args {
-		if a == "--child-mem-mib" && i+1 < len(args) {
+		if a == "--child-mem-mib" && i+1 < len(args) || a == "--keeper" {
 			want = 2
 		}
 	}

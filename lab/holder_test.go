@@ -1,0 +1,193 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpush/gpush/helper"
+	"github.com/gpush/gpush/lab/sshd"
+)
+
+// buildHolders builds both holders into dir: the C one (a test failure in
+// CI when it cannot be built; skipped locally without a compiler) and the
+// Go one.
+func buildHolders(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	bins := map[string]string{}
+	c := filepath.Join(dir, "c", "gpu-holder")
+	os.MkdirAll(filepath.Dir(c), 0o755)
+	if err := BuildHolderC(context.Background(), c); err != nil {
+		if !errors.Is(err, ErrNoCC) || os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Logf("no C holder: %v", err)
+	} else {
+		bins[HolderC] = c
+	}
+	g := filepath.Join(dir, "go", "gpu-holder")
+	os.MkdirAll(filepath.Dir(g), 0o755)
+	if err := GoBuild(context.Background(), g, "github.com/gpush/gpush/lab/cmd/gpu-holder"); err != nil {
+		t.Fatal(err)
+	}
+	bins[HolderGo] = g
+	return bins
+}
+
+// Build picks the C holder when cc is there, Go when asked, and refuses a
+// kind it does not know.
+func TestBuildPicksHolder(t *testing.T) {
+	dir := t.TempDir()
+	b, err := Build(context.Background(), filepath.Join(dir, "auto"), Binaries{FakeSMI: "x", FakeSystemctl: "x", Init: "x"})
+	if errors.Is(err, ErrNoCC) || (err == nil && b.HolderKind == HolderGo && strings.Contains(b.HolderNote, ErrNoCC.Error())) {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI has no C compiler: %v %s", err, b.HolderNote)
+		}
+		t.Skipf("skipping: %s", b.HolderNote)
+	}
+	if err != nil || b.HolderKind != HolderC || b.Holder != filepath.Join(dir, "auto", "gpu-holder") {
+		t.Errorf("auto: %+v, %v; want the C holder", b, err)
+	}
+	b, err = Build(context.Background(), filepath.Join(dir, "go"), Binaries{FakeSMI: "x", FakeSystemctl: "x", Init: "x", HolderKind: HolderGo})
+	if err != nil || b.HolderKind != HolderGo || b.Holder != filepath.Join(dir, "go", "gpu-holder-go") {
+		t.Errorf("go: %+v, %v", b, err)
+	}
+	if _, err := Build(context.Background(), filepath.Join(dir, "bad"), Binaries{HolderKind: "rust"}); err == nil || !strings.Contains(err.Error(), `"rust"`) {
+		t.Errorf("kind rust: %v", err)
+	}
+}
+
+// The helper must see a leftovers host the same whichever holder runs it:
+// the same holders (owners, monitors, protected, a zombie leader), the
+// same memory, the same ghost kept by a keeper and the same GPU states.
+func TestLeftoversSameWithEachHolder(t *testing.T) {
+	if _, err := sshd.FindBinary(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: the lab's sshd needs root")
+	}
+	bins := buildHolders(t, t.TempDir())
+	if len(bins) < 2 {
+		t.Skip("skipping: only the Go holder is there")
+	}
+	views := map[string]string{}
+	for _, kind := range []string{HolderGo, HolderC} {
+		views[kind] = helperView(t, bins[kind])
+	}
+	if views[HolderGo] != views[HolderC] {
+		t.Errorf("the helper sees the hosts differently\nGo holder:\n%s\nC holder:\n%s", views[HolderGo], views[HolderC])
+	}
+	t.Logf("helper's view:\n%s", views[HolderC])
+}
+
+// helperView starts a one-host leftovers lab on holder, adds a keeper
+// whose parent is killed (a ghost) and a zombie leader, and describes what
+// helper.TakeSnapshot sees, by lab role instead of pid.
+func helperView(t *testing.T, holder string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	l, err := Start(ctx, Options{Hosts: 1, Dir: t.TempDir(), ReleaseDelay: "1ms", Bin: Binaries{Holder: holder}})
+	if err != nil {
+		if l != nil {
+			l.Stop()
+		}
+		t.Fatal(err)
+	}
+	defer l.Stop()
+	h := l.Hosts[0]
+	dev := func(n string) string { return filepath.Join(h.DevDir, n) }
+	py, err := l.holderAs("python3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := map[int]string{}
+	for _, p := range l.Procs() {
+		role[p.PID] = p.Role
+	}
+	// A keeper: the parent's memory stays charged to it after it dies.
+	kp, kcmd, err := startHolder(ctx, py, []string{"--dev", dev("nvidia2"), "--dev", dev("nvidiactl"), "--mem-mib", "777", "--keeper"}, func(c *exec.Cmd) error { return c.Start() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	role[kp[1]] = "keeper"
+	defer syscall.Kill(kp[1], syscall.SIGKILL)
+	kcmd.Process.Kill()
+	kcmd.Wait()
+	zp, zcmd, err := startHolder(ctx, py, []string{"--dev", dev("nvidia1"), "--dev", dev("nvidia-uvm"), "--mem-mib", "555", "--zombie-leader"}, func(c *exec.Cmd) error { return c.Start() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	role[zp[0]] = "zombie-leader"
+	defer func() { zcmd.Process.Kill(); zcmd.Wait() }()
+	for st, _ := procState(zp[0]); st != "Z"; st, _ = procState(zp[0]) {
+		time.Sleep(5 * time.Millisecond) // bounded by ctx's deadline
+	}
+
+	snap, err := helper.TakeSnapshot(ctx, helper.Config{DevDir: h.DevDir, NvidiaSMI: h.SMI, Protected: []string{"nvidia-persistenced"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := func(pid int) string {
+		if r, ok := role[pid]; ok {
+			return r
+		}
+		return fmt.Sprintf("unknown pid %d", pid)
+	}
+	names := func(pids []int) string {
+		var out []string
+		for _, p := range pids {
+			out = append(out, name(p))
+		}
+		sort.Strings(out)
+		return strings.Join(out, ",")
+	}
+	var lines []string
+	for _, x := range snap.Holders {
+		lines = append(lines, fmt.Sprintf("holder %s comm=%s state=%s devices=%s owner=%v (%s) mem=%d zombie_leader=%v suspicious=%q",
+			name(x.PID), x.Comm, x.State, strings.Join(x.Devices, ","), x.Owner, x.OwnerWhy, x.MemMiB, x.ZombieLeader, x.Suspicious))
+	}
+	for _, g := range snap.Ghosts {
+		lines = append(lines, fmt.Sprintf("ghost gpu=%d mem=%d name=%s held_by=%s", g.GPU, g.MemMiB, filepath.Base(g.Name), names(g.HeldBy)))
+	}
+	for _, s := range snap.Status {
+		lines = append(lines, fmt.Sprintf("gpu %d %s used=%d owners=%s others=%s protected=%s", s.Index, s.State, s.UsedMiB, names(s.Owners), names(s.Others), names(s.Protected)))
+	}
+	sort.Strings(lines)
+	view := strings.Join(lines, "\n")
+
+	// What the lab promises, whichever holder: without these the two
+	// views could agree on a broken host.
+	for _, want := range []string{
+		"holder monitor comm=nvitop", "owner=false",
+		"holder zombie-leader comm=python3 state=Z", "zombie_leader=true",
+		"holder keeper comm=python3", "ghost gpu=2 mem=777", "held_by=keeper",
+		"holder orphan comm=python3", "holder term-ignorer comm=python3",
+		"holder persistenced comm=nvidia-persiste", // comm is 15 bytes
+		"holder keeper comm=python3 state=S devices=nvidia2,nvidiactl owner=true (maps",
+		"gpu 2 held used=4873 owners=keeper,term-ignorer others=monitor",
+	} {
+		if !strings.Contains(view, want) {
+			t.Errorf("%s: the helper's view lacks %q:\n%s", holder, want, view)
+		}
+	}
+	for _, x := range snap.Holders {
+		// A keeper maps the devices (a CUDA context), so it is an owner.
+		if r := name(x.PID); (r == RoleMonitor || r == RolePersistenced) == x.Owner {
+			t.Errorf("%s: %s pid %d owner=%v (%s)", holder, r, x.PID, x.Owner, x.OwnerWhy)
+		}
+	}
+	if slices.ContainsFunc(lines, func(s string) bool { return strings.Contains(s, "unknown pid") }) {
+		t.Errorf("%s: holders the lab did not start:\n%s", holder, view)
+	}
+	return view
+}
