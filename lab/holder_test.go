@@ -32,36 +32,48 @@ func buildHolders(t *testing.T, dir string) map[string]string {
 		}
 		t.Logf("no C holder: %v", err)
 	} else {
-		bins[HolderC] = c
+		bins[KindC] = c
 	}
 	g := filepath.Join(dir, "go", "gpu-holder")
 	os.MkdirAll(filepath.Dir(g), 0o755)
 	if err := GoBuild(context.Background(), g, "github.com/gpush/gpush/lab/cmd/gpu-holder"); err != nil {
 		t.Fatal(err)
 	}
-	bins[HolderGo] = g
+	bins[KindGo] = g
 	return bins
 }
 
-// Build picks the C holder when cc is there, Go when asked, and refuses a
-// kind it does not know.
-func TestBuildPicksHolder(t *testing.T) {
+// Build makes the C gpu-holder and lab-init when cc is there, the Go ones
+// when asked, under the same names, and refuses a kind it does not know.
+func TestBuildPicksKind(t *testing.T) {
 	dir := t.TempDir()
-	b, err := Build(context.Background(), filepath.Join(dir, "auto"), Binaries{FakeSMI: "x", FakeSystemctl: "x", Init: "x"})
-	if errors.Is(err, ErrNoCC) || (err == nil && b.HolderKind == HolderGo && strings.Contains(b.HolderNote, ErrNoCC.Error())) {
+	others := Binaries{FakeSMI: "x", FakeSystemctl: "x"}
+	b := others
+	b, err := Build(context.Background(), filepath.Join(dir, "auto"), b)
+	if errors.Is(err, ErrNoCC) || (err == nil && strings.Contains(b.Note, ErrNoCC.Error())) {
 		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI has no C compiler: %v %s", err, b.HolderNote)
+			t.Fatalf("CI has no C compiler: %v %s", err, b.Note)
 		}
-		t.Skipf("skipping: %s", b.HolderNote)
+		t.Skipf("skipping: %s", b.Note)
 	}
-	if err != nil || b.HolderKind != HolderC || b.Holder != filepath.Join(dir, "auto", "gpu-holder") {
-		t.Errorf("auto: %+v, %v; want the C holder", b, err)
+	if err != nil || b.Kind != KindC || b.Holder != filepath.Join(dir, "auto", "gpu-holder") || b.Init != filepath.Join(dir, "auto", "lab-init") ||
+		b.Note != "gpu-holder C (cc -static); lab-init C (cc -static)" {
+		t.Errorf("auto: %+v, %v; want the C builds", b, err)
 	}
-	b, err = Build(context.Background(), filepath.Join(dir, "go"), Binaries{FakeSMI: "x", FakeSystemctl: "x", Init: "x", HolderKind: HolderGo})
-	if err != nil || b.HolderKind != HolderGo || b.Holder != filepath.Join(dir, "go", "gpu-holder-go") {
+	b = others
+	b.Kind = KindGo
+	b, err = Build(context.Background(), filepath.Join(dir, "go"), b)
+	if err != nil || b.Kind != KindGo || b.Holder != filepath.Join(dir, "go", "gpu-holder") || !strings.Contains(b.Note, "lab-init Go") {
 		t.Errorf("go: %+v, %v", b, err)
 	}
-	if _, err := Build(context.Background(), filepath.Join(dir, "bad"), Binaries{HolderKind: "rust"}); err == nil || !strings.Contains(err.Error(), `"rust"`) {
+	// A Go binary carries its build info; a C one does not.
+	for path, isGo := range map[string]bool{filepath.Join(dir, "go", "lab-init"): true, filepath.Join(dir, "auto", "lab-init"): false} {
+		out, err := exec.Command("go", "version", path).CombinedOutput()
+		if (err == nil && !strings.Contains(string(out), "not a Go executable")) != isGo {
+			t.Errorf("go version %s: %v %s (want a Go binary: %v)", path, err, out, isGo)
+		}
+	}
+	if _, err := Build(context.Background(), filepath.Join(dir, "bad"), Binaries{Kind: "rust"}); err == nil || !strings.Contains(err.Error(), `"rust"`) {
 		t.Errorf("kind rust: %v", err)
 	}
 }
@@ -81,13 +93,13 @@ func TestLeftoversSameWithEachHolder(t *testing.T) {
 		t.Skip("skipping: only the Go holder is there")
 	}
 	views := map[string]string{}
-	for _, kind := range []string{HolderGo, HolderC} {
+	for _, kind := range []string{KindGo, KindC} {
 		views[kind] = helperView(t, bins[kind])
 	}
-	if views[HolderGo] != views[HolderC] {
-		t.Errorf("the helper sees the hosts differently\nGo holder:\n%s\nC holder:\n%s", views[HolderGo], views[HolderC])
+	if views[KindGo] != views[KindC] {
+		t.Errorf("the helper sees the hosts differently\nGo holder:\n%s\nC holder:\n%s", views[KindGo], views[KindC])
 	}
-	t.Logf("helper's view:\n%s", views[HolderC])
+	t.Logf("helper's view:\n%s", views[KindC])
 }
 
 // helperView starts a one-host leftovers lab on holder, adds a keeper

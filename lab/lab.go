@@ -83,15 +83,16 @@ const (
 // Binaries are the lab's executables. Empty fields are built by Start with
 // `go build` into Dir/bin (needs the gpush module source).
 type Binaries struct {
-	Holder string // lab/cmd/gpu-holder (its C build when cc is there, see HolderKind)
-	// HolderKind picks the holder Build makes: HolderC, HolderGo, or empty
-	// for C when a C compiler builds it, else Go. Build sets it to the one
-	// it made, and HolderNote to why (what the lab logs).
-	HolderKind    string
-	HolderNote    string
+	Holder        string // lab/cmd/gpu-holder (its C build when cc is there, see Kind)
 	FakeSMI       string // lab/cmd/fake-nvidia-smi
 	FakeSystemctl string // lab/cmd/fake-systemctl
-	Init          string // lab/cmd/lab-init (Options.Isolate)
+	Init          string // lab/cmd/lab-init (Options.Isolate; its C build when cc is there)
+	// Kind picks how Build makes Holder and Init, the programs every host
+	// runs many of: KindC, KindGo, or empty for C when a C compiler builds
+	// it, else Go. Build sets it to what it made (KindC, KindGo, "mixed")
+	// and Note to which and why (what the lab logs).
+	Kind string
+	Note string
 }
 
 // Options tunes Start.
@@ -276,7 +277,7 @@ func Start(ctx context.Context, o Options) (l *Lab, err error) {
 	if l.bin, err = Build(ctx, filepath.Join(dir, "bin"), o.Bin); err != nil {
 		return l, err
 	}
-	fmt.Fprintf(o.Log, "lab: gpu-holder %s\n", l.bin.HolderNote)
+	fmt.Fprintf(o.Log, "lab: %s\n", l.bin.Note)
 	so := o.SSHD
 	so.Dir = filepath.Join(dir, "sshd")
 	if so.LogLevel == "" {
@@ -373,7 +374,7 @@ func Build(ctx context.Context, binDir string, have Binaries) (Binaries, error) 
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
 		return b, fmt.Errorf("create %s: %w", binDir, err)
 	}
-	if err := buildHolder(ctx, binDir, &b); err != nil {
+	if err := buildPerHost(ctx, binDir, &b); err != nil {
 		return b, err
 	}
 	for _, t := range []struct {
@@ -383,7 +384,6 @@ func Build(ctx context.Context, binDir string, have Binaries) (Binaries, error) 
 	}{
 		{&b.FakeSMI, "github.com/gpush/gpush/lab/cmd/fake-nvidia-smi", "fake-nvidia-smi"},
 		{&b.FakeSystemctl, "github.com/gpush/gpush/lab/cmd/fake-systemctl", "fake-systemctl"},
-		{&b.Init, "github.com/gpush/gpush/lab/cmd/lab-init", "lab-init"},
 	} {
 		if *t.field != "" {
 			continue
