@@ -203,3 +203,28 @@ func helperView(t *testing.T, holder string) string {
 	}
 	return view
 }
+
+// lab-init, either build, refuses to run outside a new PID namespace,
+// saying why (the namespace case is TestIsolatedHostsSeeTheirOwnProcesses).
+func TestInitRefusesOutsideItsNamespace(t *testing.T) {
+	dir := t.TempDir()
+	bins := map[string]string{KindGo: filepath.Join(dir, "go", "lab-init")}
+	os.MkdirAll(filepath.Dir(bins[KindGo]), 0o755)
+	if err := GoBuild(context.Background(), bins[KindGo], "github.com/gpush/gpush/lab/cmd/lab-init"); err != nil {
+		t.Fatal(err)
+	}
+	c := filepath.Join(dir, "c", "lab-init")
+	os.MkdirAll(filepath.Dir(c), 0o755)
+	if err := BuildInitC(context.Background(), c); err == nil {
+		bins[KindC] = c
+	} else if !errors.Is(err, ErrNoCC) || os.Getenv("CI") == "true" {
+		t.Fatal(err)
+	}
+	for kind, bin := range bins {
+		out, err := exec.Command(bin).CombinedOutput()
+		var x *exec.ExitError
+		if !errors.As(err, &x) || x.ExitCode() != 2 || !strings.Contains(string(out), "not pid 1 of a new PID namespace") {
+			t.Errorf("%s lab-init outside a namespace: %v\n%s", kind, err, out)
+		}
+	}
+}
