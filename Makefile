@@ -24,13 +24,15 @@ help:
 # mount is split from util-linux on Debian 12; clustershell's nodeset is
 # what inventory's node-set tests compare against, ansible-core's
 # ansible-inventory what its inventory tests compare against, and ansible's
-# collections the public inventories they compare on).
+# collections the public inventories they compare on; gcc and libc6-dev
+# build the lab's C gpu-holder, statically).
 # Only when missing, so it is cheap.
-DEB_PACKAGES := openssh-server openssh-client sudo pdsh psmisc systemd util-linux mount clustershell python3 ansible-core ansible
+DEB_PACKAGES := openssh-server openssh-client sudo pdsh psmisc systemd util-linux mount clustershell python3 ansible-core ansible gcc libc6-dev
 deps:
 	@if ! command -v sshd >/dev/null && [ ! -x /usr/sbin/sshd ] || ! command -v pdsh >/dev/null || ! command -v sudo >/dev/null \
 		|| [ ! -x /lib/systemd/systemd ] || ! command -v systemctl >/dev/null || ! command -v nsenter >/dev/null || ! command -v mount >/dev/null || ! command -v nodeset >/dev/null || ! command -v fuser >/dev/null || ! command -v python3 >/dev/null \
-		|| ! command -v ansible-inventory >/dev/null || [ ! -d /usr/lib/python3/dist-packages/ansible_collections ]; then \
+		|| ! command -v ansible-inventory >/dev/null || [ ! -d /usr/lib/python3/dist-packages/ansible_collections ] \
+		|| ! command -v cc >/dev/null || [ -z "$$(cc -print-file-name=libc.a | grep /)" ]; then \
 		if [ "$$(id -u)" != 0 ]; then echo "make deps: run as root (apt-get install $(DEB_PACKAGES))"; exit 1; fi; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEB_PACKAGES); \
 	fi

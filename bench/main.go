@@ -23,6 +23,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -110,6 +111,20 @@ func bench(n int, rtts []time.Duration, gpushBin, dir, sleep string) error {
 		defer os.RemoveAll(d)
 		dir = d
 	}
+	// The lab's programs first: which holders they are decides whether
+	// the machine has the memory for n hosts.
+	bins, err := lab.Build(ctx, filepath.Join(dir, "bin"), lab.Binaries{})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("lab: %s\n", bins.Note)
+	if avail, ok, err := memAvailableKiB(); err != nil {
+		return err
+	} else if ok {
+		if err := checkMemory(n, bins.Kind, avail); err != nil {
+			return err
+		}
+	}
 	if gpushBin == "" {
 		gpushBin = filepath.Join(dir, "bin", "gpush")
 		fmt.Println("building gpush with its helpers ...")
@@ -118,10 +133,6 @@ func bench(n int, rtts []time.Duration, gpushBin, dir, sleep string) error {
 		}
 	} else if abs, err := filepath.Abs(gpushBin); err == nil {
 		gpushBin = abs
-	}
-	bins, err := lab.Build(ctx, filepath.Join(dir, "bin"), lab.Binaries{})
-	if err != nil {
-		return err
 	}
 	var rows []row
 	for _, rtt := range rtts {
@@ -537,6 +548,85 @@ func checkPIDMax(n int) error {
 		return fmt.Errorf("kernel.pid_max is %d, below the ~%d pids (threads included) %d lab hosts take at once; raise it first: sysctl -w kernel.pid_max=%d", limit, need, n, max(need, 4194304))
 	}
 	return nil
+}
+
+// What a bench run takes, in KiB of PSS plus page tables and kernel stacks
+// (16 KiB a thread), measured on isolated leftovers hosts (one lab at a
+// time: the one-liner's lab starts after gpush's is stopped).
+const (
+	// An idle lab host with the C gpu-holders and lab-init: 1014 KiB at 20
+	// hosts (9 processes, 9 threads); with the Go ones 6901 KiB (33 threads).
+	labHostCKiB  = 1100
+	labHostGoKiB = 7200
+	// A host during gpush's run: its sshd session (~4.5 MiB at 1000 hosts),
+	// the helper (3.7 MiB), sftp-server, nsenter and the shell (0.7 MiB),
+	// their page tables and stacks. The one-liner's ssh client and session
+	// take less (~7.5 MiB), pdsh's the same.
+	runHostKiB = 10 * 1024
+	// gpush's controller (460 MiB at its peak, cold at 1000 hosts), this
+	// program and the sshd.
+	benchFixedKiB = 700 * 1024
+)
+
+// memoryNeedKiB estimates the memory a run on n hosts takes at its peak
+// with lab programs of kind (lab.Binaries.Kind).
+func memoryNeedKiB(n int, kind string) int64 {
+	host := int64(labHostGoKiB)
+	if kind == lab.KindC {
+		host = labHostCKiB
+	}
+	return int64(n)*(host+runHostKiB) + benchFixedKiB
+}
+
+// checkMemory refuses a run that MemAvailable (availKiB) cannot hold,
+// keeping a tenth of it for the rest of the machine: past it the OOM killer
+// picks among the lab's processes, sshd's and gpush's, which would read as
+// gpush's failures (or take the machine down).
+func checkMemory(n int, kind string, availKiB int64) error {
+	need := memoryNeedKiB(n, kind)
+	usable := availKiB * 9 / 10
+	if need <= usable {
+		return nil
+	}
+	perHost := (memoryNeedKiB(1000, kind) - benchFixedKiB) / 1000
+	fits := max(0, (usable-benchFixedKiB)/perHost)
+	hint := ""
+	if kind != lab.KindC {
+		hint = fmt.Sprintf("; or install a C compiler (apt-get install gcc libc6-dev): the lab's C holders and init take ~%d MiB less a host", (labHostGoKiB-labHostCKiB)/1024)
+	}
+	return fmt.Errorf("%d lab hosts need ~%.1f GiB at the peak (%.1f MiB a host: the lab's %s holders and init %.1f MiB, the host's session and helper during the run %.1f MiB; plus %d MiB for gpush and the bench), "+
+		"over 90%% of MemAvailable (%.1f GiB): run -n %d or fewer, or free memory first%s",
+		n, float64(need)/(1<<20), float64(perHost)/1024, kindName(kind), float64(perHost-runHostKiB)/1024, float64(runHostKiB)/1024, benchFixedKiB/1024, float64(availKiB)/(1<<20), fits, hint)
+}
+
+func kindName(kind string) string {
+	if kind == lab.KindC {
+		return "C"
+	}
+	return "Go"
+}
+
+// memAvailableKiB reads MemAvailable from /proc/meminfo; ok is false
+// where there is none (not Linux).
+func memAvailableKiB() (kib int64, ok bool, err error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false, nil
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, found := strings.CutPrefix(line, "MemAvailable:"); found {
+			f := strings.Fields(rest)
+			if len(f) != 2 || f[1] != "kB" {
+				return 0, false, fmt.Errorf("read /proc/meminfo: MemAvailable line %q, want N kB", line)
+			}
+			v, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil {
+				return 0, false, fmt.Errorf("read /proc/meminfo: MemAvailable %q: %w", f[0], err)
+			}
+			return v, true, nil
+		}
+	}
+	return 0, false, errors.New("read /proc/meminfo: no MemAvailable line (kernel older than 3.14?)")
 }
 
 // recap is gpush's RECAP line.

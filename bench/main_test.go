@@ -108,3 +108,39 @@ func TestPdshConfig(t *testing.T) {
 		t.Errorf("SetEnv of lab02 at line %d, its Host at %d:\n%s", j, i, b)
 	}
 }
+
+// checkMemory lets a lab through that fits in 90% of MemAvailable and
+// refuses one that does not, with the estimate and what to do; the C
+// holders fit hosts the Go ones do not.
+func TestCheckMemory(t *testing.T) {
+	const gib = 1 << 20 // KiB
+	if err := checkMemory(1000, lab.KindC, 22*gib); err != nil {
+		t.Errorf("1000 C hosts in 22 GiB: %v", err)
+	}
+	if err := checkMemory(50, lab.KindGo, 2*gib); err != nil {
+		t.Errorf("50 Go hosts in 2 GiB: %v", err)
+	}
+	err := checkMemory(1000, lab.KindGo, 12*gib)
+	if err == nil {
+		t.Fatal("1000 Go hosts in 12 GiB: no error")
+	}
+	for _, want := range []string{"1000 lab hosts need ~17.3 GiB", "MemAvailable (12.0 GiB)", "run -n 608 or fewer", "apt-get install gcc libc6-dev", "Go holders"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+	err = checkMemory(1000, lab.KindC, 8*gib)
+	if err == nil || !strings.Contains(err.Error(), "run -n 602 or fewer") || strings.Contains(err.Error(), "apt-get") {
+		t.Errorf("1000 C hosts in 8 GiB: %v", err)
+	}
+	// The n it suggests fits.
+	if err := checkMemory(608, lab.KindGo, 12*gib); err != nil {
+		t.Errorf("608 Go hosts in 12 GiB: %v", err)
+	}
+	if err := checkMemory(609, lab.KindGo, 12*gib); err == nil {
+		t.Error("609 Go hosts in 12 GiB: no error")
+	}
+	if avail, ok, err := memAvailableKiB(); err != nil || !ok || avail <= 0 {
+		t.Errorf("MemAvailable of this machine: %d %v %v", avail, ok, err)
+	}
+}

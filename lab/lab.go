@@ -83,10 +83,16 @@ const (
 // Binaries are the lab's executables. Empty fields are built by Start with
 // `go build` into Dir/bin (needs the gpush module source).
 type Binaries struct {
-	Holder        string // lab/cmd/gpu-holder
+	Holder        string // lab/cmd/gpu-holder (its C build when cc is there, see Kind)
 	FakeSMI       string // lab/cmd/fake-nvidia-smi
 	FakeSystemctl string // lab/cmd/fake-systemctl
-	Init          string // lab/cmd/lab-init (Options.Isolate)
+	Init          string // lab/cmd/lab-init (Options.Isolate; its C build when cc is there)
+	// Kind picks how Build makes Holder and Init, the programs every host
+	// runs many of: KindC, KindGo, or empty for C when a C compiler builds
+	// it, else Go. Build sets it to what it made (KindC, KindGo, "mixed")
+	// and Note to which and why (what the lab logs).
+	Kind string
+	Note string
 }
 
 // Options tunes Start.
@@ -271,6 +277,7 @@ func Start(ctx context.Context, o Options) (l *Lab, err error) {
 	if l.bin, err = Build(ctx, filepath.Join(dir, "bin"), o.Bin); err != nil {
 		return l, err
 	}
+	fmt.Fprintf(o.Log, "lab: %s\n", l.bin.Note)
 	so := o.SSHD
 	so.Dir = filepath.Join(dir, "sshd")
 	if so.LogLevel == "" {
@@ -367,15 +374,16 @@ func Build(ctx context.Context, binDir string, have Binaries) (Binaries, error) 
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
 		return b, fmt.Errorf("create %s: %w", binDir, err)
 	}
+	if err := buildPerHost(ctx, binDir, &b); err != nil {
+		return b, err
+	}
 	for _, t := range []struct {
 		field *string
 		pkg   string
 		name  string
 	}{
-		{&b.Holder, "github.com/gpush/gpush/lab/cmd/gpu-holder", "gpu-holder"},
 		{&b.FakeSMI, "github.com/gpush/gpush/lab/cmd/fake-nvidia-smi", "fake-nvidia-smi"},
 		{&b.FakeSystemctl, "github.com/gpush/gpush/lab/cmd/fake-systemctl", "fake-systemctl"},
-		{&b.Init, "github.com/gpush/gpush/lab/cmd/lab-init", "lab-init"},
 	} {
 		if *t.field != "" {
 			continue
@@ -678,8 +686,8 @@ func (l *Lab) startProcs(ctx context.Context, h Host) error {
 }
 
 // startHolder starts a gpu-holder in its own process group (through start)
-// and returns the pids of its "ready <pid>" lines (itself, then its child if
-// any).
+// and returns the pids of its "ready <pid>" lines (itself, then its child
+// or keeper if any).
 func startHolder(ctx context.Context, bin string, args []string, start func(*exec.Cmd) error) ([]int, *exec.Cmd, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -694,7 +702,7 @@ func startHolder(ctx context.Context, bin string, args []string, start func(*exe
 	}
 	want := 1
 	for i, a := range args {
-		if a == "--child-mem-mib" && i+1 < len(args) {
+		if a == "--child-mem-mib" && i+1 < len(args) || a == "--keeper" {
 			want = 2
 		}
 	}

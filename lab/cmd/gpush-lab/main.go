@@ -58,7 +58,7 @@ func main() {
 
 func usage() {
 	fmt.Fprint(os.Stderr, `usage:
-  gpush-lab up   -n N --dir DIR [--scenario idle|leftovers|respawn] [--unreachable K] [--isolate]
+  gpush-lab up   -n N --dir DIR [--scenario idle|leftovers|respawn] [--unreachable K] [--isolate] [--build c|go]
   gpush-lab down --dir DIR
   gpush-lab demo [-n N] [--dir DIR] [--keep]
 `)
@@ -67,6 +67,7 @@ func usage() {
 type labFlags struct {
 	n, unreachable int
 	dir, scenario  string
+	build          string
 	isolate        bool
 }
 
@@ -77,6 +78,7 @@ func parseLab(name string, args []string, defDir string) (*flag.FlagSet, *labFla
 	fs.StringVar(&f.dir, "dir", defDir, "lab folder (sshd, keys, fake devices, inventory)")
 	fs.StringVar(&f.scenario, "scenario", lab.ScenarioLeftovers, "idle, leftovers or respawn")
 	fs.IntVar(&f.unreachable, "unreachable", 0, "extra inventory hosts on a closed port")
+	fs.StringVar(&f.build, "build", "", "how to build gpu-holder and lab-init: c, go, or empty for c when a C compiler is there (c costs a few pages per process, go ~0.6-1.2 MiB)")
 	fs.BoolVar(&f.isolate, "isolate", false, "give each host a process view of its own (a PID namespace with its own /proc), as a real host has")
 	return fs, f, nil
 }
@@ -171,7 +173,7 @@ func serve(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	l, err := lab.Start(ctx, lab.Options{Hosts: f.n, Dir: f.dir, Scenario: f.scenario, Unreachable: f.unreachable, Isolate: f.isolate, Log: os.Stderr})
+	l, err := lab.Start(ctx, lab.Options{Hosts: f.n, Dir: f.dir, Scenario: f.scenario, Unreachable: f.unreachable, Isolate: f.isolate, Log: os.Stderr, Bin: lab.Binaries{Kind: f.build}})
 	if err != nil {
 		if l != nil {
 			l.Stop()
