@@ -491,6 +491,14 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// ReadFrom is what x/crypto's copier of the serve session's stderr calls
+// (io.Copy prefers it): a small buffer instead of io.Copy's 32 KiB, which
+// every host kept for its whole run (BenchmarkLabMemory) for a stream that
+// is mostly silent.
+func (t *tailBuffer) ReadFrom(r io.Reader) (int64, error) {
+	return copySmall(t, r, 512)
+}
+
 func (t *tailBuffer) Bytes() []byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
