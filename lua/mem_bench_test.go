@@ -81,7 +81,8 @@ func init() {
 // use, Go stacks and RSS growth per concurrent host over the process before
 // the run; GPUSH_MEMPROFILE=FILE writes the heap profile taken at that
 // point and FILE.before the one before the run (`go tool pprof
-// -sample_index=inuse_space -top -base FILE.before FILE`: what the hosts hold).
+// -sample_index=inuse_space -top -base FILE.before FILE`: what the hosts hold),
+// and FILE.goroutines the goroutines at that point, grouped by stack.
 //
 //	go test -run '^$' -bench LabMemory -benchtime 1x ./lua/
 func BenchmarkLabMemory(b *testing.B) {
@@ -252,6 +253,7 @@ func measureHosts(b *testing.B, n int, run func(onResult func(HostResult)) []Hos
 		at := readMem(b)
 		if p := os.Getenv("GPUSH_MEMPROFILE"); p != "" {
 			writeHeapProfile(b, p)
+			writeGoroutines(b, p+".goroutines")
 		}
 		memBarrier.mu.Lock()
 		memBarrier.all = nil
@@ -323,6 +325,21 @@ func writeHeapProfile(b *testing.B, path string) {
 	}
 	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
 		b.Fatal(fmt.Errorf("heap profile %s: %w", path, err))
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// writeGoroutines writes the goroutines grouped by stack, with counts: what
+// each host keeps running besides its heap.
+func writeGoroutines(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.Lookup("goroutine").WriteTo(f, 1); err != nil {
+		b.Fatal(fmt.Errorf("goroutine profile %s: %w", path, err))
 	}
 	if err := f.Close(); err != nil {
 		b.Fatal(err)

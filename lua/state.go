@@ -39,12 +39,13 @@ func newLState(ctx context.Context, h *hostState, dir string, fsys fs.FS) (*glua
 	// The value stack and call stack start small and grow on demand to
 	// gopher-lua's default sizes, so the limits (and "stack overflow") are
 	// where they were; a fixed stack cost ~100 KiB per concurrent host
-	// (BenchmarkFakeMemory), most of it never used by a script.
+	// (BenchmarkFakeMemory), most of it never used by a script; 128 value
+	// slots hold gpu_status.lua's deepest call (256 cost 2 KiB more a host).
 	L := glua.NewState(glua.Options{
 		SkipOpenLibs:        true,
-		RegistrySize:        256,
+		RegistrySize:        128,
 		RegistryMaxSize:     glua.RegistrySize,
-		RegistryGrowStep:    256,
+		RegistryGrowStep:    128,
 		CallStackSize:       glua.CallStackSize,
 		MinimizeStackMemory: true,
 	})
@@ -119,6 +120,10 @@ var stdTemplate = sync.OnceValue(func() *glua.LState {
 // openStdLibs gives L the standard libraries as copies of stdTemplate's.
 func openStdLibs(L *glua.LState) {
 	T := stdTemplate()
+	// The registry holds _LOADED and _LOADERS: gopher-lua's has room for 32.
+	n := 0
+	T.G.Registry.ForEach(func(_, _ glua.LValue) { n++ })
+	L.G.Registry = L.CreateTable(0, n)
 	c := tableCopier{L: L, done: map[*glua.LTable]*glua.LTable{
 		T.G.Global: L.G.Global, T.G.Registry: L.G.Registry}, own: map[*glua.LFunction]bool{}}
 	// The searchers are the exception: the preload one reads

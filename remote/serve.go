@@ -179,7 +179,9 @@ func (c *sshConn) openServe(ctx context.Context, verb, what, before, cmdline, to
 		sess.Close()
 		return nil, warmRefusal{}, c.lost("start "+what, err)
 	}
-	br := bufio.NewReaderSize(stdout, 4096)
+	// readLine copies each line out anyway: the buffer only sets how much
+	// one read takes, and every host keeps it for its whole run.
+	br := bufio.NewReaderSize(stdout, 1024)
 	type startup struct {
 		hello  bool
 		reason string
