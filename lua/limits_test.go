@@ -156,7 +156,7 @@ var blocker struct {
 
 func init() {
 	modules.Register(modules.Module{Name: "testblock", Loader: func(L *glua.LState, h modules.Host) int {
-		L.Push(L.SetFuncs(L.NewTable(), map[string]glua.LGFunction{
+		L.Push(modules.FuncTable(L, map[string]glua.LGFunction{
 			"block": func(L *glua.LState) int {
 				blocker.mu.Lock()
 				entered, release := blocker.entered, blocker.release

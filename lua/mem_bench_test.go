@@ -47,9 +47,11 @@ func (mb *memBarrierT) checkAll() {
 	}
 }
 
+// The test modules' tables are sized as gpush's are (modules.FuncTable):
+// every state of the benchmark's hosts opens them too.
 func init() {
 	modules.Register(modules.Module{Name: "membench", Loader: func(L *glua.LState, h modules.Host) int {
-		L.Push(L.SetFuncs(L.NewTable(), map[string]glua.LGFunction{
+		L.Push(modules.FuncTable(L, map[string]glua.LGFunction{
 			"wait": func(L *glua.LState) int {
 				memBarrier.mu.Lock()
 				all, release := memBarrier.all, memBarrier.release
@@ -79,7 +81,8 @@ func init() {
 // use, Go stacks and RSS growth per concurrent host over the process before
 // the run; GPUSH_MEMPROFILE=FILE writes the heap profile taken at that
 // point and FILE.before the one before the run (`go tool pprof
-// -sample_index=inuse_space -top -base FILE.before FILE`: what the hosts hold).
+// -sample_index=inuse_space -top -base FILE.before FILE`: what the hosts hold),
+// and FILE.goroutines the goroutines at that point, grouped by stack.
 //
 //	go test -run '^$' -bench LabMemory -benchtime 1x ./lua/
 func BenchmarkLabMemory(b *testing.B) {
@@ -105,9 +108,20 @@ func BenchmarkLabMemory(b *testing.B) {
 	home := b.TempDir()
 	// Each host with a process view of its own: at 1000 hosts a shared
 	// view makes every scan read every lab host's processes, and most
-	// hosts then fail before the barrier.
+	// hosts then fail before the barrier. Isolated hosts each get a proxy
+	// in this process, whose buffers and goroutines then count as the
+	// controller's (~74 KiB and 5 goroutines a host): off by default up to
+	// 100 hosts, GPUSH_MEM_ISOLATE=1 or 0 to choose.
+	isolate := n > 100
+	switch v := os.Getenv("GPUSH_MEM_ISOLATE"); v {
+	case "":
+	case "0", "1":
+		isolate = v == "1"
+	default:
+		b.Fatalf("GPUSH_MEM_ISOLATE=%q: want 0 or 1", v)
+	}
 	l, err := lab.Start(ctx, lab.Options{Hosts: n, Dir: b.TempDir(), Scenario: lab.ScenarioIdle, Bin: bin,
-		SSHD: sshd.Options{LogLevel: "ERROR", ExtraConfig: []string{"SetEnv HOME=" + home}}, Isolate: true})
+		SSHD: sshd.Options{LogLevel: "ERROR", ExtraConfig: []string{"SetEnv HOME=" + home}}, Isolate: isolate})
 	if err != nil {
 		if l != nil {
 			l.Stop()
@@ -239,6 +253,7 @@ func measureHosts(b *testing.B, n int, run func(onResult func(HostResult)) []Hos
 		at := readMem(b)
 		if p := os.Getenv("GPUSH_MEMPROFILE"); p != "" {
 			writeHeapProfile(b, p)
+			writeGoroutines(b, p+".goroutines")
 		}
 		memBarrier.mu.Lock()
 		memBarrier.all = nil
@@ -310,6 +325,21 @@ func writeHeapProfile(b *testing.B, path string) {
 	}
 	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
 		b.Fatal(fmt.Errorf("heap profile %s: %w", path, err))
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// writeGoroutines writes the goroutines grouped by stack, with counts: what
+// each host keeps running besides its heap.
+func writeGoroutines(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.Lookup("goroutine").WriteTo(f, 1); err != nil {
+		b.Fatal(fmt.Errorf("goroutine profile %s: %w", path, err))
 	}
 	if err := f.Close(); err != nil {
 		b.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	glua "github.com/yuin/gopher-lua"
@@ -38,37 +39,17 @@ func newLState(ctx context.Context, h *hostState, dir string, fsys fs.FS) (*glua
 	// The value stack and call stack start small and grow on demand to
 	// gopher-lua's default sizes, so the limits (and "stack overflow") are
 	// where they were; a fixed stack cost ~100 KiB per concurrent host
-	// (BenchmarkFakeMemory), most of it never used by a script.
+	// (BenchmarkFakeMemory), most of it never used by a script; 128 value
+	// slots hold gpu_status.lua's deepest call (256 cost 2 KiB more a host).
 	L := glua.NewState(glua.Options{
 		SkipOpenLibs:        true,
-		RegistrySize:        256,
+		RegistrySize:        128,
 		RegistryMaxSize:     glua.RegistrySize,
-		RegistryGrowStep:    256,
+		RegistryGrowStep:    128,
 		CallStackSize:       glua.CallStackSize,
 		MinimizeStackMemory: true,
 	})
-	for _, lib := range []struct {
-		name string
-		fn   glua.LGFunction
-	}{
-		{glua.LoadLibName, glua.OpenPackage}, {glua.BaseLibName, glua.OpenBase},
-		{glua.TabLibName, glua.OpenTable}, {glua.StringLibName, glua.OpenString},
-		{glua.MathLibName, glua.OpenMath}, {glua.OsLibName, glua.OpenOs},
-		{glua.CoroutineLibName, glua.OpenCoroutine},
-	} {
-		L.Push(L.NewFunction(lib.fn))
-		L.Push(glua.LString(lib.name))
-		L.Call(1, 0)
-	}
-	// Scripts run on the controller: no running programs, touching files or
-	// leaving the process from Lua; files come in through require only.
-	osTable := L.GetGlobal("os").(*glua.LTable)
-	for _, f := range []string{"execute", "exit", "remove", "rename", "tmpname", "setenv", "getenv", "setlocale"} {
-		osTable.RawSetString(f, glua.LNil)
-	}
-	for _, f := range []string{"dofile", "loadfile"} {
-		L.SetGlobal(f, glua.LNil)
-	}
+	openStdLibs(L)
 	L.SetContext(ctx)
 
 	setGlobals(L, h)
@@ -89,6 +70,141 @@ func newLState(ctx context.Context, h *hostState, dir string, fsys fs.FS) (*glua
 	pkg := L.GetGlobal("package").(*glua.LTable)
 	pkg.RawSetString("path", glua.LString(""))
 	return L, nil
+}
+
+// stdLibs is the order the standard libraries open in (package first:
+// the others register in its package.loaded).
+var stdLibs = []struct {
+	name string
+	fn   glua.LGFunction
+}{
+	{glua.LoadLibName, glua.OpenPackage}, {glua.BaseLibName, glua.OpenBase},
+	{glua.TabLibName, glua.OpenTable}, {glua.StringLibName, glua.OpenString},
+	{glua.MathLibName, glua.OpenMath}, {glua.OsLibName, glua.OpenOs},
+	{glua.CoroutineLibName, glua.OpenCoroutine},
+}
+
+// openStdLibsFresh opens the standard libraries into L as scripts see
+// them: os without what runs programs, touches files or leaves the
+// process, no dofile or loadfile (files come in through require only).
+func openStdLibsFresh(L *glua.LState) {
+	for _, lib := range stdLibs {
+		L.Push(L.NewFunction(lib.fn))
+		L.Push(glua.LString(lib.name))
+		L.Call(1, 0)
+	}
+	osTable := L.GetGlobal("os").(*glua.LTable)
+	for _, f := range []string{"execute", "exit", "remove", "rename", "tmpname", "setenv", "getenv", "setlocale"} {
+		osTable.RawSetString(f, glua.LNil)
+	}
+	for _, f := range []string{"dofile", "loadfile"} {
+		L.SetGlobal(f, glua.LNil)
+	}
+}
+
+// stdTemplate holds the standard libraries opened once for the process.
+// Every state gets copies of its tables (same keys, same order, sized to
+// fit rather than gopher-lua's 32+32 slots) holding the same builtin
+// function values: opening them afresh cost ~30 KiB per concurrent host
+// (BenchmarkFakeMemory), over half of it the tables' spare room and ~120
+// function objects. Sharing those is invisible to a script: a builtin has
+// no state of its own (it works on the calling state, and its upvalues
+// are other builtins), setfenv refuses a Go function, and getfenv of one
+// answers the caller's globals.
+var stdTemplate = sync.OnceValue(func() *glua.LState {
+	T := glua.NewState(glua.Options{SkipOpenLibs: true})
+	openStdLibsFresh(T)
+	return T
+})
+
+// openStdLibs gives L the standard libraries as copies of stdTemplate's.
+func openStdLibs(L *glua.LState) {
+	T := stdTemplate()
+	// The registry holds _LOADED and _LOADERS: gopher-lua's has room for 32.
+	n := 0
+	T.G.Registry.ForEach(func(_, _ glua.LValue) { n++ })
+	L.G.Registry = L.CreateTable(0, n)
+	c := tableCopier{L: L, done: map[*glua.LTable]*glua.LTable{
+		T.G.Global: L.G.Global, T.G.Registry: L.G.Registry}, own: map[*glua.LFunction]bool{}}
+	// The searchers are the exception: the preload one reads
+	// package.preload through its own environment (EnvironIndex), which
+	// must be this state's globals.
+	loaders := T.GetField(T.Get(glua.RegistryIndex), "_LOADERS").(*glua.LTable)
+	loaders.ForEach(func(_, v glua.LValue) {
+		if f, ok := v.(*glua.LFunction); ok {
+			c.own[f] = true
+		}
+	})
+	c.fill(L.G.Registry, T.G.Registry)
+	c.fill(L.G.Global, T.G.Global)
+	mt, ok := T.GetMetatable(glua.LString("")).(*glua.LTable)
+	if !ok {
+		panic("lua: the template state has no string metatable")
+	}
+	L.SetMetatable(glua.LString(""), c.table(mt))
+}
+
+// tableCopier copies a template's tables into L, each once (a table seen
+// again, like string.__index or package.loaded's entries, is the same copy).
+type tableCopier struct {
+	L    *glua.LState
+	done map[*glua.LTable]*glua.LTable
+	own  map[*glua.LFunction]bool // builtins L gets a function value of its own for
+	fns  map[*glua.LFunction]*glua.LFunction
+}
+
+func (c *tableCopier) table(src *glua.LTable) *glua.LTable {
+	if t, ok := c.done[src]; ok {
+		return t
+	}
+	arr, hash := 0, 0
+	for k, _ := src.Next(glua.LNil); k != glua.LNil; k, _ = src.Next(k) {
+		if n, ok := k.(glua.LNumber); ok && int(n) == arr+1 {
+			arr++
+		} else {
+			hash++
+		}
+	}
+	t := c.L.CreateTable(arr, hash)
+	c.done[src] = t
+	c.fill(t, src)
+	if mt, ok := src.Metatable.(*glua.LTable); ok {
+		t.Metatable = c.table(mt)
+	}
+	return t
+}
+
+// fill sets src's entries in dst, in src's order (what pairs shows).
+func (c *tableCopier) fill(dst, src *glua.LTable) {
+	for k, v := src.Next(glua.LNil); k != glua.LNil; k, v = src.Next(k) {
+		dst.RawSet(c.value(k), c.value(v))
+	}
+}
+
+func (c *tableCopier) value(v glua.LValue) glua.LValue {
+	switch x := v.(type) {
+	case *glua.LTable:
+		return c.table(x)
+	case *glua.LFunction:
+		if !x.IsG || len(x.Upvalues) > 0 && c.own[x] {
+			panic("lua: the standard library template holds a Lua function, or a searcher with upvalues")
+		}
+		if !c.own[x] {
+			return x
+		}
+		if f, ok := c.fns[x]; ok {
+			return f
+		}
+		f := c.L.NewFunction(x.GFunction)
+		if c.fns == nil {
+			c.fns = map[*glua.LFunction]*glua.LFunction{}
+		}
+		c.fns[x] = f
+		return f
+	case glua.LString, glua.LNumber, glua.LBool:
+		return x
+	}
+	panic(fmt.Sprintf("lua: a %s in the standard library template", v.Type()))
 }
 
 var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)

@@ -3,6 +3,7 @@ package remote
 import (
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 )
 
@@ -80,6 +81,39 @@ func (w *capWriter) Write(p []byte) (int, error) {
 		w.onOver(w)
 	}
 	return len(p), nil
+}
+
+// ReadFrom drains an exec stream for x/crypto's copier with a 4 KiB
+// buffer rather than io.Copy's 32 KiB: at a thousand hosts in flight the
+// copiers' buffers alone were tens of MiB.
+func (w *capWriter) ReadFrom(r io.Reader) (int64, error) {
+	return copySmall(w, r, 4096)
+}
+
+// copySmall is io.Copy through a buffer of size bytes (io.Copy would call
+// dst's ReadFrom, which is what calls this).
+func copySmall(dst io.Writer, src io.Reader, size int) (int64, error) {
+	buf := make([]byte, size)
+	var n int64
+	for {
+		nr, rerr := src.Read(buf)
+		if nr > 0 {
+			nw, werr := dst.Write(buf[:nr])
+			n += int64(nw)
+			if werr != nil {
+				return n, werr
+			}
+			if nw != nr {
+				return n, io.ErrShortWrite
+			}
+		}
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+	}
 }
 
 // grow makes room for n more bytes, doubling but never past max: plain

@@ -1,8 +1,10 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -163,5 +165,65 @@ func TestCapWriter(t *testing.T) {
 	}
 	if sizeString(16<<20) != "16 MiB" || sizeString(1536) != "1536 bytes" || sizeString(2048) != "2 KiB" {
 		t.Fatal(sizeString(16<<20), sizeString(1536), sizeString(2048))
+	}
+}
+
+// sizedReader serves data in reads no larger than it is asked for and
+// records the largest buffer it was handed.
+type sizedReader struct {
+	data    []byte
+	maxBuf  int
+	failErr error // returned once data is spent, instead of io.EOF
+}
+
+func (r *sizedReader) Read(p []byte) (int, error) {
+	r.maxBuf = max(r.maxBuf, len(p))
+	if len(r.data) == 0 {
+		if r.failErr != nil {
+			return 0, r.failErr
+		}
+		return 0, io.EOF
+	}
+	n := copy(p, r.data[:min(len(r.data), 700)])
+	r.data = r.data[n:]
+	return n, nil
+}
+
+// The copiers x/crypto starts for a session's Stdout and Stderr use
+// io.Copy, which hands the writer's ReadFrom the stream: the buffers are
+// then ours (small), not io.Copy's 32 KiB.
+func TestCopiersUseSmallBuffers(t *testing.T) {
+	data := bytes.Repeat([]byte("0123456789abcdef"), 5000) // 80000 bytes
+	tb := &tailBuffer{max: 1000}
+	r := &sizedReader{data: data}
+	n, err := io.Copy(tb, r)
+	if err != nil || n != int64(len(data)) {
+		t.Fatalf("tailBuffer: copied %d of %d: %v", n, len(data), err)
+	}
+	if r.maxBuf > 512 {
+		t.Errorf("tailBuffer: reads of up to %d bytes, want at most 512", r.maxBuf)
+	}
+	if got := tb.Bytes(); !bytes.Equal(got, data[len(data)-1000:]) {
+		t.Errorf("tailBuffer kept %d bytes ending %q, want the last 1000", len(got), tail(got, 20))
+	}
+
+	var fired int
+	w := newCapWriter("stderr", 50000, func(*capWriter) { fired++ })
+	r = &sizedReader{data: data}
+	if n, err = io.Copy(w, r); err != nil || n != int64(len(data)) {
+		t.Fatalf("capWriter: copied %d of %d: %v (the stream must be drained past the cap)", n, len(data), err)
+	}
+	if r.maxBuf > 4096 {
+		t.Errorf("capWriter: reads of up to %d bytes, want at most 4096", r.maxBuf)
+	}
+	if !w.Over() || fired != 1 || !bytes.Equal(w.Bytes(), data[:len(w.Bytes())]) || len(w.Bytes()) > 50000 {
+		t.Errorf("capWriter: over %v fired %d kept %d bytes", w.Over(), fired, len(w.Bytes()))
+	}
+
+	// A read error other than EOF comes back from the copy.
+	boom := errors.New("channel reset")
+	r = &sizedReader{data: data[:100], failErr: boom}
+	if n, err = io.Copy(&tailBuffer{max: 10}, r); !errors.Is(err, boom) || n != 100 {
+		t.Errorf("tailBuffer on a failing stream: %d, %v; want 100, %v", n, err, boom)
 	}
 }

@@ -110,6 +110,7 @@ func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error)
 	}
 	var via string
 	var proxy *proxyConn // the ProxyCommand under the first hop
+	var finalUnasked unasked
 	for _, t := range append(hops, final) {
 		var dialer func(ctx context.Context, addr string) (net.Conn, error)
 		var pc *proxyConn
@@ -140,7 +141,7 @@ func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error)
 				return prev.DialContext(ctx, "tcp", addr)
 			}
 		}
-		c, wc, err := dialOne(ctx, t, via, dialer, hk, o)
+		c, unasked, wc, err := dialOne(ctx, t, via, dialer, hk, o)
 		if err != nil {
 			if pc != nil && err.Stage != StageCanceled {
 				if stage, why := pc.explain(err.Err); stage != "" {
@@ -157,13 +158,18 @@ func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error)
 			return nil, err
 		}
 		clients = append(clients, c)
+		if t.isHop {
+			go unasked.serve()
+		} else {
+			finalUnasked = unasked
+		}
 		if pc != nil {
 			proxy = pc
 		}
 		last = wc
 		via = t.name
 	}
-	sc := newSSHConn(h, clients[len(clients)-1], clients[:len(clients)-1], last.heard, proxy, o)
+	sc := newSSHConn(h, clients[len(clients)-1], finalUnasked, clients[:len(clients)-1], last.heard, proxy, o)
 	return sc, nil
 }
 
@@ -297,7 +303,7 @@ func (w *watchConn) seen() ([]byte, int64) {
 // dialOne connects, handshakes and authenticates to t within
 // ConnectTimeout, over dial (TCP, or a channel through the previous hop).
 func dialOne(ctx context.Context, t target, via string, dial func(context.Context, string) (net.Conn, error),
-	hk *hostKeys, o Options) (*ssh.Client, *watchConn, *DialError) {
+	hk *hostKeys, o Options) (*ssh.Client, unasked, *watchConn, *DialError) {
 	addr := t.addr()
 	fail := func(stage string, err error) *DialError {
 		return &DialError{Host: t.name, Addr: addr, Via: via, Stage: stage, Err: err}
@@ -314,11 +320,11 @@ func dialOne(ctx context.Context, t target, via string, dial func(context.Contex
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
-			return nil, nil, fail(StageCanceled, ctx.Err())
+			return nil, unasked{}, nil, fail(StageCanceled, ctx.Err())
 		case timedOut(err):
-			return nil, nil, fail(StageConnect, fmt.Errorf("no answer within %s", o.ConnectTimeout))
+			return nil, unasked{}, nil, fail(StageConnect, fmt.Errorf("no answer within %s", o.ConnectTimeout))
 		}
-		return nil, nil, fail(StageConnect, err)
+		return nil, unasked{}, nil, fail(StageConnect, err)
 	}
 	// The deadline covers banner, key exchange and authentication: a
 	// conn deadline where the conn has one (TCP), and closing the conn
@@ -361,12 +367,44 @@ func dialOne(ctx context.Context, t target, via string, dial func(context.Contex
 		hkMu.Lock()
 		hkErr := hostKeyErr
 		hkMu.Unlock()
-		return nil, nil, fail(classify(err, wc, prog.Load(), hkErr, ctx, timedOut(err), t, plan, o))
+		return nil, unasked{}, nil, fail(classify(err, wc, prog.Load(), hkErr, ctx, timedOut(err), t, plan, o))
 	}
 	raw.SetDeadline(time.Time{})
 	o.Logger.Debug("connected", "host", t.name, "addr", addr, "via", via, "user", t.user,
 		"server", string(conn.ServerVersion()))
-	return ssh.NewClient(conn, chans, reqs), wc, nil
+	return &ssh.Client{Conn: conn}, unasked{chans, reqs}, wc, nil
+}
+
+// unasked is what the server sends without being asked: global requests
+// (OpenSSH's hostkeys-00, keepalives) and channel opens. ssh.NewClient
+// answers them on two goroutines and waits for the end on a third, for
+// every connection (and its port forwards, which gpush has none of); serve
+// answers both on one, the way those do: "no" to a request, "unknown
+// channel type" to a channel.
+type unasked struct {
+	chans <-chan ssh.NewChannel
+	reqs  <-chan *ssh.Request
+}
+
+// serve answers until the connection ends (x/crypto closes both).
+func (u unasked) serve() {
+	chans, reqs := u.chans, u.reqs
+	for chans != nil || reqs != nil {
+		select {
+		case r, ok := <-reqs:
+			if !ok {
+				reqs = nil
+				continue
+			}
+			r.Reply(false, nil)
+		case ch, ok := <-chans:
+			if !ok {
+				chans = nil
+				continue
+			}
+			ch.Reject(ssh.UnknownChannelType, fmt.Sprintf("unknown channel type: %v", ch.ChannelType()))
+		}
+	}
 }
 
 // classify turns a handshake error into the stage that failed and an

@@ -179,7 +179,9 @@ func (c *sshConn) openServe(ctx context.Context, verb, what, before, cmdline, to
 		sess.Close()
 		return nil, warmRefusal{}, c.lost("start "+what, err)
 	}
-	br := bufio.NewReaderSize(stdout, 4096)
+	// readLine copies each line out anyway: the buffer only sets how much
+	// one read takes, and every host keeps it for its whole run.
+	br := bufio.NewReaderSize(stdout, 1024)
 	type startup struct {
 		hello  bool
 		reason string
@@ -489,6 +491,14 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	}
 	t.b = append(t.b, p...)
 	return n, nil
+}
+
+// ReadFrom is what x/crypto's copier of the serve session's stderr calls
+// (io.Copy prefers it): a small buffer instead of io.Copy's 32 KiB, which
+// every host kept for its whole run (BenchmarkLabMemory) for a stream that
+// is mostly silent.
+func (t *tailBuffer) ReadFrom(r io.Reader) (int64, error) {
+	return copySmall(t, r, 512)
 }
 
 func (t *tailBuffer) Bytes() []byte {

@@ -43,6 +43,7 @@ type sshConn struct {
 	// serve): what a run costs in round trips, for tests and benches.
 	sessions atomic.Int32
 
+	keepalive *keepalive // nil without KeepaliveInterval; set before anything can end the connection
 	deadOnce  sync.Once
 	dead      chan struct{}
 	deadMu    sync.Mutex
@@ -50,12 +51,18 @@ type sshConn struct {
 	closeOnce sync.Once
 }
 
-// newSSHConn wraps a logged-in client; heard says when the server last
-// sent anything (for the keepalive).
-func newSSHConn(h inventory.Host, client *ssh.Client, hops []*ssh.Client, heard func() time.Time, proxy *proxyConn, o Options) *sshConn {
+// newSSHConn wraps a logged-in client; u is what its server sends unasked,
+// heard says when the server last sent anything (for the keepalive).
+func newSSHConn(h inventory.Host, client *ssh.Client, u unasked, hops []*ssh.Client, heard func() time.Time, proxy *proxyConn, o Options) *sshConn {
 	c := &sshConn{host: h, client: client, hops: hops, proxy: proxy, o: o, log: o.Logger.With("host", h.Name),
 		dead: make(chan struct{}), serveLock: make(chan struct{}, 1)}
+	if o.KeepaliveInterval > 0 {
+		c.keepalive = startKeepalive(c, o.KeepaliveInterval, o.KeepaliveCountMax, heard)
+	}
+	// One goroutine answers the server and then notes the end: it ends
+	// when x/crypto closes u's channels, as the connection ends.
 	go func() {
+		u.serve()
 		err := client.Wait()
 		if err == nil {
 			err = errors.New("the server closed the connection")
@@ -73,9 +80,6 @@ func newSSHConn(h inventory.Host, client *ssh.Client, hops []*ssh.Client, heard 
 			hops[i].Close()
 		}
 	}()
-	if o.KeepaliveInterval > 0 {
-		go c.keepalive(o.KeepaliveInterval, o.KeepaliveCountMax, heard)
-	}
 	return c
 }
 
@@ -83,6 +87,9 @@ func (c *sshConn) Host() string { return c.host.Name }
 
 func (c *sshConn) markDead(why error) {
 	c.deadOnce.Do(func() {
+		if c.keepalive != nil {
+			c.keepalive.stop()
+		}
 		c.deadMu.Lock()
 		c.deadWhy = why
 		c.deadMu.Unlock()
