@@ -44,6 +44,7 @@ var memStreamSignalHook func(pid int, sig syscall.Signal)
 // needs no one-shot run.
 type memStream struct {
 	cmd     *exec.Cmd
+	path    string // the nvidia-smi it runs
 	pid     int
 	updates chan struct{} // one pending signal: a new reading arrived
 	done    chan struct{} // closed when the output is read and the process reaped
@@ -112,7 +113,7 @@ func startMemStream(path string, period time.Duration) (*memStream, error) {
 		return nil, fmt.Errorf("memory stream %s: %w", path, err)
 	}
 	s := &memStream{
-		cmd: cmd, pid: cmd.Process.Pid, updates: make(chan struct{}, 1), done: make(chan struct{}),
+		cmd: cmd, path: path, pid: cmd.Process.Pid, updates: make(chan struct{}, 1), done: make(chan struct{}),
 		used: map[int]int64{}, at: map[int]time.Time{}, last: time.Now(), changed: make(chan struct{}),
 		period: time.Duration(ms) * time.Millisecond, started: time.Now(),
 	}
@@ -278,6 +279,35 @@ func (s *memStream) stalled() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return time.Since(s.last) > memStreamStall
+}
+
+// live: the stream runs and printed a line within memStreamStall.
+func (s *memStream) live() bool {
+	select {
+	case <-s.done:
+		return false
+	default:
+		return !s.stalled()
+	}
+}
+
+// drainUpdates drops a pending update signal.
+func (s *memStream) drainUpdates() {
+	select {
+	case <-s.updates:
+	default:
+	}
+}
+
+// roundWait is how long a snapshot waits for a whole round that begins
+// after its start: the round being printed ends, a whole one follows,
+// and the next one's first line shows it whole: about three of the
+// stream's actual periods, bounded by the stall time.
+func (s *memStream) roundWait() time.Duration {
+	s.mu.Lock()
+	gap := s.gap
+	s.mu.Unlock()
+	return min(max(4*s.period, 3*gap, 20*time.Millisecond), memStreamStall)
 }
 
 // reason is why the stream ended; call after done.

@@ -721,6 +721,10 @@ func (p procFS) inHostPIDNamespace() bool {
 	return len(parseStatus(b).NSpid) == 1
 }
 
+// snapshotStartHook, when set by tests, runs as a snapshot begins, before
+// it notes the time its readings must be newer than.
+var snapshotStartHook func()
+
 // TakeSnapshot lists the host's GPUs and every process holding an NVIDIA
 // device. nvidia-smi missing, failing or hung is reported as SMI=false with
 // a warning: the /proc holders are still listed, since a wedged driver is
@@ -737,7 +741,19 @@ func TakeSnapshot(ctx context.Context, cfg Config) (*Snapshot, error) {
 func (s *scanner) snapshot(ctx context.Context) (*Snapshot, error) {
 	snap := &Snapshot{Version: Version, BootID: s.bootID, Time: time.Now().UTC(), GPUs: []GPU{}, Holders: []Holder{}}
 	snap.Hostname, _ = os.Hostname()
+	if snapshotStartHook != nil {
+		snapshotStartHook()
+	}
+	since := time.Now()
 	smi, findErr := newSMIRunner(s.cfg)
+	if findErr == nil {
+		// A stream a wait of this session left running: its first whole
+		// round begun after this call did is as fresh as a --query-gpu
+		// run started now, and costs no process start.
+		if st := sessionOf(ctx).snapshotStream(smi.path); st != nil {
+			smi.stream, smi.since = st, since
+		}
+	}
 	gs, smiErr, err := s.read(ctx, smi, findErr)
 	if err != nil {
 		return nil, err

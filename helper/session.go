@@ -1,0 +1,169 @@
+package helper
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// streamLinger is how long the memory stream a wait started keeps running
+// once no call uses it: a free's calls come a round trip or two apart
+// (holders, kill, wait, verify), and each reuse saves an nvidia-smi
+// process start (47 ms on the H200), while an idle -lms 10 stream costs a
+// reading every 10 ms; bounded so that a session left open costs nothing.
+var streamLinger = 1500 * time.Millisecond
+
+// session is what the calls of one serve loop share: the memory stream
+// the last wait started, lingering after it so that the next snapshot
+// reads its GPU table from the stream and the next wait waits on it.
+// Outside a serve loop (a one-shot verb) there is none: each wait starts
+// and stops its own stream, as before.
+type session struct {
+	mu sync.Mutex
+	// stream is the shared stream, nil when none runs.
+	stream *memStream
+	// waiting: a wait reads the shared stream's updates (one consumer), so
+	// a second wait at the same time starts a stream of its own.
+	waiting bool
+	// gen counts uses: the linger timer armed at a use stops the stream
+	// only when no use came after it.
+	gen    int
+	closed bool
+	// stopping counts streams a linger timer is stopping, so that close
+	// returns only once they are reaped.
+	stopping sync.WaitGroup
+}
+
+type sessionKey struct{}
+
+func newSession() *session { return &session{} }
+
+// withSession makes every call under ctx share ss.
+func withSession(ctx context.Context, ss *session) context.Context {
+	return context.WithValue(ctx, sessionKey{}, ss)
+}
+
+// sessionOf is the serve loop's session of ctx, nil outside one.
+func sessionOf(ctx context.Context) *session {
+	ss, _ := ctx.Value(sessionKey{}).(*session)
+	return ss
+}
+
+// waitStream returns a running memory stream of path for a wait to read,
+// and the release the wait calls when it ends: in a session the shared
+// stream (reused when it still reads, else a new one), lingering after
+// the release; outside one, or while another wait reads the shared one, a
+// stream of the wait's own, stopped at the release.
+func waitStream(ctx context.Context, path string, period time.Duration) (*memStream, func(), error) {
+	ss := sessionOf(ctx)
+	if ss == nil {
+		s, err := startMemStream(path, period)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, s.close, nil
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.closed || ss.waiting {
+		s, err := startMemStream(path, period)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, s.close, nil
+	}
+	if s := ss.stream; s != nil && s.path == path && s.period == time.Duration(max(period.Milliseconds(), 1))*time.Millisecond && s.live() {
+		ss.waiting = true
+		ss.gen++
+		// A reading signalled to the last wait must not count as this
+		// wait's: the loop would look at once (harmless, but a poll).
+		s.drainUpdates()
+		return s, func() { ss.release(s) }, nil
+	}
+	if old := ss.stream; old != nil {
+		ss.stream = nil
+		ss.stopInBackground(old)
+	}
+	s, err := startMemStream(path, period)
+	if err != nil {
+		return nil, nil, err
+	}
+	ss.stream, ss.waiting = s, true
+	ss.gen++
+	return s, func() { ss.release(s) }, nil
+}
+
+// release ends a wait's use of the shared stream s: it lingers for
+// streamLinger, unless it ended already or the session is closing.
+func (ss *session) release(s *memStream) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.stream != s {
+		s.close()
+		return
+	}
+	ss.waiting = false
+	if ss.closed || !s.live() {
+		ss.stream = nil
+		ss.stopInBackground(s)
+		return
+	}
+	ss.armLinger(s)
+}
+
+// armLinger (under mu) counts a use of s and stops it streamLinger from
+// now unless another use comes first.
+func (ss *session) armLinger(s *memStream) {
+	ss.gen++
+	gen := ss.gen
+	time.AfterFunc(streamLinger, func() {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		if ss.stream != s || ss.waiting || ss.gen != gen {
+			return
+		}
+		ss.stream = nil
+		ss.stopInBackground(s)
+	})
+}
+
+// stopInBackground (under mu) stops s without holding mu while it is
+// reaped; close waits for it.
+func (ss *session) stopInBackground(s *memStream) {
+	ss.stopping.Add(1)
+	go func() {
+		defer ss.stopping.Done()
+		s.close()
+	}()
+}
+
+// snapshotStream is the shared stream of path when one runs and still
+// reads, nil otherwise; the use re-arms its linger.
+func (ss *session) snapshotStream(path string) *memStream {
+	if ss == nil {
+		return nil
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	s := ss.stream
+	if ss.closed || s == nil || s.path != path || !s.live() {
+		return nil
+	}
+	if !ss.waiting {
+		ss.armLinger(s)
+	}
+	return s
+}
+
+// close stops the shared stream (the serve loop's end, after every call
+// returned) and waits until every stream it stopped is reaped.
+func (ss *session) close() {
+	ss.mu.Lock()
+	ss.closed = true
+	if s := ss.stream; s != nil {
+		ss.stream = nil
+		ss.stopInBackground(s)
+	}
+	ss.mu.Unlock()
+	ss.stopping.Wait()
+}

@@ -1,0 +1,282 @@
+package helper
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// inLoop is ServeLoop run in the test's process on pipes (so that its
+// hooks and streamLinger can be set), with real nvidia-smi processes.
+type inLoop struct {
+	t    *testing.T
+	in   *io.PipeWriter
+	out  *bufio.Reader
+	done chan struct{} // closed when ServeLoop returned
+	id   uint64
+}
+
+func startInLoop(t *testing.T) *inLoop {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	l := &inLoop{t: t, in: inW, out: bufio.NewReader(outR), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		ServeLoop(context.Background(), "tok", inR, outW)
+		outW.Close()
+	}()
+	t.Cleanup(func() {
+		inW.Close()
+		go io.Copy(io.Discard, l.out) // a reply nobody reads must not block the end
+		<-l.done
+	})
+	if _, err := l.out.ReadString('\n'); err != nil { // the hello
+		t.Fatal(err)
+	}
+	return l
+}
+
+// call sends one request and returns its response, decoded into resp.
+func (l *inLoop) call(verb string, req, resp any) {
+	l.t.Helper()
+	l.id++
+	b, err := json.Marshal(req)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	line, _ := json.Marshal(ServeRequest{ID: l.id, Verb: verb, Req: b})
+	if _, err := l.in.Write(append(line, '\n')); err != nil {
+		l.t.Fatal(err)
+	}
+	text, err := l.out.ReadString('\n')
+	if err != nil {
+		l.t.Fatalf("%s: read reply: %v", verb, err)
+	}
+	var r ServeReply
+	if err := json.Unmarshal([]byte(text), &r); err != nil || r.ID != l.id || r.Failed {
+		l.t.Fatalf("%s: reply %q (%v)", verb, text, err)
+	}
+	if err := json.Unmarshal(r.Resp, resp); err != nil {
+		l.t.Fatalf("%s: response %s: %v", verb, r.Resp, err)
+	}
+}
+
+// end closes stdin and waits for the loop to return.
+func (l *inLoop) end() {
+	l.t.Helper()
+	l.in.Close()
+	select {
+	case <-l.done:
+	case <-time.After(30 * time.Second):
+		l.t.Fatal("serve loop did not end after stdin EOF")
+	}
+}
+
+// killStream kills a stream this process started (its pid cannot be
+// reused before the helper reaps it) and waits until it is reaped.
+func killStream(t *testing.T, pid int) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(20 * time.Second); !reaped(pid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("killed stream pid %d not reaped", pid)
+		}
+	}
+}
+
+// smiLog wraps the host's nvidia-smi in a script logging "PID ARG1" per
+// run (exec keeps the pid: a stream's is the logged one), and returns the
+// config using it and a reader of the runs of each form so far.
+func smiLog(t *testing.T, h *host) (Config, func() (oneShots, apps int, streams []int)) {
+	t.Helper()
+	log := filepath.Join(h.dir, "smi-runs.log")
+	wrap := filepath.Join(h.dir, "logging", "nvidia-smi")
+	if err := os.MkdirAll(filepath.Dir(wrap), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\necho \"$$ ${1%%=*}\" >> '" + log + "'\nexec '" + h.smi + "' \"$@\"\n"
+	if err := os.WriteFile(wrap, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := h.cfg
+	cfg.NvidiaSMI = wrap
+	return cfg, func() (int, int, []int) {
+		b, _ := os.ReadFile(log)
+		var one, apps int
+		var streams []int
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var pid int
+			var form string
+			if _, err := fmt.Sscan(line, &pid, &form); err != nil {
+				continue
+			}
+			switch form {
+			case "--query-gpu":
+				one++
+			case "--query-compute-apps":
+				apps++
+			case "-lms":
+				streams = append(streams, pid)
+			}
+		}
+		return one, apps, streams
+	}
+}
+
+func setLinger(t *testing.T, d time.Duration) {
+	old := streamLinger
+	streamLinger = d
+	t.Cleanup(func() { streamLinger = old })
+}
+
+// slowStall gives a loaded machine's stream time to start (late, not never).
+func slowStall(t *testing.T) {
+	old := memStreamStall
+	memStreamStall = 20 * time.Second
+	t.Cleanup(func() { memStreamStall = old })
+}
+
+// In one session, a wait's stream serves the snapshot after it and the
+// next wait: two waits and two snapshots start one nvidia-smi stream and
+// no --query-gpu one-shot, and every answer names the GPUs in full.
+func TestSessionStreamReuse(t *testing.T) {
+	setLinger(t, time.Minute) // the reuse, not the idle end, is tested here
+	slowStall(t)
+	h := newHost(t, 2)
+	cfg, runs := smiLog(t, h)
+	var fromStream int
+	var mu sync.Mutex
+	smiStreamHook = func() { mu.Lock(); fromStream++; mu.Unlock() }
+	t.Cleanup(func() { smiStreamHook = nil })
+	l := startInLoop(t)
+	for round := range 2 {
+		var w WaitFreeResponse
+		l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second)}, &w)
+		if w.Outcome != WaitFreed || len(w.GPUs) != 2 || strings.Contains(w.Reason, "memory stream") {
+			t.Fatalf("wait %d: outcome %s gpus %+v reason %q", round, w.Outcome, w.GPUs, w.Reason)
+		}
+		var s Snapshot
+		l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+		if !s.SMI || len(s.GPUs) != 2 || s.GPUs[1].UUID != h.fake.GPUs[1].UUID || s.GPUs[1].MemTotalMiB != 143771 || s.GPUs[0].MemUsedMiB != 0 {
+			t.Fatalf("snapshot %d: smi %v gpus %+v warnings %q", round, s.SMI, s.GPUs, s.Warnings)
+		}
+	}
+	one, _, streams := runs()
+	mu.Lock()
+	n := fromStream
+	mu.Unlock()
+	if one != 0 || len(streams) != 1 || n != 2 {
+		t.Errorf("%d --query-gpu, %d streams, %d snapshots from the stream: want 0, 1, 2", one, len(streams), n)
+	}
+	l.end()
+	if one, _, streams = runs(); len(streams) != 1 || !reaped(streams[0]) {
+		t.Errorf("streams %v after the session's end: want one, reaped", streams)
+	}
+}
+
+// A snapshot reads the GPUs from a round the stream began after the
+// request did, never an older one: the stream prints every 300 ms (so
+// that its latest round, from before, reads the GPU free), and a worker
+// takes 5000 MiB as the snapshot request begins; the snapshot reads it,
+// from the stream (no one-shot ran).
+func TestSessionSnapshotIsFresh(t *testing.T) {
+	setLinger(t, time.Minute)
+	slowStall(t)
+	old := memStreamPeriod
+	memStreamPeriod = 300 * time.Millisecond
+	t.Cleanup(func() { memStreamPeriod = old })
+	h := newHost(t, 1)
+	cfg, runs := smiLog(t, h)
+	l := startInLoop(t)
+	var w WaitFreeResponse
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second)}, &w)
+	if w.Outcome != WaitFreed {
+		t.Fatalf("wait: outcome %s reason %q", w.Outcome, w.Reason)
+	}
+	var worker *holder
+	snapshotStartHook = func() { worker = h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "5000") }
+	t.Cleanup(func() { snapshotStartHook = nil })
+	var s Snapshot
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	snapshotStartHook = nil
+	if len(s.GPUs) != 1 || s.GPUs[0].MemUsedMiB != 5000 || findHolder(&s, worker.pid) == nil {
+		t.Fatalf("snapshot gpus %+v holders %+v: want GPU 0 at 5000 MiB held by pid %d", s.GPUs, s.Holders, worker.pid)
+	}
+	if one, _, streams := runs(); one != 0 || len(streams) != 1 {
+		t.Errorf("%d --query-gpu, %d streams: want the snapshot served by the wait's stream", one, len(streams))
+	}
+}
+
+// The stream ends on its own once no call used it for streamLinger; a
+// snapshot after that runs its one-shot, and the next wait a new stream.
+func TestSessionStreamLingerEnds(t *testing.T) {
+	setLinger(t, 200*time.Millisecond)
+	slowStall(t)
+	h := newHost(t, 1)
+	cfg, runs := smiLog(t, h)
+	l := startInLoop(t)
+	var w WaitFreeResponse
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second)}, &w)
+	_, _, streams := runs()
+	if w.Outcome != WaitFreed || len(streams) != 1 {
+		t.Fatalf("wait: outcome %s reason %q, streams %v", w.Outcome, w.Reason, streams)
+	}
+	for end := time.Now().Add(20 * time.Second); !reaped(streams[0]); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("stream pid %d still there 20 s after its wait, linger %s", streams[0], streamLinger)
+		}
+	}
+	var s Snapshot
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	if one, _, _ := runs(); one != 1 || !s.SMI || len(s.GPUs) != 1 {
+		t.Errorf("snapshot after the linger: %d --query-gpu (want 1), gpus %+v", one, s.GPUs)
+	}
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second)}, &w)
+	if _, _, streams = runs(); w.Outcome != WaitFreed || len(streams) != 2 {
+		t.Errorf("second wait: outcome %s, streams %v: want a new one", w.Outcome, streams)
+	}
+	l.end()
+	for _, p := range streams {
+		if !reaped(p) {
+			t.Errorf("stream pid %d outlived the session", p)
+		}
+	}
+}
+
+// A stream killed while it lingers is not reused: the next snapshot runs
+// its one-shot and the next wait starts a stream of its own.
+func TestSessionDeadStreamFallsBack(t *testing.T) {
+	setLinger(t, time.Minute)
+	slowStall(t)
+	h := newHost(t, 1)
+	cfg, runs := smiLog(t, h)
+	l := startInLoop(t)
+	var w WaitFreeResponse
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second)}, &w)
+	_, _, streams := runs()
+	if len(streams) != 1 {
+		t.Fatalf("streams %v", streams)
+	}
+	killStream(t, streams[0])
+	var s Snapshot
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	if one, _, _ := runs(); one != 1 || !s.SMI || len(s.GPUs) != 1 || s.GPUs[0].UUID == "" {
+		t.Errorf("snapshot after the stream died: %d --query-gpu (want 1), gpus %+v", one, s.GPUs)
+	}
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second)}, &w)
+	if _, _, streams = runs(); w.Outcome != WaitFreed || len(streams) != 2 || strings.Contains(w.Reason, "memory stream") {
+		t.Errorf("wait after the stream died: outcome %s reason %q streams %v", w.Outcome, w.Reason, streams)
+	}
+}
