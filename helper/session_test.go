@@ -18,14 +18,14 @@ import (
 // inLoop is ServeLoop run in the test's process on pipes (so that its
 // hooks and streamLinger can be set), with real nvidia-smi processes.
 type inLoop struct {
-	t    *testing.T
+	t    testing.TB
 	in   *io.PipeWriter
 	out  *bufio.Reader
 	done chan struct{} // closed when ServeLoop returned
 	id   uint64
 }
 
-func startInLoop(t *testing.T) *inLoop {
+func startInLoop(t testing.TB) *inLoop {
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
@@ -99,7 +99,7 @@ func killStream(t *testing.T, pid int) {
 // smiLog wraps the host's nvidia-smi in a script logging "PID ARG1" per
 // run (exec keeps the pid: a stream's is the logged one), and returns the
 // config using it and a reader of the runs of each form so far.
-func smiLog(t *testing.T, h *host) (Config, func() (oneShots, apps int, streams []int)) {
+func smiLog(t testing.TB, h *host) (Config, func() (oneShots, apps int, streams []int)) {
 	t.Helper()
 	log := filepath.Join(h.dir, "smi-runs.log")
 	wrap := filepath.Join(h.dir, "logging", "nvidia-smi")
@@ -135,14 +135,14 @@ func smiLog(t *testing.T, h *host) (Config, func() (oneShots, apps int, streams 
 	}
 }
 
-func setLinger(t *testing.T, d time.Duration) {
+func setLinger(t testing.TB, d time.Duration) {
 	old := streamLinger
 	streamLinger = d
 	t.Cleanup(func() { streamLinger = old })
 }
 
 // slowStall gives a loaded machine's stream time to start (late, not never).
-func slowStall(t *testing.T) {
+func slowStall(t testing.TB) {
 	old := memStreamStall
 	memStreamStall = 20 * time.Second
 	t.Cleanup(func() { memStreamStall = old })
@@ -278,5 +278,47 @@ func TestSessionDeadStreamFallsBack(t *testing.T) {
 	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second)}, &w)
 	if _, _, streams = runs(); w.Outcome != WaitFreed || len(streams) != 2 || strings.Contains(w.Reason, "memory stream") {
 		t.Errorf("wait after the stream died: outcome %s reason %q streams %v", w.Outcome, w.Reason, streams)
+	}
+}
+
+// Two waits at once in one session: the second cannot share the first's
+// updates, so it runs a stream of its own, stopped at its release; the
+// shared one lingers after its release, and the session's end stops it.
+func TestSessionConcurrentWaits(t *testing.T) {
+	setLinger(t, time.Minute)
+	h := newHost(t, 1)
+	ss := newSession()
+	ctx := withSession(context.Background(), ss)
+	a, releaseA, err := waitStream(ctx, h.smi, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, releaseB, err := waitStream(ctx, h.smi, 10*time.Millisecond)
+	if err != nil {
+		releaseA()
+		t.Fatal(err)
+	}
+	if a == b {
+		t.Fatal("a second wait got the stream the first reads")
+	}
+	releaseB()
+	if !reaped(b.pid) {
+		t.Errorf("the second wait's own stream (pid %d) is still there after its release", b.pid)
+	}
+	releaseA()
+	if reaped(a.pid) || ss.snapshotStream(h.smi) != a {
+		t.Errorf("the shared stream (pid %d) did not linger after its wait", a.pid)
+	}
+	c, releaseC, err := waitStream(ctx, h.smi, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c != a {
+		t.Errorf("the next wait started pid %d instead of reusing the lingering %d", c.pid, a.pid)
+	}
+	releaseC()
+	ss.close()
+	if !reaped(a.pid) {
+		t.Errorf("the shared stream (pid %d) outlived the session", a.pid)
 	}
 }
