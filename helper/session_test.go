@@ -322,3 +322,37 @@ func TestSessionConcurrentWaits(t *testing.T) {
 		t.Errorf("the shared stream (pid %d) outlived the session", a.pid)
 	}
 }
+
+// A snapshot of GPUs that read 0 MiB, watched by a monitor (its device
+// open, nothing mapped), runs no --query-compute-apps: nothing could be
+// listed. Once a worker holds memory, the listing runs and names it.
+func TestSnapshotSkipsListingWhenNothingAllocated(t *testing.T) {
+	h := newHost(t, 2)
+	cfg, runs := smiLog(t, h)
+	mon := h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"))
+	s, err := TakeSnapshot(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.SMI || len(s.GPUs) != 2 || s.GPUs[0].MemUsedMiB != 0 || findHolder(s, mon.pid) == nil || findHolder(s, mon.pid).Owner {
+		t.Fatalf("idle snapshot: gpus %+v holders %+v", s.GPUs, s.Holders)
+	}
+	for _, st := range s.Status {
+		if st.State != GPUFree {
+			t.Errorf("GPU %d: %s (%s), want free", st.Index, st.State, st.Reason)
+		}
+	}
+	if _, apps, _ := runs(); apps != 0 {
+		t.Errorf("%d --query-compute-apps on idle GPUs, want 0", apps)
+	}
+	w := h.start("", "--dev", h.d("nvidia1"), "--dev", h.d("nvidiactl"), "--mem-mib", "3000")
+	if s, err = TakeSnapshot(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if hd := findHolder(s, w.pid); hd == nil || !hd.Owner || hd.OwnerWhy != "listed by nvidia-smi" || hd.MemByGPU[1] != 3000 {
+		t.Fatalf("worker %d: %+v", w.pid, hd)
+	}
+	if _, apps, _ := runs(); apps != 1 {
+		t.Errorf("%d --query-compute-apps with memory in use, want 1", apps)
+	}
+}

@@ -660,6 +660,31 @@ func (s *scanner) readApps(ctx context.Context, gs *gpuState) error {
 	return nil
 }
 
+// nothingAllocated: every GPU nvidia-smi lists reads 0 MiB used, the
+// helper sees the host's PIDs, and no holder of a GPU maps an NVIDIA
+// device: then --query-compute-apps would list nothing a snapshot uses.
+// Why: a process it lists has a compute context, and a context holds GPU
+// memory (hundreds of MiB on the H200) and maps the device files
+// (context.go), so with no memory in use and no mapping nobody is an owner
+// and no gone pid has memory charged to it (no ghost). Idle drivers that
+// show a few MiB (older ones, MIG) never skip the listing.
+func (s *scanner) nothingAllocated(gs gpuState) bool {
+	if !s.hostPIDs || len(gs.gpus) == 0 {
+		return false
+	}
+	for _, g := range gs.gpus {
+		if g.Source != SourceSMI || g.MemUsedMiB != 0 {
+			return false
+		}
+	}
+	for _, h := range gs.holders {
+		if len(h.GPUs) > 0 && len(s.mappedDevices(h.PID)) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // narrowKeepers: where some of a ghost's unlisted holders map its context
 // (owners), those keep its memory, not the monitors beside them (on the
 // H200 a pynvml monitor was named with the forked child otherwise).
@@ -768,6 +793,12 @@ func (s *scanner) snapshot(ctx context.Context) (*Snapshot, error) {
 	}
 	if !gs.smiOK {
 		s.noListing(&gs)
+	} else if s.nothingAllocated(gs) {
+		// The listing could name no process: judged as an empty one.
+		for i := range gs.holders {
+			markSuspicious(&gs.holders[i])
+		}
+		gs.apps = true
 	} else if err := s.readApps(ctx, &gs); err != nil {
 		gs.warns = append(gs.warns, "nvidia-smi compute apps: "+err.Error()+": owners judged by mapped devices and nvidia-uvm only")
 		s.noListing(&gs)
