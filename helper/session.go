@@ -32,6 +32,13 @@ type session struct {
 	// stopping counts streams a linger timer is stopping, so that close
 	// returns only once they are reaped.
 	stopping sync.WaitGroup
+	// listing is what the session's latest snapshot learnt from
+	// --query-compute-apps, for the next wait's first poll.
+	listing struct {
+		key    string
+		at     time.Time
+		judged ownership
+	}
 }
 
 type sessionKey struct{}
@@ -166,4 +173,41 @@ func (ss *session) close() {
 	}
 	ss.mu.Unlock()
 	ss.stopping.Wait()
+}
+
+// listingKey names the host view a listing was read in (a test's fake
+// /proc and devices are another view than the real ones).
+func listingKey(cfg Config, smiPath string) string {
+	return cfg.ProcDir + "\x00" + cfg.DevDir + "\x00" + smiPath
+}
+
+// recordListing keeps what a snapshot's listing, started at at, said of
+// each holder.
+func (ss *session) recordListing(key string, at time.Time, holders []Holder) {
+	if ss == nil {
+		return
+	}
+	o := ownership{}
+	o.record(holders)
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.listing.key, ss.listing.at, ss.listing.judged = key, at, o
+}
+
+// lastListing is the judgments of the session's latest snapshot listing
+// of key and when it was read; false when there is none.
+func (ss *session) lastListing(key string) (ownership, time.Time, bool) {
+	if ss == nil {
+		return nil, time.Time{}, false
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.listing.judged == nil || ss.listing.key != key {
+		return nil, time.Time{}, false
+	}
+	o := make(ownership, len(ss.listing.judged))
+	for id, h := range ss.listing.judged {
+		o[id] = h
+	}
+	return o, ss.listing.at, true
 }

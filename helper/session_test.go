@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -354,5 +355,63 @@ func TestSnapshotSkipsListingWhenNothingAllocated(t *testing.T) {
 	}
 	if _, apps, _ := runs(); apps != 1 {
 		t.Errorf("%d --query-compute-apps with memory in use, want 1", apps)
+	}
+}
+
+// A wait right after a snapshot in one session starts from the snapshot's
+// listing: the worker it judged holds the GPU, named with its memory, and
+// the wait runs no --query-compute-apps of its own. A worker that came
+// after the snapshot is not judged by it: the wait lists it.
+func TestSessionWaitUsesSnapshotListing(t *testing.T) {
+	setLinger(t, time.Minute)
+	slowStall(t)
+	h := newHost(t, 2)
+	cfg, runs := smiLog(t, h)
+	w0 := h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"), "--mem-mib", "5000")
+	l := startInLoop(t)
+	var s Snapshot
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	_, apps0, _ := runs()
+	var w WaitFreeResponse
+	// A few polls, well under appsRefresh (a loaded machine polls less).
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, GPUs: []int{0}, Timeout: Duration(200 * time.Millisecond), Interval: Duration(50 * time.Millisecond)}, &w)
+	if w.Outcome != WaitTimedOut || len(w.Status) != 1 || !slices.Equal(w.Status[0].Owners, []int{w0.pid}) ||
+		len(w.Holders) != 1 || w.Holders[0].MemMiB != 5000 || w.Holders[0].OwnerWhy != "listed by nvidia-smi" {
+		t.Fatalf("wait on GPU 0: outcome %s status %+v holders %+v reason %q", w.Outcome, w.Status, w.Holders, w.Reason)
+	}
+	if _, apps, _ := runs(); apps != apps0 {
+		t.Errorf("the wait ran --query-compute-apps %d times, want none: the snapshot's listing judged its holder", apps-apps0)
+	}
+	w1 := h.start("", "--dev", h.d("nvidia1"), "--dev", h.d("nvidiactl"), "--mem-mib", "3000")
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	w2 := h.start("", "--dev", h.d("nvidia1"), "--dev", h.d("nvidiactl"), "--mem-mib", "1000")
+	_, apps0, _ = runs()
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, GPUs: []int{1}, Timeout: Duration(200 * time.Millisecond), Interval: Duration(50 * time.Millisecond)}, &w)
+	if w.Outcome != WaitTimedOut || len(w.Status) != 1 || !slices.Equal(w.Status[0].Owners, []int{w1.pid, w2.pid}) {
+		t.Fatalf("wait on GPU 1: outcome %s status %+v reason %q: want both workers owners", w.Outcome, w.Status, w.Reason)
+	}
+	if _, apps, _ := runs(); apps == apps0 {
+		t.Error("the wait ran no --query-compute-apps: the worker started after the snapshot was not judged")
+	}
+}
+
+// A snapshot's listing older than appsRefresh polls of the wait is not
+// used: the wait lists the holders itself.
+func TestSessionOldListingIsNotUsed(t *testing.T) {
+	h := newHost(t, 1)
+	cfg, runs := smiLog(t, h)
+	h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"), "--mem-mib", "5000")
+	l := startInLoop(t)
+	var s Snapshot
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	_, apps0, _ := runs()
+	time.Sleep(appsRefresh * 20 * time.Millisecond) // appsRefresh polls of the wait below
+	var w WaitFreeResponse
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(100 * time.Millisecond), Interval: Duration(20 * time.Millisecond)}, &w)
+	if w.Outcome != WaitTimedOut || len(w.Holders) != 1 {
+		t.Fatalf("outcome %s holders %+v reason %q", w.Outcome, w.Holders, w.Reason)
+	}
+	if _, apps, _ := runs(); apps == apps0 {
+		t.Error("the wait ran no --query-compute-apps: it used a listing older than appsRefresh of its polls")
 	}
 }

@@ -799,9 +799,15 @@ func (s *scanner) snapshot(ctx context.Context) (*Snapshot, error) {
 			markSuspicious(&gs.holders[i])
 		}
 		gs.apps = true
-	} else if err := s.readApps(ctx, &gs); err != nil {
-		gs.warns = append(gs.warns, "nvidia-smi compute apps: "+err.Error()+": owners judged by mapped devices and nvidia-uvm only")
-		s.noListing(&gs)
+	} else {
+		at := time.Now()
+		if err := s.readApps(ctx, &gs); err != nil {
+			gs.warns = append(gs.warns, "nvidia-smi compute apps: "+err.Error()+": owners judged by mapped devices and nvidia-uvm only")
+			s.noListing(&gs)
+		} else {
+			// The session's next wait may start from it (see WaitFree).
+			sessionOf(ctx).recordListing(listingKey(s.cfg, smi.path), at, gs.holders)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("interrupted: %w", err)

@@ -86,6 +86,17 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		last      gpuState
 		status    []GPUStatus
 	)
+	if findErr == nil {
+		// A listing the session's last snapshot read counts as one of this
+		// wait's own polls would have: its judgments stand until appsRefresh
+		// polls' time after it was read, as a poll's do, and a holder it
+		// did not judge is listed anew. Older, it is not used.
+		if prior, at, ok := sessionOf(ctx).lastListing(listingKey(s.cfg, smi.path)); ok {
+			if n := int(time.Since(at)/interval) + 1; n < appsRefresh {
+				judged, sinceApps = prior, n
+			}
+		}
+	}
 	deadline := start.Add(timeout)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
