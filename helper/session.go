@@ -106,7 +106,9 @@ func (ss *session) release(s *memStream) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.stream != s {
-		s.close()
+		// No longer the shared one (not while a wait holds it, but the
+		// stop must not depend on that).
+		ss.stopInBackground(s)
 		return
 	}
 	ss.waiting = false
