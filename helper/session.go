@@ -25,6 +25,9 @@ type session struct {
 	// waiting: a wait reads the shared stream's updates (one consumer), so
 	// a second wait at the same time starts a stream of its own.
 	waiting bool
+	// users counts the calls reading the shared stream; with none it is
+	// paused (SIGSTOP) while it lingers.
+	users int
 	// gen counts uses: the linger timer armed at a use stops the stream
 	// only when no use came after it.
 	gen    int
@@ -81,7 +84,7 @@ func waitStream(ctx context.Context, path string, period time.Duration) (*memStr
 	}
 	if s := ss.stream; s != nil && s.path == path && s.period == time.Duration(max(period.Milliseconds(), 1))*time.Millisecond && s.live() {
 		ss.waiting = true
-		ss.gen++
+		ss.use(s)
 		// A reading signalled to the last wait must not count as this
 		// wait's: the loop would look at once (harmless, but a poll).
 		s.drainUpdates()
@@ -95,7 +98,7 @@ func waitStream(ctx context.Context, path string, period time.Duration) (*memStr
 	if err != nil {
 		return nil, nil, err
 	}
-	ss.stream, ss.waiting = s, true
+	ss.stream, ss.waiting, ss.users = s, true, 1
 	ss.gen++
 	return s, func() { ss.release(s) }, nil
 }
@@ -112,11 +115,36 @@ func (ss *session) release(s *memStream) {
 		return
 	}
 	ss.waiting = false
+	ss.done(s)
+}
+
+// use (under mu) counts a call reading the shared stream s, resuming it
+// when it was paused.
+func (ss *session) use(s *memStream) {
+	ss.gen++
+	ss.users++
+	if ss.users == 1 {
+		s.resume()
+	}
+}
+
+// done (under mu) ends a call's reading of the shared stream s: with no
+// call left it is paused and lingers, or stopped when it ended or the
+// session is closing.
+func (ss *session) done(s *memStream) {
+	if ss.stream != s {
+		return
+	}
+	ss.users--
+	if ss.users > 0 {
+		return
+	}
 	if ss.closed || !s.live() {
 		ss.stream = nil
 		ss.stopInBackground(s)
 		return
 	}
+	s.pause()
 	ss.armLinger(s)
 }
 
@@ -128,7 +156,7 @@ func (ss *session) armLinger(s *memStream) {
 	time.AfterFunc(streamLinger, func() {
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
-		if ss.stream != s || ss.waiting || ss.gen != gen {
+		if ss.stream != s || ss.users > 0 || ss.gen != gen {
 			return
 		}
 		ss.stream = nil
@@ -146,22 +174,25 @@ func (ss *session) stopInBackground(s *memStream) {
 	}()
 }
 
-// snapshotStream is the shared stream of path when one runs and still
-// reads, nil otherwise; the use re-arms its linger.
-func (ss *session) snapshotStream(path string) *memStream {
+// snapshotStream is the shared stream of path when one runs, resumed for
+// the snapshot, and the release the snapshot calls once it has read it;
+// nil when there is none.
+func (ss *session) snapshotStream(path string) (*memStream, func()) {
 	if ss == nil {
-		return nil
+		return nil, nil
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	s := ss.stream
 	if ss.closed || s == nil || s.path != path || !s.live() {
-		return nil
+		return nil, nil
 	}
-	if !ss.waiting {
-		ss.armLinger(s)
+	ss.use(s)
+	return s, func() {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		ss.done(s)
 	}
-	return s
 }
 
 // close stops the shared stream (the serve loop's end, after every call

@@ -142,11 +142,12 @@ func setLinger(t testing.TB, d time.Duration) {
 	t.Cleanup(func() { streamLinger = old })
 }
 
-// slowStall gives a loaded machine's stream time to start (late, not never).
+// slowStall gives a loaded machine's stream time to start or resume
+// (late, not never), so that counts of one-shots do not depend on load.
 func slowStall(t testing.TB) {
-	old := memStreamStall
-	memStreamStall = 20 * time.Second
-	t.Cleanup(func() { memStreamStall = old })
+	old, oldWait := memStreamStall, roundWaitMin
+	memStreamStall, roundWaitMin = 20*time.Second, 10*time.Second
+	t.Cleanup(func() { memStreamStall, roundWaitMin = old, oldWait })
 }
 
 // In one session, a wait's stream serves the snapshot after it and the
@@ -307,8 +308,10 @@ func TestSessionConcurrentWaits(t *testing.T) {
 		t.Errorf("the second wait's own stream (pid %d) is still there after its release", b.pid)
 	}
 	releaseA()
-	if reaped(a.pid) || ss.snapshotStream(h.smi) != a {
+	if st, release := ss.snapshotStream(h.smi); reaped(a.pid) || st != a {
 		t.Errorf("the shared stream (pid %d) did not linger after its wait", a.pid)
+	} else {
+		release()
 	}
 	c, releaseC, err := waitStream(ctx, h.smi, 10*time.Millisecond)
 	if err != nil {
@@ -413,5 +416,72 @@ func TestSessionOldListingIsNotUsed(t *testing.T) {
 	}
 	if _, apps, _ := runs(); apps == apps0 {
 		t.Error("the wait ran no --query-compute-apps: it used a listing older than appsRefresh of its polls")
+	}
+}
+
+// procState is the state letter of /proc/PID/stat.
+func procState(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return f[0]
+}
+
+// While no call reads it, the lingering stream is stopped (state T): it
+// costs the host nothing; a snapshot resumes it for its reading, and it
+// is stopped again after. Its nvidia-smi holds a device open (as the real
+// one does) but is the helper's own: no snapshot lists it as a holder.
+func TestSessionLingeringStreamIsPausedAndNoHolder(t *testing.T) {
+	setLinger(t, time.Minute)
+	slowStall(t)
+	h := newHost(t, 1)
+	wrap := filepath.Join(h.dir, "holding", "nvidia-smi")
+	if err := os.MkdirAll(filepath.Dir(wrap), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\nexec 3<'" + h.d("nvidiactl") + "' 4<'" + h.d("nvidia0") + "'\nexec '" + h.smi + "' \"$@\"\n"
+	if err := os.WriteFile(wrap, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := h.cfg
+	cfg.NvidiaSMI = wrap
+	pids := streamPIDs(t)
+	l := startInLoop(t)
+	var w WaitFreeResponse
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second)}, &w)
+	if w.Outcome != WaitFreed || len(pids()) != 1 {
+		t.Fatalf("wait: outcome %s reason %q streams %v", w.Outcome, w.Reason, pids())
+	}
+	stream := pids()[0]
+	for end := time.Now().Add(20 * time.Second); procState(t, stream) != "T"; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("lingering stream %d in state %s, want T (stopped)", stream, procState(t, stream))
+		}
+	}
+	var s Snapshot
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	if len(s.GPUs) != 1 || s.GPUs[0].UUID == "" || findHolder(&s, stream) != nil {
+		t.Fatalf("snapshot gpus %+v holders %+v: want the GPU, not the helper's own stream %d", s.GPUs, s.Holders, stream)
+	}
+	if len(pids()) != 1 {
+		t.Errorf("streams %v: the snapshot should have resumed the lingering one", pids())
+	}
+	for end := time.Now().Add(20 * time.Second); procState(t, stream) != "T"; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("stream %d in state %s after the snapshot, want T", stream, procState(t, stream))
+		}
+	}
+	// A process that is not the helper's own, holding the same devices, is listed.
+	mon := h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"))
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	if findHolder(&s, mon.pid) == nil || findHolder(&s, stream) != nil {
+		t.Errorf("holders %+v: want the monitor %d and not the stream %d", s.Holders, mon.pid, stream)
+	}
+	l.end()
+	if !reaped(stream) {
+		t.Errorf("stream %d outlived the session", stream)
 	}
 }

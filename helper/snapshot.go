@@ -422,7 +422,8 @@ func (s *scanner) collect(gs *gpuState) ([]Holder, []string, error) {
 	holders := make([]Holder, 0, len(raw))
 	for _, r := range raw {
 		h, ok := s.describe(r, uptime)
-		if !ok {
+		if !ok || streamGroups.has(h.PGID) {
+			// Gone, or the helper's own memory stream (its group).
 			continue
 		}
 		h.Devices = r.devices
@@ -775,7 +776,8 @@ func (s *scanner) snapshot(ctx context.Context) (*Snapshot, error) {
 		// A stream a wait of this session left running: its first whole
 		// round begun after this call did is as fresh as a --query-gpu
 		// run started now, and costs no process start.
-		if st := sessionOf(ctx).snapshotStream(smi.path); st != nil {
+		if st, release := sessionOf(ctx).snapshotStream(smi.path); st != nil {
+			defer release()
 			smi.stream, smi.since = st, since
 		}
 	}
