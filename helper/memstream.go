@@ -44,6 +44,7 @@ var memStreamSignalHook func(pid int, sig syscall.Signal)
 // needs no one-shot run.
 type memStream struct {
 	cmd     *exec.Cmd
+	path    string // the nvidia-smi it runs
 	pid     int
 	updates chan struct{} // one pending signal: a new reading arrived
 	done    chan struct{} // closed when the output is read and the process reaped
@@ -75,7 +76,18 @@ type memStream struct {
 	rounds    int           // whole rounds so far
 	period    time.Duration // the -lms period asked for
 	started   time.Time
+	// paused: stopped (SIGSTOP) while no call uses it. After a resume the
+	// lines of the round being printed and of the next round to start may
+	// hold readings taken before the stop; fresh counts round starts since
+	// the resume, and a line counts only from the second (its reading was
+	// taken after the first one's lines were printed, so after the resume).
+	paused  bool
+	starts  int
+	lastIdx int // the index of the last line, -1 after a resume
 }
+
+// freshStarts is the round start from which lines after a resume count.
+const freshStarts = 2
 
 // A stream may print at most fastRounds rounds per period, plus
 // fastSlack: lines that come in bursts (a reader descheduled a while) stay
@@ -112,10 +124,11 @@ func startMemStream(path string, period time.Duration) (*memStream, error) {
 		return nil, fmt.Errorf("memory stream %s: %w", path, err)
 	}
 	s := &memStream{
-		cmd: cmd, pid: cmd.Process.Pid, updates: make(chan struct{}, 1), done: make(chan struct{}),
+		cmd: cmd, path: path, pid: cmd.Process.Pid, updates: make(chan struct{}, 1), done: make(chan struct{}),
 		used: map[int]int64{}, at: map[int]time.Time{}, last: time.Now(), changed: make(chan struct{}),
-		period: time.Duration(ms) * time.Millisecond, started: time.Now(),
+		period: time.Duration(ms) * time.Millisecond, started: time.Now(), starts: freshStarts,
 	}
+	streamGroups.add(s.pid)
 	if memStreamHook != nil {
 		memStreamHook(s.pid)
 	}
@@ -174,6 +187,7 @@ func (s *memStream) reap() error {
 	defer s.pmu.Unlock()
 	err := s.cmd.Wait()
 	s.reaped = true
+	streamGroups.remove(s.pid)
 	return err
 }
 
@@ -208,10 +222,21 @@ func (s *memStream) read(r interface{ Read([]byte) (int, error) }) error {
 		}
 		idx, now := g.Index, time.Now()
 		s.mu.Lock()
-		if prev, ok := s.at[idx]; ok {
+		s.last = now
+		if newRound := s.lastIdx < 0 || idx <= s.lastIdx; newRound && s.starts < freshStarts {
+			s.starts++
+		}
+		s.lastIdx = idx
+		if s.starts < freshStarts {
+			// A line of before the pause: neither a reading nor a round.
+			s.round = nil
+			s.mu.Unlock()
+			continue
+		}
+		if prev, ok := s.at[idx]; ok && prev.After(s.started) {
 			s.gap = now.Sub(prev)
 		}
-		s.used[idx], s.at[idx], s.last = g.MemUsedMiB, now, now
+		s.used[idx], s.at[idx] = g.MemUsedMiB, now
 		if k := len(s.round); k > 0 && idx <= s.round[k-1].Index {
 			s.full, s.fullAt, s.fullPaced = s.round, s.roundAt, now.Sub(s.roundAt) >= s.period/2
 			s.round = nil
@@ -278,6 +303,93 @@ func (s *memStream) stalled() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return time.Since(s.last) > memStreamStall
+}
+
+// live: the stream has not ended, and printed a line within
+// memStreamStall unless paused.
+func (s *memStream) live() bool {
+	select {
+	case <-s.done:
+		return false
+	default:
+	}
+	s.mu.Lock()
+	paused := s.paused
+	s.mu.Unlock()
+	return paused || !s.stalled()
+}
+
+// pause stops the stream's process group (SIGSTOP): a stream no call uses
+// costs the host nothing while it lingers.
+func (s *memStream) pause() {
+	s.mu.Lock()
+	s.paused = true
+	s.mu.Unlock()
+	s.signal(syscall.SIGSTOP)
+}
+
+// resume continues a paused stream (SIGCONT). Readings from before are
+// dropped, and lines count again from the second round that starts (see
+// paused): what a call reads was taken after this resume. The flood and
+// stall clocks start anew.
+func (s *memStream) resume() {
+	s.mu.Lock()
+	if !s.paused {
+		s.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	s.paused, s.starts, s.lastIdx = false, 0, -1
+	// gap stays: the pace before the pause is the best guess of the pace
+	// after it (roundWait).
+	s.started, s.last, s.rounds = now, now, 0
+	s.round, s.full, s.fullAt, s.fullPaced = nil, nil, time.Time{}, false
+	clear(s.used)
+	clear(s.at)
+	s.mu.Unlock()
+	s.signal(syscall.SIGCONT)
+}
+
+// streamGroups are the process groups of the streams this helper runs:
+// its own tool, never a holder a scan reports (a paused one holds its
+// devices open all the while). A group id names no other group until its
+// leader is reaped, when it leaves the set.
+var streamGroups = pgidSet{m: map[int]bool{}}
+
+type pgidSet struct {
+	mu sync.Mutex
+	m  map[int]bool
+}
+
+func (p *pgidSet) add(pgid int)    { p.mu.Lock(); p.m[pgid] = true; p.mu.Unlock() }
+func (p *pgidSet) remove(pgid int) { p.mu.Lock(); delete(p.m, pgid); p.mu.Unlock() }
+func (p *pgidSet) has(pgid int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.m[pgid]
+}
+
+// drainUpdates drops a pending update signal.
+func (s *memStream) drainUpdates() {
+	select {
+	case <-s.updates:
+	default:
+	}
+}
+
+// roundWaitMin is the least roundWait (tests on a loaded machine raise it).
+var roundWaitMin = 30 * time.Millisecond
+
+// roundWait is how long a snapshot waits for a whole round that begins
+// after its start: the round being printed ends (after a resume, the
+// next one too: see paused), a whole one follows, and the next one's
+// first line shows it whole: up to four of the stream's actual periods,
+// so six periods or four of the latest gaps, bounded by the stall time.
+func (s *memStream) roundWait() time.Duration {
+	s.mu.Lock()
+	gap := s.gap
+	s.mu.Unlock()
+	return min(max(6*s.period, 4*gap, roundWaitMin), memStreamStall)
 }
 
 // reason is why the stream ended; call after done.

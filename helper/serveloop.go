@@ -81,6 +81,12 @@ func ServeLoop(ctx context.Context, token string, stdin io.Reader, stdout io.Wri
 		return 1
 	}
 
+	// The session outlives every request (deferred first, it runs last):
+	// the stream a wait left lingering is stopped once all have returned.
+	ss := newSession()
+	ctx = withSession(ctx, ss)
+	defer ss.close()
+
 	var mu sync.Mutex
 	running := map[uint64]context.CancelFunc{}
 	var wg sync.WaitGroup

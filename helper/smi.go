@@ -179,6 +179,12 @@ type smiRunner struct {
 	// lastGPUs at once, memory unknown (-1) until the caller fills it in
 	// from the stream: no nvidia-smi process.
 	reuse bool
+	// stream, when set (a session's lingering stream), gives the next
+	// queryGPUs its GPUs: the first whole round that began after since,
+	// when one comes within the stream's roundWait with every column
+	// read; else that call runs --query-gpu as without it. Used once.
+	stream *memStream
+	since  time.Time
 }
 
 func newSMIRunner(cfg Config) (*smiRunner, error) {
@@ -221,6 +227,16 @@ func (r *smiRunner) queryGPUs(ctx context.Context) ([]GPU, error) {
 		}
 		return gpus, nil
 	}
+	if st := r.stream; st != nil {
+		r.stream = nil
+		if gpus, ok := st.gpusSince(ctx, r.since, st.roundWait()); ok && wholeRows(gpus) {
+			r.lastGPUs = slices.Clone(gpus)
+			if smiStreamHook != nil {
+				smiStreamHook()
+			}
+			return gpus, nil
+		}
+	}
 	out, none, err := r.query(ctx, "--query-gpu="+queryGPUFields)
 	if err != nil || none {
 		return nil, err
@@ -231,6 +247,21 @@ func (r *smiRunner) queryGPUs(ctx context.Context) ([]GPU, error) {
 	}
 	r.lastGPUs = slices.Clone(gpus)
 	return gpus, nil
+}
+
+// smiStreamHook, when set by tests, is told each GPU table a snapshot
+// took from a session's stream.
+var smiStreamHook func()
+
+// wholeRows: every row has its uuid and both memory columns; a row the
+// stream read [N/A] may read otherwise in a one-shot, which is asked then.
+func wholeRows(gpus []GPU) bool {
+	for _, g := range gpus {
+		if g.UUID == "" || g.MemUsedMiB < 0 || g.MemTotalMiB < 0 {
+			return false
+		}
+	}
+	return len(gpus) > 0
 }
 
 func (r *smiRunner) queryApps(ctx context.Context) ([]computeApp, error) {

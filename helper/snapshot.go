@@ -422,7 +422,8 @@ func (s *scanner) collect(gs *gpuState) ([]Holder, []string, error) {
 	holders := make([]Holder, 0, len(raw))
 	for _, r := range raw {
 		h, ok := s.describe(r, uptime)
-		if !ok {
+		if !ok || streamGroups.has(h.PGID) {
+			// Gone, or the helper's own memory stream (its group).
 			continue
 		}
 		h.Devices = r.devices
@@ -660,6 +661,31 @@ func (s *scanner) readApps(ctx context.Context, gs *gpuState) error {
 	return nil
 }
 
+// nothingAllocated: every GPU nvidia-smi lists reads 0 MiB used, the
+// helper sees the host's PIDs, and no holder of a GPU maps an NVIDIA
+// device: then --query-compute-apps would list nothing a snapshot uses.
+// Why: a process it lists has a compute context, and a context holds GPU
+// memory (hundreds of MiB on the H200) and maps the device files
+// (context.go), so with no memory in use and no mapping nobody is an owner
+// and no gone pid has memory charged to it (no ghost). Idle drivers that
+// show a few MiB (older ones, MIG) never skip the listing.
+func (s *scanner) nothingAllocated(gs gpuState) bool {
+	if !s.hostPIDs || len(gs.gpus) == 0 {
+		return false
+	}
+	for _, g := range gs.gpus {
+		if g.Source != SourceSMI || g.MemUsedMiB != 0 {
+			return false
+		}
+	}
+	for _, h := range gs.holders {
+		if len(h.GPUs) > 0 && len(s.mappedDevices(h.PID)) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // narrowKeepers: where some of a ghost's unlisted holders map its context
 // (owners), those keep its memory, not the monitors beside them (on the
 // H200 a pynvml monitor was named with the forked child otherwise).
@@ -721,6 +747,10 @@ func (p procFS) inHostPIDNamespace() bool {
 	return len(parseStatus(b).NSpid) == 1
 }
 
+// snapshotStartHook, when set by tests, runs as a snapshot begins, before
+// it notes the time its readings must be newer than.
+var snapshotStartHook func()
+
 // TakeSnapshot lists the host's GPUs and every process holding an NVIDIA
 // device. nvidia-smi missing, failing or hung is reported as SMI=false with
 // a warning: the /proc holders are still listed, since a wedged driver is
@@ -737,7 +767,20 @@ func TakeSnapshot(ctx context.Context, cfg Config) (*Snapshot, error) {
 func (s *scanner) snapshot(ctx context.Context) (*Snapshot, error) {
 	snap := &Snapshot{Version: Version, BootID: s.bootID, Time: time.Now().UTC(), GPUs: []GPU{}, Holders: []Holder{}}
 	snap.Hostname, _ = os.Hostname()
+	if snapshotStartHook != nil {
+		snapshotStartHook()
+	}
+	since := time.Now()
 	smi, findErr := newSMIRunner(s.cfg)
+	if findErr == nil {
+		// A stream a wait of this session left running: its first whole
+		// round begun after this call did is as fresh as a --query-gpu
+		// run started now, and costs no process start.
+		if st, release := sessionOf(ctx).snapshotStream(smi.path); st != nil {
+			defer release()
+			smi.stream, smi.since = st, since
+		}
+	}
 	gs, smiErr, err := s.read(ctx, smi, findErr)
 	if err != nil {
 		return nil, err
@@ -752,9 +795,21 @@ func (s *scanner) snapshot(ctx context.Context) (*Snapshot, error) {
 	}
 	if !gs.smiOK {
 		s.noListing(&gs)
-	} else if err := s.readApps(ctx, &gs); err != nil {
-		gs.warns = append(gs.warns, "nvidia-smi compute apps: "+err.Error()+": owners judged by mapped devices and nvidia-uvm only")
-		s.noListing(&gs)
+	} else if s.nothingAllocated(gs) {
+		// The listing could name no process: judged as an empty one.
+		for i := range gs.holders {
+			markSuspicious(&gs.holders[i])
+		}
+		gs.apps = true
+	} else {
+		at := time.Now()
+		if err := s.readApps(ctx, &gs); err != nil {
+			gs.warns = append(gs.warns, "nvidia-smi compute apps: "+err.Error()+": owners judged by mapped devices and nvidia-uvm only")
+			s.noListing(&gs)
+		} else {
+			// The session's next wait may start from it (see WaitFree).
+			sessionOf(ctx).recordListing(listingKey(s.cfg, smi.path), at, gs.holders)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("interrupted: %w", err)

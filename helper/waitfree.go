@@ -86,6 +86,17 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		last      gpuState
 		status    []GPUStatus
 	)
+	if findErr == nil {
+		// A listing the session's last snapshot read counts as one of this
+		// wait's own polls would have: its judgments stand until appsRefresh
+		// polls' time after it was read, as a poll's do, and a holder it
+		// did not judge is listed anew. Older, it is not used.
+		if prior, at, ok := sessionOf(ctx).lastListing(listingKey(s.cfg, smi.path)); ok {
+			if n := int(time.Since(at)/interval) + 1; n < appsRefresh {
+				judged, sinceApps = prior, n
+			}
+		}
+	}
 	deadline := start.Add(timeout)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -99,16 +110,17 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		pollMemUnder bool // the last poll read every chosen GPU at or under its threshold
 		pollStart    time.Time
 	)
-	defer func() {
-		if stream != nil {
-			stream.close()
-		}
-	}()
-	// The stream starts with the wait, so that its first poll already reads
-	// the GPUs from it (a --query-gpu run saved on every wait).
+	// The stream starts with the wait (or is the session's, still running
+	// from an earlier call), so that its first poll already reads the GPUs
+	// from it (a --query-gpu run saved on every wait).
 	if findErr == nil && memStreamPeriod > 0 {
-		if stream, err = startMemStream(smi.path, memStreamPeriod); err != nil {
+		var release func()
+		if stream, release, err = waitStream(ctx, smi.path, memStreamPeriod); err != nil {
 			notes = append(notes, err.Error()+": polled every "+interval.String())
+		} else {
+			// A stream ended mid-wait is closed already: the release
+			// drops it from the session.
+			defer release()
 		}
 	}
 	endStream := func(why string) {

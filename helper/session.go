@@ -1,0 +1,246 @@
+package helper
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// streamLinger is how long the memory stream a wait started keeps running
+// once no call uses it: a free's calls come a round trip or two apart
+// (holders, kill, wait, verify), and each reuse saves an nvidia-smi
+// process start (47 ms on the H200), while an idle -lms 10 stream costs a
+// reading every 10 ms; bounded so that a session left open costs nothing.
+var streamLinger = 1500 * time.Millisecond
+
+// session is what the calls of one serve loop share: the memory stream
+// the last wait started, lingering after it so that the next snapshot
+// reads its GPU table from the stream and the next wait waits on it.
+// Outside a serve loop (a one-shot verb) there is none: each wait starts
+// and stops its own stream, as before.
+type session struct {
+	mu sync.Mutex
+	// stream is the shared stream, nil when none runs.
+	stream *memStream
+	// waiting: a wait reads the shared stream's updates (one consumer), so
+	// a second wait at the same time starts a stream of its own.
+	waiting bool
+	// users counts the calls reading the shared stream; with none it is
+	// paused (SIGSTOP) while it lingers.
+	users int
+	// gen counts uses: the linger timer armed at a use stops the stream
+	// only when no use came after it.
+	gen    int
+	closed bool
+	// stopping counts streams a linger timer is stopping, so that close
+	// returns only once they are reaped.
+	stopping sync.WaitGroup
+	// listing is what the session's latest snapshot learnt from
+	// --query-compute-apps, for the next wait's first poll.
+	listing struct {
+		key    string
+		at     time.Time
+		judged ownership
+	}
+}
+
+type sessionKey struct{}
+
+func newSession() *session { return &session{} }
+
+// withSession makes every call under ctx share ss.
+func withSession(ctx context.Context, ss *session) context.Context {
+	return context.WithValue(ctx, sessionKey{}, ss)
+}
+
+// sessionOf is the serve loop's session of ctx, nil outside one.
+func sessionOf(ctx context.Context) *session {
+	ss, _ := ctx.Value(sessionKey{}).(*session)
+	return ss
+}
+
+// waitStream returns a running memory stream of path for a wait to read,
+// and the release the wait calls when it ends: in a session the shared
+// stream (reused when it still reads, else a new one), lingering after
+// the release; outside one, or while another wait reads the shared one, a
+// stream of the wait's own, stopped at the release.
+func waitStream(ctx context.Context, path string, period time.Duration) (*memStream, func(), error) {
+	ss := sessionOf(ctx)
+	if ss == nil {
+		s, err := startMemStream(path, period)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, s.close, nil
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.closed || ss.waiting {
+		s, err := startMemStream(path, period)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, s.close, nil
+	}
+	if s := ss.stream; s != nil && s.path == path && s.period == time.Duration(max(period.Milliseconds(), 1))*time.Millisecond && s.live() {
+		ss.waiting = true
+		ss.use(s)
+		// A reading signalled to the last wait must not count as this
+		// wait's: the loop would look at once (harmless, but a poll).
+		s.drainUpdates()
+		return s, func() { ss.release(s) }, nil
+	}
+	if old := ss.stream; old != nil {
+		ss.stream = nil
+		ss.stopInBackground(old)
+	}
+	s, err := startMemStream(path, period)
+	if err != nil {
+		return nil, nil, err
+	}
+	ss.stream, ss.waiting, ss.users = s, true, 1
+	ss.gen++
+	return s, func() { ss.release(s) }, nil
+}
+
+// release ends a wait's use of the shared stream s: it lingers for
+// streamLinger, unless it ended already or the session is closing.
+func (ss *session) release(s *memStream) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.stream != s {
+		// No longer the shared one (not while a wait holds it, but the
+		// stop must not depend on that).
+		ss.stopInBackground(s)
+		return
+	}
+	ss.waiting = false
+	ss.done(s)
+}
+
+// use (under mu) counts a call reading the shared stream s, resuming it
+// when it was paused.
+func (ss *session) use(s *memStream) {
+	ss.gen++
+	ss.users++
+	if ss.users == 1 {
+		s.resume()
+	}
+}
+
+// done (under mu) ends a call's reading of the shared stream s: with no
+// call left it is paused and lingers, or stopped when it ended or the
+// session is closing.
+func (ss *session) done(s *memStream) {
+	if ss.stream != s {
+		return
+	}
+	ss.users--
+	if ss.users > 0 {
+		return
+	}
+	if ss.closed || !s.live() {
+		ss.stream = nil
+		ss.stopInBackground(s)
+		return
+	}
+	s.pause()
+	ss.armLinger(s)
+}
+
+// armLinger (under mu) counts a use of s and stops it streamLinger from
+// now unless another use comes first.
+func (ss *session) armLinger(s *memStream) {
+	ss.gen++
+	gen := ss.gen
+	time.AfterFunc(streamLinger, func() {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		if ss.stream != s || ss.users > 0 || ss.gen != gen {
+			return
+		}
+		ss.stream = nil
+		ss.stopInBackground(s)
+	})
+}
+
+// stopInBackground (under mu) stops s without holding mu while it is
+// reaped; close waits for it.
+func (ss *session) stopInBackground(s *memStream) {
+	ss.stopping.Add(1)
+	go func() {
+		defer ss.stopping.Done()
+		s.close()
+	}()
+}
+
+// snapshotStream is the shared stream of path when one runs, resumed for
+// the snapshot, and the release the snapshot calls once it has read it;
+// nil when there is none.
+func (ss *session) snapshotStream(path string) (*memStream, func()) {
+	if ss == nil {
+		return nil, nil
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	s := ss.stream
+	if ss.closed || s == nil || s.path != path || !s.live() {
+		return nil, nil
+	}
+	ss.use(s)
+	return s, func() {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		ss.done(s)
+	}
+}
+
+// close stops the shared stream (the serve loop's end, after every call
+// returned) and waits until every stream it stopped is reaped.
+func (ss *session) close() {
+	ss.mu.Lock()
+	ss.closed = true
+	if s := ss.stream; s != nil {
+		ss.stream = nil
+		ss.stopInBackground(s)
+	}
+	ss.mu.Unlock()
+	ss.stopping.Wait()
+}
+
+// listingKey names the host view a listing was read in (a test's fake
+// /proc and devices are another view than the real ones).
+func listingKey(cfg Config, smiPath string) string {
+	return cfg.ProcDir + "\x00" + cfg.DevDir + "\x00" + smiPath
+}
+
+// recordListing keeps what a snapshot's listing, started at at, said of
+// each holder.
+func (ss *session) recordListing(key string, at time.Time, holders []Holder) {
+	if ss == nil {
+		return
+	}
+	o := ownership{}
+	o.record(holders)
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.listing.key, ss.listing.at, ss.listing.judged = key, at, o
+}
+
+// lastListing is the judgments of the session's latest snapshot listing
+// of key and when it was read; false when there is none.
+func (ss *session) lastListing(key string) (ownership, time.Time, bool) {
+	if ss == nil {
+		return nil, time.Time{}, false
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.listing.judged == nil || ss.listing.key != key {
+		return nil, time.Time{}, false
+	}
+	o := make(ownership, len(ss.listing.judged))
+	for id, h := range ss.listing.judged {
+		o[id] = h
+	}
+	return o, ss.listing.at, true
+}

@@ -1,0 +1,487 @@
+package helper
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// inLoop is ServeLoop run in the test's process on pipes (so that its
+// hooks and streamLinger can be set), with real nvidia-smi processes.
+type inLoop struct {
+	t    testing.TB
+	in   *io.PipeWriter
+	out  *bufio.Reader
+	done chan struct{} // closed when ServeLoop returned
+	id   uint64
+}
+
+func startInLoop(t testing.TB) *inLoop {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	l := &inLoop{t: t, in: inW, out: bufio.NewReader(outR), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		ServeLoop(context.Background(), "tok", inR, outW)
+		outW.Close()
+	}()
+	t.Cleanup(func() {
+		inW.Close()
+		go io.Copy(io.Discard, l.out) // a reply nobody reads must not block the end
+		<-l.done
+	})
+	if _, err := l.out.ReadString('\n'); err != nil { // the hello
+		t.Fatal(err)
+	}
+	return l
+}
+
+// call sends one request and returns its response, decoded into resp.
+func (l *inLoop) call(verb string, req, resp any) {
+	l.t.Helper()
+	l.id++
+	b, err := json.Marshal(req)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	line, _ := json.Marshal(ServeRequest{ID: l.id, Verb: verb, Req: b})
+	if _, err := l.in.Write(append(line, '\n')); err != nil {
+		l.t.Fatal(err)
+	}
+	text, err := l.out.ReadString('\n')
+	if err != nil {
+		l.t.Fatalf("%s: read reply: %v", verb, err)
+	}
+	var r ServeReply
+	if err := json.Unmarshal([]byte(text), &r); err != nil || r.ID != l.id || r.Failed {
+		l.t.Fatalf("%s: reply %q (%v)", verb, text, err)
+	}
+	if err := json.Unmarshal(r.Resp, resp); err != nil {
+		l.t.Fatalf("%s: response %s: %v", verb, r.Resp, err)
+	}
+}
+
+// end closes stdin and waits for the loop to return.
+func (l *inLoop) end() {
+	l.t.Helper()
+	l.in.Close()
+	select {
+	case <-l.done:
+	case <-time.After(30 * time.Second):
+		l.t.Fatal("serve loop did not end after stdin EOF")
+	}
+}
+
+// killStream kills a stream this process started (its pid cannot be
+// reused before the helper reaps it) and waits until it is reaped.
+func killStream(t *testing.T, pid int) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(20 * time.Second); !reaped(pid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("killed stream pid %d not reaped", pid)
+		}
+	}
+}
+
+// smiLog wraps the host's nvidia-smi in a script logging "PID ARG1" per
+// run (exec keeps the pid: a stream's is the logged one), and returns the
+// config using it and a reader of the runs of each form so far.
+func smiLog(t testing.TB, h *host) (Config, func() (oneShots, apps int, streams []int)) {
+	t.Helper()
+	log := filepath.Join(h.dir, "smi-runs.log")
+	wrap := filepath.Join(h.dir, "logging", "nvidia-smi")
+	if err := os.MkdirAll(filepath.Dir(wrap), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\necho \"$$ ${1%%=*}\" >> '" + log + "'\nexec '" + h.smi + "' \"$@\"\n"
+	if err := os.WriteFile(wrap, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := h.cfg
+	cfg.NvidiaSMI = wrap
+	return cfg, func() (int, int, []int) {
+		b, _ := os.ReadFile(log)
+		var one, apps int
+		var streams []int
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var pid int
+			var form string
+			if _, err := fmt.Sscan(line, &pid, &form); err != nil {
+				continue
+			}
+			switch form {
+			case "--query-gpu":
+				one++
+			case "--query-compute-apps":
+				apps++
+			case "-lms":
+				streams = append(streams, pid)
+			}
+		}
+		return one, apps, streams
+	}
+}
+
+func setLinger(t testing.TB, d time.Duration) {
+	old := streamLinger
+	streamLinger = d
+	t.Cleanup(func() { streamLinger = old })
+}
+
+// slowStall gives a loaded machine's stream time to start or resume
+// (late, not never), so that counts of one-shots do not depend on load.
+func slowStall(t testing.TB) {
+	old, oldWait := memStreamStall, roundWaitMin
+	memStreamStall, roundWaitMin = 20*time.Second, 10*time.Second
+	t.Cleanup(func() { memStreamStall, roundWaitMin = old, oldWait })
+}
+
+// In one session, a wait's stream serves the snapshot after it and the
+// next wait: two waits and two snapshots start one nvidia-smi stream and
+// no --query-gpu one-shot, and every answer names the GPUs in full.
+func TestSessionStreamReuse(t *testing.T) {
+	setLinger(t, time.Minute) // the reuse, not the idle end, is tested here
+	slowStall(t)
+	h := newHost(t, 2)
+	cfg, runs := smiLog(t, h)
+	var fromStream int
+	var mu sync.Mutex
+	smiStreamHook = func() { mu.Lock(); fromStream++; mu.Unlock() }
+	t.Cleanup(func() { smiStreamHook = nil })
+	l := startInLoop(t)
+	for round := range 2 {
+		var w WaitFreeResponse
+		l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second)}, &w)
+		if w.Outcome != WaitFreed || len(w.GPUs) != 2 || strings.Contains(w.Reason, "memory stream") {
+			t.Fatalf("wait %d: outcome %s gpus %+v reason %q", round, w.Outcome, w.GPUs, w.Reason)
+		}
+		var s Snapshot
+		l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+		if !s.SMI || len(s.GPUs) != 2 || s.GPUs[1].UUID != h.fake.GPUs[1].UUID || s.GPUs[1].MemTotalMiB != 143771 || s.GPUs[0].MemUsedMiB != 0 {
+			t.Fatalf("snapshot %d: smi %v gpus %+v warnings %q", round, s.SMI, s.GPUs, s.Warnings)
+		}
+	}
+	one, _, streams := runs()
+	mu.Lock()
+	n := fromStream
+	mu.Unlock()
+	if one != 0 || len(streams) != 1 || n != 2 {
+		t.Errorf("%d --query-gpu, %d streams, %d snapshots from the stream: want 0, 1, 2", one, len(streams), n)
+	}
+	l.end()
+	if one, _, streams = runs(); len(streams) != 1 || !reaped(streams[0]) {
+		t.Errorf("streams %v after the session's end: want one, reaped", streams)
+	}
+}
+
+// A snapshot reads the GPUs from a round the stream began after the
+// request did, never an older one: the stream prints every 300 ms (so
+// that its latest round, from before, reads the GPU free), and a worker
+// takes 5000 MiB as the snapshot request begins; the snapshot reads it,
+// from the stream (no one-shot ran).
+func TestSessionSnapshotIsFresh(t *testing.T) {
+	setLinger(t, time.Minute)
+	slowStall(t)
+	old := memStreamPeriod
+	memStreamPeriod = 300 * time.Millisecond
+	t.Cleanup(func() { memStreamPeriod = old })
+	h := newHost(t, 1)
+	cfg, runs := smiLog(t, h)
+	l := startInLoop(t)
+	var w WaitFreeResponse
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second)}, &w)
+	if w.Outcome != WaitFreed {
+		t.Fatalf("wait: outcome %s reason %q", w.Outcome, w.Reason)
+	}
+	var worker *holder
+	snapshotStartHook = func() { worker = h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "5000") }
+	t.Cleanup(func() { snapshotStartHook = nil })
+	var s Snapshot
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	snapshotStartHook = nil
+	if len(s.GPUs) != 1 || s.GPUs[0].MemUsedMiB != 5000 || findHolder(&s, worker.pid) == nil {
+		t.Fatalf("snapshot gpus %+v holders %+v: want GPU 0 at 5000 MiB held by pid %d", s.GPUs, s.Holders, worker.pid)
+	}
+	if one, _, streams := runs(); one != 0 || len(streams) != 1 {
+		t.Errorf("%d --query-gpu, %d streams: want the snapshot served by the wait's stream", one, len(streams))
+	}
+}
+
+// The stream ends on its own once no call used it for streamLinger; a
+// snapshot after that runs its one-shot, and the next wait a new stream.
+func TestSessionStreamLingerEnds(t *testing.T) {
+	setLinger(t, 200*time.Millisecond)
+	slowStall(t)
+	h := newHost(t, 1)
+	cfg, runs := smiLog(t, h)
+	l := startInLoop(t)
+	var w WaitFreeResponse
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second)}, &w)
+	_, _, streams := runs()
+	if w.Outcome != WaitFreed || len(streams) != 1 {
+		t.Fatalf("wait: outcome %s reason %q, streams %v", w.Outcome, w.Reason, streams)
+	}
+	for end := time.Now().Add(20 * time.Second); !reaped(streams[0]); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("stream pid %d still there 20 s after its wait, linger %s", streams[0], streamLinger)
+		}
+	}
+	var s Snapshot
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	if one, _, _ := runs(); one != 1 || !s.SMI || len(s.GPUs) != 1 {
+		t.Errorf("snapshot after the linger: %d --query-gpu (want 1), gpus %+v", one, s.GPUs)
+	}
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second)}, &w)
+	if _, _, streams = runs(); w.Outcome != WaitFreed || len(streams) != 2 {
+		t.Errorf("second wait: outcome %s, streams %v: want a new one", w.Outcome, streams)
+	}
+	l.end()
+	for _, p := range streams {
+		if !reaped(p) {
+			t.Errorf("stream pid %d outlived the session", p)
+		}
+	}
+}
+
+// A stream killed while it lingers is not reused: the next snapshot runs
+// its one-shot and the next wait starts a stream of its own.
+func TestSessionDeadStreamFallsBack(t *testing.T) {
+	setLinger(t, time.Minute)
+	slowStall(t)
+	h := newHost(t, 1)
+	cfg, runs := smiLog(t, h)
+	l := startInLoop(t)
+	var w WaitFreeResponse
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second)}, &w)
+	_, _, streams := runs()
+	if len(streams) != 1 {
+		t.Fatalf("streams %v", streams)
+	}
+	killStream(t, streams[0])
+	var s Snapshot
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	if one, _, _ := runs(); one != 1 || !s.SMI || len(s.GPUs) != 1 || s.GPUs[0].UUID == "" {
+		t.Errorf("snapshot after the stream died: %d --query-gpu (want 1), gpus %+v", one, s.GPUs)
+	}
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second)}, &w)
+	if _, _, streams = runs(); w.Outcome != WaitFreed || len(streams) != 2 || strings.Contains(w.Reason, "memory stream") {
+		t.Errorf("wait after the stream died: outcome %s reason %q streams %v", w.Outcome, w.Reason, streams)
+	}
+}
+
+// Two waits at once in one session: the second cannot share the first's
+// updates, so it runs a stream of its own, stopped at its release; the
+// shared one lingers after its release, and the session's end stops it.
+func TestSessionConcurrentWaits(t *testing.T) {
+	setLinger(t, time.Minute)
+	h := newHost(t, 1)
+	ss := newSession()
+	ctx := withSession(context.Background(), ss)
+	a, releaseA, err := waitStream(ctx, h.smi, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, releaseB, err := waitStream(ctx, h.smi, 10*time.Millisecond)
+	if err != nil {
+		releaseA()
+		t.Fatal(err)
+	}
+	if a == b {
+		t.Fatal("a second wait got the stream the first reads")
+	}
+	releaseB()
+	if !reaped(b.pid) {
+		t.Errorf("the second wait's own stream (pid %d) is still there after its release", b.pid)
+	}
+	releaseA()
+	if st, release := ss.snapshotStream(h.smi); reaped(a.pid) || st != a {
+		t.Errorf("the shared stream (pid %d) did not linger after its wait", a.pid)
+	} else {
+		release()
+	}
+	c, releaseC, err := waitStream(ctx, h.smi, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c != a {
+		t.Errorf("the next wait started pid %d instead of reusing the lingering %d", c.pid, a.pid)
+	}
+	releaseC()
+	ss.close()
+	if !reaped(a.pid) {
+		t.Errorf("the shared stream (pid %d) outlived the session", a.pid)
+	}
+}
+
+// A snapshot of GPUs that read 0 MiB, watched by a monitor (its device
+// open, nothing mapped), runs no --query-compute-apps: nothing could be
+// listed. Once a worker holds memory, the listing runs and names it.
+func TestSnapshotSkipsListingWhenNothingAllocated(t *testing.T) {
+	h := newHost(t, 2)
+	cfg, runs := smiLog(t, h)
+	mon := h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"))
+	s, err := TakeSnapshot(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.SMI || len(s.GPUs) != 2 || s.GPUs[0].MemUsedMiB != 0 || findHolder(s, mon.pid) == nil || findHolder(s, mon.pid).Owner {
+		t.Fatalf("idle snapshot: gpus %+v holders %+v", s.GPUs, s.Holders)
+	}
+	for _, st := range s.Status {
+		if st.State != GPUFree {
+			t.Errorf("GPU %d: %s (%s), want free", st.Index, st.State, st.Reason)
+		}
+	}
+	if _, apps, _ := runs(); apps != 0 {
+		t.Errorf("%d --query-compute-apps on idle GPUs, want 0", apps)
+	}
+	w := h.start("", "--dev", h.d("nvidia1"), "--dev", h.d("nvidiactl"), "--mem-mib", "3000")
+	if s, err = TakeSnapshot(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if hd := findHolder(s, w.pid); hd == nil || !hd.Owner || hd.OwnerWhy != "listed by nvidia-smi" || hd.MemByGPU[1] != 3000 {
+		t.Fatalf("worker %d: %+v", w.pid, hd)
+	}
+	if _, apps, _ := runs(); apps != 1 {
+		t.Errorf("%d --query-compute-apps with memory in use, want 1", apps)
+	}
+}
+
+// A wait right after a snapshot in one session starts from the snapshot's
+// listing: the worker it judged holds the GPU, named with its memory, and
+// the wait runs no --query-compute-apps of its own. A worker that came
+// after the snapshot is not judged by it: the wait lists it.
+func TestSessionWaitUsesSnapshotListing(t *testing.T) {
+	setLinger(t, time.Minute)
+	slowStall(t)
+	h := newHost(t, 2)
+	cfg, runs := smiLog(t, h)
+	w0 := h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"), "--mem-mib", "5000")
+	l := startInLoop(t)
+	var s Snapshot
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	_, apps0, _ := runs()
+	var w WaitFreeResponse
+	// A few polls, well under appsRefresh (a loaded machine polls less).
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, GPUs: []int{0}, Timeout: Duration(200 * time.Millisecond), Interval: Duration(50 * time.Millisecond)}, &w)
+	if w.Outcome != WaitTimedOut || len(w.Status) != 1 || !slices.Equal(w.Status[0].Owners, []int{w0.pid}) ||
+		len(w.Holders) != 1 || w.Holders[0].MemMiB != 5000 || w.Holders[0].OwnerWhy != "listed by nvidia-smi" {
+		t.Fatalf("wait on GPU 0: outcome %s status %+v holders %+v reason %q", w.Outcome, w.Status, w.Holders, w.Reason)
+	}
+	if _, apps, _ := runs(); apps != apps0 {
+		t.Errorf("the wait ran --query-compute-apps %d times, want none: the snapshot's listing judged its holder", apps-apps0)
+	}
+	w1 := h.start("", "--dev", h.d("nvidia1"), "--dev", h.d("nvidiactl"), "--mem-mib", "3000")
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	w2 := h.start("", "--dev", h.d("nvidia1"), "--dev", h.d("nvidiactl"), "--mem-mib", "1000")
+	_, apps0, _ = runs()
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, GPUs: []int{1}, Timeout: Duration(200 * time.Millisecond), Interval: Duration(50 * time.Millisecond)}, &w)
+	if w.Outcome != WaitTimedOut || len(w.Status) != 1 || !slices.Equal(w.Status[0].Owners, []int{w1.pid, w2.pid}) {
+		t.Fatalf("wait on GPU 1: outcome %s status %+v reason %q: want both workers owners", w.Outcome, w.Status, w.Reason)
+	}
+	if _, apps, _ := runs(); apps == apps0 {
+		t.Error("the wait ran no --query-compute-apps: the worker started after the snapshot was not judged")
+	}
+}
+
+// A snapshot's listing older than appsRefresh polls of the wait is not
+// used: the wait lists the holders itself.
+func TestSessionOldListingIsNotUsed(t *testing.T) {
+	h := newHost(t, 1)
+	cfg, runs := smiLog(t, h)
+	h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"), "--mem-mib", "5000")
+	l := startInLoop(t)
+	var s Snapshot
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	_, apps0, _ := runs()
+	time.Sleep(appsRefresh * 20 * time.Millisecond) // appsRefresh polls of the wait below
+	var w WaitFreeResponse
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(100 * time.Millisecond), Interval: Duration(20 * time.Millisecond)}, &w)
+	if w.Outcome != WaitTimedOut || len(w.Holders) != 1 {
+		t.Fatalf("outcome %s holders %+v reason %q", w.Outcome, w.Holders, w.Reason)
+	}
+	if _, apps, _ := runs(); apps == apps0 {
+		t.Error("the wait ran no --query-compute-apps: it used a listing older than appsRefresh of its polls")
+	}
+}
+
+// procState is the state letter of /proc/PID/stat.
+func procState(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return f[0]
+}
+
+// While no call reads it, the lingering stream is stopped (state T): it
+// costs the host nothing; a snapshot resumes it for its reading, and it
+// is stopped again after. Its nvidia-smi holds a device open (as the real
+// one does) but is the helper's own: no snapshot lists it as a holder.
+func TestSessionLingeringStreamIsPausedAndNoHolder(t *testing.T) {
+	setLinger(t, time.Minute)
+	slowStall(t)
+	h := newHost(t, 1)
+	wrap := filepath.Join(h.dir, "holding", "nvidia-smi")
+	if err := os.MkdirAll(filepath.Dir(wrap), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\nexec 3<'" + h.d("nvidiactl") + "' 4<'" + h.d("nvidia0") + "'\nexec '" + h.smi + "' \"$@\"\n"
+	if err := os.WriteFile(wrap, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := h.cfg
+	cfg.NvidiaSMI = wrap
+	pids := streamPIDs(t)
+	l := startInLoop(t)
+	var w WaitFreeResponse
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second)}, &w)
+	if w.Outcome != WaitFreed || len(pids()) != 1 {
+		t.Fatalf("wait: outcome %s reason %q streams %v", w.Outcome, w.Reason, pids())
+	}
+	stream := pids()[0]
+	for end := time.Now().Add(20 * time.Second); procState(t, stream) != "T"; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("lingering stream %d in state %s, want T (stopped)", stream, procState(t, stream))
+		}
+	}
+	var s Snapshot
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	if len(s.GPUs) != 1 || s.GPUs[0].UUID == "" || findHolder(&s, stream) != nil {
+		t.Fatalf("snapshot gpus %+v holders %+v: want the GPU, not the helper's own stream %d", s.GPUs, s.Holders, stream)
+	}
+	if len(pids()) != 1 {
+		t.Errorf("streams %v: the snapshot should have resumed the lingering one", pids())
+	}
+	for end := time.Now().Add(20 * time.Second); procState(t, stream) != "T"; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("stream %d in state %s after the snapshot, want T", stream, procState(t, stream))
+		}
+	}
+	// A process that is not the helper's own, holding the same devices, is listed.
+	mon := h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"))
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	if findHolder(&s, mon.pid) == nil || findHolder(&s, stream) != nil {
+		t.Errorf("holders %+v: want the monitor %d and not the stream %d", s.Holders, mon.pid, stream)
+	}
+	l.end()
+	if !reaped(stream) {
+		t.Errorf("stream %d outlived the session", stream)
+	}
+}
