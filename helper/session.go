@@ -174,25 +174,47 @@ func (ss *session) stopInBackground(s *memStream) {
 	}()
 }
 
-// snapshotStream is the shared stream of path when one runs, resumed for
-// the snapshot, and the release the snapshot calls once it has read it;
-// nil when there is none.
-func (ss *session) snapshotStream(path string) (*memStream, func()) {
+// snapshotStream is the shared stream of path, resumed for the snapshot,
+// and the release the snapshot calls once it has read it; nil when there
+// is none and none could start. With none running (and no wait reading
+// one) the snapshot starts it: its first round costs what a --query-gpu
+// run would, and the session's later snapshots and waits (a free's unit
+// stops, its look, its wait, its verification) then read the same process
+// instead of starting one each. started says so: a new stream's first
+// round comes after a process start, not within a period or two.
+func (ss *session) snapshotStream(path string) (s *memStream, release func(), started bool) {
 	if ss == nil {
-		return nil, nil
+		return nil, nil, false
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	s := ss.stream
-	if ss.closed || s == nil || s.path != path || !s.live() {
-		return nil, nil
+	if ss.closed {
+		return nil, nil, false
 	}
-	ss.use(s)
+	s = ss.stream
+	if s == nil || s.path != path || !s.live() {
+		if ss.waiting || memStreamPeriod <= 0 {
+			return nil, nil, false
+		}
+		if old := ss.stream; old != nil {
+			ss.stream = nil
+			ss.stopInBackground(old)
+		}
+		var err error
+		if s, err = startMemStream(path, memStreamPeriod); err != nil {
+			// The one-shot says what is wrong with nvidia-smi.
+			return nil, nil, false
+		}
+		ss.stream, ss.users, started = s, 1, true
+		ss.gen++
+	} else {
+		ss.use(s)
+	}
 	return s, func() {
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
 		ss.done(s)
-	}
+	}, started
 }
 
 // close stops the shared stream (the serve loop's end, after every call

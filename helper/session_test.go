@@ -221,8 +221,43 @@ func TestSessionSnapshotIsFresh(t *testing.T) {
 	}
 }
 
+// A session's first snapshot starts the stream instead of a --query-gpu
+// run: a worker started as the snapshot begins is in its reading, and the
+// wait and the snapshot after it read the same process.
+func TestSessionFirstSnapshotStartsStream(t *testing.T) {
+	setLinger(t, time.Minute)
+	slowStall(t)
+	h := newHost(t, 1)
+	cfg, runs := smiLog(t, h)
+	l := startInLoop(t)
+	var worker *holder
+	snapshotStartHook = func() { worker = h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "5000") }
+	t.Cleanup(func() { snapshotStartHook = nil })
+	var s Snapshot
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	snapshotStartHook = nil
+	if len(s.GPUs) != 1 || s.GPUs[0].MemUsedMiB != 5000 || findHolder(&s, worker.pid) == nil {
+		t.Fatalf("snapshot gpus %+v holders %+v: want GPU 0 at 5000 MiB held by pid %d", s.GPUs, s.Holders, worker.pid)
+	}
+	one, _, streams := runs()
+	if one != 0 || len(streams) != 1 {
+		t.Fatalf("first snapshot: %d --query-gpu, streams %v: want one stream and no one-shot", one, streams)
+	}
+	syscall.Kill(worker.pid, syscall.SIGKILL)
+	var w WaitFreeResponse
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second)}, &w)
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	if one, _, now := runs(); w.Outcome != WaitFreed || one != 0 || len(now) != 1 || len(s.GPUs) != 1 || s.GPUs[0].MemUsedMiB != 0 {
+		t.Errorf("wait %s (%q) and snapshot %+v: %d --query-gpu, streams %v: want GPU 0 freed, read from stream %d", w.Outcome, w.Reason, s.GPUs, one, now, streams[0])
+	}
+	l.end()
+	if !reaped(streams[0]) {
+		t.Errorf("stream pid %d outlived the session", streams[0])
+	}
+}
+
 // The stream ends on its own once no call used it for streamLinger; a
-// snapshot after that runs its one-shot, and the next wait a new stream.
+// snapshot after that starts a new one, which the next wait reads.
 func TestSessionStreamLingerEnds(t *testing.T) {
 	setLinger(t, 200*time.Millisecond)
 	slowStall(t)
@@ -242,12 +277,14 @@ func TestSessionStreamLingerEnds(t *testing.T) {
 	}
 	var s Snapshot
 	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
-	if one, _, _ := runs(); one != 1 || !s.SMI || len(s.GPUs) != 1 {
-		t.Errorf("snapshot after the linger: %d --query-gpu (want 1), gpus %+v", one, s.GPUs)
+	// With none lingering the snapshot starts the session's stream (no
+	// one-shot), and the next wait reads that one.
+	if one, _, streams := runs(); one != 0 || len(streams) != 2 || !s.SMI || len(s.GPUs) != 1 {
+		t.Errorf("snapshot after the linger: %d --query-gpu (want 0), streams %v (want a new one), gpus %+v", one, streams, s.GPUs)
 	}
 	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second)}, &w)
 	if _, _, streams = runs(); w.Outcome != WaitFreed || len(streams) != 2 {
-		t.Errorf("second wait: outcome %s, streams %v: want a new one", w.Outcome, streams)
+		t.Errorf("second wait: outcome %s, streams %v: want the snapshot's reused", w.Outcome, streams)
 	}
 	l.end()
 	for _, p := range streams {
@@ -257,8 +294,8 @@ func TestSessionStreamLingerEnds(t *testing.T) {
 	}
 }
 
-// A stream killed while it lingers is not reused: the next snapshot runs
-// its one-shot and the next wait starts a stream of its own.
+// A stream killed while it lingers is not reused: the next snapshot starts
+// a new one, which the next wait reads.
 func TestSessionDeadStreamFallsBack(t *testing.T) {
 	setLinger(t, time.Minute)
 	slowStall(t)
@@ -274,8 +311,10 @@ func TestSessionDeadStreamFallsBack(t *testing.T) {
 	killStream(t, streams[0])
 	var s Snapshot
 	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
-	if one, _, _ := runs(); one != 1 || !s.SMI || len(s.GPUs) != 1 || s.GPUs[0].UUID == "" {
-		t.Errorf("snapshot after the stream died: %d --query-gpu (want 1), gpus %+v", one, s.GPUs)
+	// Not the dead one: the snapshot starts a new stream, which the next
+	// wait reuses.
+	if one, _, streams := runs(); one != 0 || len(streams) != 2 || !s.SMI || len(s.GPUs) != 1 || s.GPUs[0].UUID == "" {
+		t.Errorf("snapshot after the stream died: %d --query-gpu (want 0), streams %v (want a new one), gpus %+v", one, streams, s.GPUs)
 	}
 	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second)}, &w)
 	if _, _, streams = runs(); w.Outcome != WaitFreed || len(streams) != 2 || strings.Contains(w.Reason, "memory stream") {
@@ -308,7 +347,7 @@ func TestSessionConcurrentWaits(t *testing.T) {
 		t.Errorf("the second wait's own stream (pid %d) is still there after its release", b.pid)
 	}
 	releaseA()
-	if st, release := ss.snapshotStream(h.smi); reaped(a.pid) || st != a {
+	if st, release, _ := ss.snapshotStream(h.smi); reaped(a.pid) || st != a {
 		t.Errorf("the shared stream (pid %d) did not linger after its wait", a.pid)
 	} else {
 		release()

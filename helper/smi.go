@@ -185,6 +185,9 @@ type smiRunner struct {
 	// read; else that call runs --query-gpu as without it. Used once.
 	stream *memStream
 	since  time.Time
+	// streamWait bounds the wait for that round when set (a stream the
+	// snapshot started: a process start); else the stream's roundWait.
+	streamWait time.Duration
 }
 
 func newSMIRunner(cfg Config) (*smiRunner, error) {
@@ -229,7 +232,11 @@ func (r *smiRunner) queryGPUs(ctx context.Context) ([]GPU, error) {
 	}
 	if st := r.stream; st != nil {
 		r.stream = nil
-		if gpus, ok := st.gpusSince(ctx, r.since, st.roundWait()); ok && wholeRows(gpus) {
+		wait := r.streamWait
+		if wait <= 0 {
+			wait = st.roundWait()
+		}
+		if gpus, ok := st.gpusSince(ctx, r.since, wait); ok && wholeRows(gpus) {
 			r.lastGPUs = slices.Clone(gpus)
 			if smiStreamHook != nil {
 				smiStreamHook()

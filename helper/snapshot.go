@@ -776,9 +776,12 @@ func (s *scanner) snapshot(ctx context.Context) (*Snapshot, error) {
 		// A stream a wait of this session left running: its first whole
 		// round begun after this call did is as fresh as a --query-gpu
 		// run started now, and costs no process start.
-		if st, release := sessionOf(ctx).snapshotStream(smi.path); st != nil {
+		if st, release, started := sessionOf(ctx).snapshotStream(smi.path); st != nil {
 			defer release()
 			smi.stream, smi.since = st, since
+			if started {
+				smi.streamWait = min(smi.timeout, memStreamStall)
+			}
 		}
 	}
 	gs, smiErr, err := s.read(ctx, smi, findErr)
