@@ -153,6 +153,16 @@ return "drained"`
 	if _, after := memAfter(res[0]); res[0].Status != StatusFailed || after != 20480 || res[0].Stats.Kills.Exited+res[0].Stats.Kills.Killed != 1 {
 		t.Errorf("failed after a kill: %+v", res[0])
 	}
+	// A kill makes stale only the GPUs its targets held: a wait that read
+	// them leaves nothing for an extra reading (GPU 0 was not touched).
+	f, hosts = drainHost()
+	res = Run(t.Context(), script(`gpu.mem(); gpu.kill(gpu.holders{gpus = {1}}); gpu.wait_free{gpus = {1}, timeout = "2s"}`), hosts, Options{Dial: f.dial})
+	if _, after := memAfter(res[0]); res[0].Status != StatusOK || after != 20480 || res[0].Stats.Stale {
+		t.Errorf("kill then wait: %+v", res[0])
+	}
+	if n := len(f.conns["gpu01"].Calls(helper.VerbSnapshot)); n != 2 {
+		t.Errorf("kill then wait: %d snapshots, want gpu.mem's and gpu.holders' (no extra one at the end)", n)
+	}
 	// A read-only script costs no extra reading.
 	f, hosts = drainHost()
 	Run(t.Context(), script(`return gpu.mem()`), hosts, Options{Dial: f.dial})

@@ -65,9 +65,15 @@ type Stats struct {
 	// stale: GPUs whose last reading predates a change (a kill, a stop).
 	stale        map[int]bool
 	wouldKillMiB int64
-	// holderMiB: GPU memory of each holder at its last reading, for what
-	// a dry-run kill would free.
-	holderMiB map[procKey]int64
+	// holders: each holder's GPU memory and GPUs at its last reading: what
+	// a dry-run kill would free, and which readings a kill makes stale.
+	holders map[procKey]holderSeen
+}
+
+// holderSeen is what the last reading said of one holder.
+type holderSeen struct {
+	mib  int64
+	gpus []int
 }
 
 // procKey names a process across the helper's answers (pid and start time;
@@ -104,16 +110,17 @@ func (s *Stats) ObserveGPUs(gpus []helper.GPU, thresholds map[int]int64) {
 	}
 }
 
-// ObserveHolders records each holder's GPU memory, so that the memory of
-// the processes a dry-run kill would signal can be told.
+// ObserveHolders records each holder's GPU memory and GPUs, so that the
+// memory of the processes a dry-run kill would signal can be told, and a
+// kill makes stale only the readings of the GPUs it can change.
 func (s *Stats) ObserveHolders(holders []helper.Holder) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.holderMiB == nil {
-		s.holderMiB = map[procKey]int64{}
+	if s.holders == nil {
+		s.holders = map[procKey]holderSeen{}
 	}
 	for _, h := range holders {
-		s.holderMiB[procKey{h.PID, h.StartTime}] = h.MemMiB
+		s.holders[procKey{h.PID, h.StartTime}] = holderSeen{mib: h.MemMiB, gpus: h.GPUs}
 	}
 }
 
@@ -125,6 +132,27 @@ func (s *Stats) changed() {
 	}
 	for idx := range s.gpus {
 		s.stale[idx] = true
+	}
+}
+
+// killed marks stale what a signal to k may have changed: the GPUs it
+// held at its last reading (GPU memory is charged only through a held
+// /dev/nvidiaN), every GPU for a process no reading named a GPU of (a
+// group member or child signalled with its target, one that held only
+// nvidiactl). Callers hold s.mu.
+func (s *Stats) killed(k helper.KillResult) {
+	seen, ok := s.holders[procKey{k.PID, k.StartTime}]
+	if !ok || len(seen.gpus) == 0 {
+		s.changed()
+		return
+	}
+	if s.stale == nil {
+		s.stale = map[int]bool{}
+	}
+	for _, idx := range seen.gpus {
+		if _, read := s.gpus[idx]; read {
+			s.stale[idx] = true
+		}
 	}
 }
 
@@ -185,7 +213,7 @@ func (s *Stats) AddKills(results []helper.KillResult) {
 	defer s.mu.Unlock()
 	for _, r := range results {
 		if len(r.Signals) > 0 && r.Outcome != helper.OutcomeWould {
-			s.changed()
+			s.killed(r)
 		}
 		switch r.Outcome {
 		case helper.OutcomeExited:
@@ -198,7 +226,7 @@ func (s *Stats) AddKills(results []helper.KillResult) {
 			s.kills.Skipped++
 		case helper.OutcomeWould:
 			s.kills.Would++
-			s.wouldKillMiB += s.holderMiB[procKey{r.PID, r.StartTime}]
+			s.wouldKillMiB += s.holders[procKey{r.PID, r.StartTime}].mib
 		}
 	}
 }
