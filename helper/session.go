@@ -2,6 +2,7 @@ package helper
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -36,13 +37,43 @@ type session struct {
 	// returns only once they are reaped.
 	stopping sync.WaitGroup
 	// listing is what the session's latest snapshot learnt from
-	// --query-compute-apps, for the next wait's first poll.
-	listing struct {
-		key    string
-		at     time.Time
-		judged ownership
-	}
+	// --query-compute-apps, for the next wait's first poll and the next
+	// snapshot (see reuseListing).
+	listing sessionListing
 }
+
+// sessionListing is one snapshot's listing and the GPU readings it was
+// judged against.
+type sessionListing struct {
+	key    string
+	at     time.Time
+	judged ownership
+	// gpus are the snapshot's GPUs (memory as read with the listing),
+	// owners the identities the listing made owners of each GPU and
+	// ownersMiB what it charged to them there (-1: an amount it did not
+	// tell); elsewhereMiB and unplaced are gpuState's.
+	gpus         []GPU
+	owners       map[int][]Identity
+	ownersMiB    map[int]int64
+	elsewhereMiB map[int]int64
+	unplaced     bool
+}
+
+// Session is a session for calls served in-process (a local connection's
+// calls run helper.Serve in gpush itself): bound to their contexts, they
+// share what a serve loop's calls share. Close it when the last call
+// returned.
+type Session struct{ ss *session }
+
+// NewSession returns a session for in-process calls.
+func NewSession() *Session { return &Session{ss: newSession()} }
+
+// Bind makes the calls under ctx share s.
+func (s *Session) Bind(ctx context.Context) context.Context { return withSession(ctx, s.ss) }
+
+// Close stops the stream the session's calls left lingering and waits
+// until it is reaped; later calls run as outside a session.
+func (s *Session) Close() { s.ss.close() }
 
 type sessionKey struct{}
 
@@ -237,16 +268,53 @@ func listingKey(cfg Config, smiPath string) string {
 }
 
 // recordListing keeps what a snapshot's listing, started at at, said of
-// each holder.
-func (ss *session) recordListing(key string, at time.Time, holders []Holder) {
+// each holder, and the GPUs and ghosts it was read with.
+func (ss *session) recordListing(key string, at time.Time, gs gpuState) {
 	if ss == nil {
 		return
 	}
-	o := ownership{}
-	o.record(holders)
+	l := sessionListing{key: key, at: at, judged: ownership{}, gpus: slices.Clone(gs.gpus),
+		owners: map[int][]Identity{}, ownersMiB: map[int]int64{}, elsewhereMiB: gs.elsewhereMiB, unplaced: gs.unplaced}
+	l.judged.record(gs.holders)
+	for _, h := range gs.holders {
+		if !h.Owner {
+			continue
+		}
+		gpus := slices.Clone(h.GPUs)
+		for g := range h.MemByGPU {
+			if !slices.Contains(gpus, g) {
+				gpus = append(gpus, g)
+			}
+		}
+		for _, g := range gpus {
+			l.owners[g] = append(l.owners[g], h.Identity)
+			// An owner the listing does not charge on g (one that maps the
+			// device unlisted, as a forked child does) holds 0 there.
+			switch mib := h.MemByGPU[g]; {
+			case mib < 0 || l.ownersMiB[g] < 0:
+				l.ownersMiB[g] = -1
+			default:
+				l.ownersMiB[g] += mib
+			}
+		}
+	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	ss.listing.key, ss.listing.at, ss.listing.judged = key, at, o
+	ss.listing = l
+}
+
+// snapshotListing is the session's latest snapshot listing of key; false
+// when there is none. Its maps are the session's: read them only.
+func (ss *session) snapshotListing(key string) (sessionListing, bool) {
+	if ss == nil {
+		return sessionListing{}, false
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.listing.judged == nil || ss.listing.key != key {
+		return sessionListing{}, false
+	}
+	return ss.listing, true
 }
 
 // lastListing is the judgments of the session's latest snapshot listing

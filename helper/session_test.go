@@ -524,3 +524,156 @@ func TestSessionLingeringStreamIsPausedAndNoHolder(t *testing.T) {
 		t.Errorf("stream %d outlived the session", stream)
 	}
 }
+
+// A session's snapshot judges by the last snapshot's listing while no GPU's
+// memory or owners changed (a free's look after its unit stop), and lists
+// anew when they did: a freed GPU (its owner gone, 0 MiB) needs no listing,
+// a new worker, memory kept by a gone owner's child (a ghost) or an old
+// listing do; a ghost's GPU read at 0 MiB again does not.
+func TestSessionSnapshotReusesListing(t *testing.T) {
+	if !(procFS{dir: "/proc"}).inHostPIDNamespace() {
+		t.Skip("the test runs outside the host's PID namespace: no listing is reused there")
+	}
+	setLinger(t, time.Minute)
+	slowStall(t)
+	// Snapshots come seconds apart on a loaded machine: the age bound is
+	// tested at the end.
+	oldReuse := listingReuse
+	listingReuse = time.Minute
+	t.Cleanup(func() { listingReuse = oldReuse })
+	h := newHost(t, 3)
+	cfg, runs := smiLog(t, h)
+	w0 := h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"), "--mem-mib", "5000")
+	w1 := h.start("", "--dev", h.d("nvidia1"), "--dev", h.d("nvidiactl"), "--mem-mib", "3000")
+	mon := h.start(h.as("nvitop"), "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"))
+	l := startInLoop(t)
+	snap := func(what string, wantApps int) *Snapshot {
+		t.Helper()
+		_, before, _ := runs()
+		var s Snapshot
+		l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+		if _, apps, _ := runs(); apps-before != wantApps {
+			t.Errorf("%s: %d --query-compute-apps, want %d", what, apps-before, wantApps)
+		}
+		return &s
+	}
+	owner := func(s *Snapshot, pid int, mib int64) {
+		t.Helper()
+		if hd := findHolder(s, pid); hd == nil || !hd.Owner || hd.OwnerWhy != "listed by nvidia-smi" || hd.MemMiB != mib {
+			t.Errorf("pid %d: %+v, want an owner of %d MiB", pid, hd, mib)
+		}
+	}
+	snap("first", 1)
+	s := snap("nothing changed", 0)
+	owner(s, w0.pid, 5000)
+	owner(s, w1.pid, 3000)
+	if hd := findHolder(s, mon.pid); hd == nil || hd.Owner {
+		t.Errorf("monitor: %+v", hd)
+	}
+	if st := statusOf(t, s.Status, 0); st.State != GPUHeld || !slices.Equal(st.Owners, []int{w0.pid}) {
+		t.Errorf("GPU 0: %+v", st)
+	}
+
+	syscall.Kill(w1.pid, syscall.SIGKILL)
+	err := <-w1.done
+	w1.done <- err
+	for end := time.Now().Add(10 * time.Second); !reaped(w1.pid) && time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+	}
+	s = snap("GPU 1's owner gone, its memory with it", 0)
+	if st := statusOf(t, s.Status, 1); st.State != GPUFree {
+		t.Errorf("GPU 1: %+v, want free", st)
+	}
+	owner(s, w0.pid, 5000)
+
+	w2 := h.start("", "--dev", h.d("nvidia2"), "--dev", h.d("nvidiactl"), "--mem-mib", "2000")
+	s = snap("a new worker", 1)
+	owner(s, w2.pid, 2000)
+
+	k := h.start("", "--dev", h.d("nvidia1"), "--dev", h.d("nvidiactl"), "--mem-mib", "1000", "--keeper")
+	snap("a worker and its keeper", 1)
+	syscall.Kill(k.pid, syscall.SIGKILL)
+	err = <-k.done
+	k.done <- err
+	s = snap("the worker gone, its keeper keeping its memory", 1)
+	if len(s.Ghosts) != 1 || s.Ghosts[0].PID != k.pid || s.Ghosts[0].GPU != 1 {
+		t.Errorf("ghosts %+v, want pid %d's memory on GPU 1", s.Ghosts, k.pid)
+	}
+	snap("memory still charged to the gone worker", 1)
+	// The keeper gone too: GPU 1 reads 0 MiB, nothing is charged to anyone.
+	syscall.Kill(k.child, syscall.SIGKILL)
+	for end := time.Now().Add(10 * time.Second); !gone(k.child) && time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+	}
+	s = snap("the ghost's memory released", 0)
+	if st := statusOf(t, s.Status, 1); st.State != GPUFree || len(s.Ghosts) != 0 {
+		t.Errorf("GPU 1: %+v, ghosts %+v: want free", st, s.Ghosts)
+	}
+
+	listingReuse = 50 * time.Millisecond
+	time.Sleep(listingReuse)
+	snap("an old listing", 1)
+}
+
+// A worker killed beside another on the same GPU: the snapshot while its
+// memory drains lists (an owner is gone, memory stays); once the driver
+// released it, the next reads the survivor's memory alone and needs no
+// listing. A wait in the session after such a kill lets the stream watch
+// the drain instead of listing every poll, and still says freed only once
+// the memory is gone.
+func TestSessionDrainNeedsNoListing(t *testing.T) {
+	if !(procFS{dir: "/proc"}).inHostPIDNamespace() {
+		t.Skip("the test runs outside the host's PID namespace")
+	}
+	setLinger(t, time.Minute)
+	slowStall(t)
+	oldReuse := listingReuse
+	listingReuse = time.Minute
+	t.Cleanup(func() { listingReuse = oldReuse })
+	h := newHost(t, 2)
+	h.fake.ReleaseDelay = "400ms"
+	h.save()
+	cfg, runs := smiLog(t, h)
+	a := h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"), "--mem-mib", "5000")
+	b := h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"), "--mem-mib", "3000")
+	l := startInLoop(t)
+	var s Snapshot
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	kill := func(hd *holder) {
+		syscall.Kill(hd.pid, syscall.SIGKILL)
+		err := <-hd.done
+		hd.done <- err
+	}
+	kill(b)
+	_, apps0, _ := runs()
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	if _, apps, _ := runs(); apps != apps0+1 || s.GPUs[0].MemUsedMiB != 8000 {
+		t.Fatalf("right after the kill: %d listings, GPU 0 at %d MiB: want 1 listing, 8000 MiB draining", apps-apps0, s.GPUs[0].MemUsedMiB)
+	}
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		// Outside the session, through the unlogged nvidia-smi.
+		if s, err := TakeSnapshot(context.Background(), h.cfg); err == nil && s.GPUs[0].MemUsedMiB == 5000 {
+			break
+		}
+	}
+	_, apps0, _ = runs()
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	if _, apps, _ := runs(); apps != apps0 {
+		t.Errorf("after the drain: %d listings, want 0", apps-apps0)
+	}
+	if hd := findHolder(&s, a.pid); s.GPUs[0].MemUsedMiB != 5000 || hd == nil || !hd.Owner || hd.MemMiB != 5000 {
+		t.Errorf("after the drain: GPU 0 at %d MiB, survivor %+v", s.GPUs[0].MemUsedMiB, hd)
+	}
+
+	kill(a)
+	_, apps0, _ = runs()
+	var w WaitFreeResponse
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, GPUs: []int{0}, Timeout: Duration(10 * time.Second)}, &w)
+	if !w.OK || w.Outcome != WaitFreed || w.GPUs[0].MemUsedMiB != 0 {
+		t.Fatalf("wait after the last kill: %s %q GPUs %+v", w.Outcome, w.Reason, w.GPUs)
+	}
+	if _, apps, _ := runs(); apps != apps0 {
+		t.Errorf("the wait listed %d times while the killed worker's memory drained, want 0", apps-apps0)
+	}
+	if len(w.Timeline) < 2 || w.Timeline[0].UsedMiB[0] != 5000 {
+		t.Errorf("timeline %+v: want the drain seen (5000 MiB at first)", w.Timeline)
+	}
+}

@@ -590,7 +590,12 @@ type gpuState struct {
 	// apps: compute apps were read and merged (owners, memory, ghosts).
 	apps   bool
 	ghosts []Ghost
-	warns  []string
+	// elsewhereMiB is the memory the listing charged to pids no holder is
+	// (gone: ghosts; or not seen), per GPU, -1 for an amount it did not
+	// tell; unplaced: it listed an app on a GPU it does not list.
+	elsewhereMiB map[int]int64
+	unplaced     bool
+	warns        []string
 }
 
 // readGPUs runs --query-gpu and maps minors. A missing nvidia-smi is not an
@@ -655,10 +660,42 @@ func (s *scanner) readApps(ctx context.Context, gs *gpuState) error {
 	for _, a := range apps {
 		listed[a.PID] = true
 	}
+	gs.elsewhereMiB, gs.unplaced = chargedElsewhere(gs.holders, gs.gpus, apps)
 	s.markMapped(gs.holders, listed, gs.mapping)
 	narrowKeepers(gs.ghosts, gs.holders)
 	gs.apps = true
 	return nil
+}
+
+// chargedElsewhere sums, per GPU, the memory apps charge to pids that no
+// holder is (see gpuState.elsewhereMiB).
+func chargedElsewhere(holders []Holder, gpus []GPU, apps []computeApp) (map[int]int64, bool) {
+	held := map[int]bool{}
+	for _, h := range holders {
+		held[h.PID] = true
+	}
+	out := map[int]int64{}
+	unplaced := false
+	for _, a := range apps {
+		if held[a.PID] {
+			continue
+		}
+		idx := slices.IndexFunc(gpus, func(g GPU) bool {
+			return a.GPUUUID != "" && g.UUID == a.GPUUUID || a.BusID != "" && g.BusID != "" && normBusID(g.BusID) == normBusID(a.BusID)
+		})
+		if idx < 0 {
+			unplaced = true
+			continue
+		}
+		g := gpus[idx].Index
+		switch {
+		case a.MemMiB < 0 || out[g] < 0:
+			out[g] = -1
+		default:
+			out[g] += a.MemMiB
+		}
+	}
+	return out, unplaced
 }
 
 // nothingAllocated: every GPU nvidia-smi lists reads 0 MiB used, the
@@ -683,6 +720,79 @@ func (s *scanner) nothingAllocated(gs gpuState) bool {
 			return false
 		}
 	}
+	return true
+}
+
+// listingReuse bounds the age of a session's listing that a snapshot
+// may judge by instead of listing anew: a wait's polls keep theirs for
+// appsRefresh polls of its default interval. A variable for tests.
+var listingReuse = appsRefresh * DefaultWaitInterval
+
+// reuseListing judges gs by the session's latest snapshot listing, younger
+// than listingReuse, when a listing now could say nothing else of it, and
+// reports whether it did. A free reads the host once per step (the unit
+// stop's leftovers, gpu.free's look, its verification) a round trip or
+// two apart; each --query-compute-apps costs a process start (47 ms on
+// the H200).
+//
+// Why that stays true: every process the listing names has a compute
+// context, and a context maps the device files and holds GPU memory (see
+// nothingAllocated). So a holder that maps a device now and was no owner
+// then (a new worker, a monitor that made a context) makes a listing
+// needed, and so does memory that grew. For each GPU, either every owner
+// the listing named on it is still there and its memory reads no more
+// than it read then less all the listing charged to pids no holder was,
+// and no less than those owners held (the same contexts: what went is
+// memory of gone pids, a stopped worker's still draining then), or it
+// reads 0 MiB and none of those owners is there (no context at all: no
+// owner, no ghost). Anything else (an owner gone while memory stays,
+// charges of an amount unknown, an app on a GPU not listed, another GPU
+// list): a new listing. The owners' amounts are the listing's, at most
+// listingReuse old.
+func (s *scanner) reuseListing(ctx context.Context, gs *gpuState, key string) bool {
+	l, ok := sessionOf(ctx).snapshotListing(key)
+	if !ok || l.unplaced || time.Since(l.at) >= listingReuse || !sameGPUs(l.gpus, gs.gpus) {
+		return false
+	}
+	here := map[Identity]bool{}
+	for _, h := range gs.holders {
+		here[h.Identity] = true
+	}
+	all := map[int]bool{}
+	for i, g := range gs.gpus {
+		if g.Source != SourceSMI || l.gpus[i].Source != SourceSMI {
+			return false
+		}
+		all[g.Index] = true
+		owners := l.owners[g.Index]
+		left := 0
+		for _, id := range owners {
+			if here[id] {
+				left++
+			}
+		}
+		now, then := g.MemUsedMiB, l.gpus[i].MemUsedMiB
+		elsewhere, held := l.elsewhereMiB[g.Index], l.ownersMiB[g.Index]
+		switch {
+		case left == len(owners) && elsewhere >= 0 && held >= 0 && now >= held && now <= then-elsewhere:
+		case now == 0 && left == 0:
+		default:
+			return false
+		}
+	}
+	for _, h := range gs.holders {
+		if j, judged := l.judged[h.Identity]; judged && j.Owner || !h.SharedOnly && len(h.GPUs) == 0 {
+			continue
+		}
+		if len(s.mappedDevices(h.PID)) > 0 {
+			return false
+		}
+	}
+	l.judged.apply(gs.holders, all)
+	for i := range gs.holders {
+		markSuspicious(&gs.holders[i])
+	}
+	gs.apps = true
 	return true
 }
 
@@ -804,14 +914,15 @@ func (s *scanner) snapshot(ctx context.Context) (*Snapshot, error) {
 			markSuspicious(&gs.holders[i])
 		}
 		gs.apps = true
-	} else {
+	} else if !s.reuseListing(ctx, &gs, listingKey(s.cfg, smi.path)) {
 		at := time.Now()
 		if err := s.readApps(ctx, &gs); err != nil {
 			gs.warns = append(gs.warns, "nvidia-smi compute apps: "+err.Error()+": owners judged by mapped devices and nvidia-uvm only")
 			s.noListing(&gs)
 		} else {
-			// The session's next wait may start from it (see WaitFree).
-			sessionOf(ctx).recordListing(listingKey(s.cfg, smi.path), at, gs.holders)
+			// The session's next wait and snapshot may start from it (see
+			// WaitFree, reuseListing).
+			sessionOf(ctx).recordListing(listingKey(s.cfg, smi.path), at, gs)
 		}
 	}
 	if err := ctx.Err(); err != nil {

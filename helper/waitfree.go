@@ -231,6 +231,10 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		case !gs.smiOK:
 			s.noListing(&gs)
 			status = assessChosen(gs, nil, want, resp.ThresholdMiB)
+		case !unjudged && !(sinceApps >= appsRefresh && judged.any(gs.holders)) && given == nil && stream != nil &&
+			time.Since(start) < drainDefer && time.Until(deadline) > interval && drainOfGone(status, gs.holders, judged):
+			// Memory its killed or stopped owners left, still draining: the
+			// stream tells when it is released (see drainDefer).
 		case unjudged || needApps(status) || sinceApps >= appsRefresh && judged.any(gs.holders) ||
 			given != nil && len(given.left(gs.holders)) == 0:
 			// For given holders, the listing tells whether memory is still
@@ -533,6 +537,48 @@ const (
 	drainPolls    = 10
 )
 
+// drainDefer is how long after a wait starts memory that gone owners left
+// is left to drain without a --query-compute-apps each poll: the listing
+// would only name the gone pids (ghosts) until the driver releases it, 72
+// ms after SIGKILL for 10 GiB on the H200, up to 300 ms for 100 GiB.
+// Memory still held after it is listed as before (a ghost a forked child
+// keeps), and so is any before a verdict: the deferral ends an interval
+// before the deadline.
+const drainDefer = time.Second
+
+// drainOfGone: some chosen GPU reads over its threshold with no owner
+// (memory-held), and on every such GPU an owner a listing judged is gone
+// (its memory drains), with nothing protected or suspicious: the only
+// listing a poll would run is for memory the stream watches drain.
+func drainOfGone(status []GPUStatus, holders []Holder, judged ownership) bool {
+	here := map[Identity]bool{}
+	for _, h := range holders {
+		here[h.Identity] = true
+	}
+	held := false
+	for _, st := range status {
+		switch st.State {
+		case GPUProtected, GPUSuspicious:
+			return false
+		case GPUMemoryHeld:
+		default:
+			continue
+		}
+		held = true
+		goneOwner := false
+		for id, j := range judged {
+			if j.Owner && !here[id] && (slices.Contains(j.GPUs, st.Index) || j.MemByGPU[st.Index] > 0) {
+				goneOwner = true
+				break
+			}
+		}
+		if !goneOwner {
+			return false
+		}
+	}
+	return held
+}
+
 // draining: a chosen GPU reads over its threshold with no owner and nothing
 // suspicious.
 func draining(status []GPUStatus) bool {
@@ -618,7 +664,8 @@ func (o ownership) covers(holders []Holder) bool {
 
 func (o ownership) record(holders []Holder) {
 	for _, h := range holders {
-		o[h.Identity] = Holder{Owner: h.Owner, OwnerWhy: h.OwnerWhy, MemMiB: h.MemMiB, MemByGPU: h.MemByGPU}
+		// GPUs only for drainOfGone: apply takes the scan's.
+		o[h.Identity] = Holder{Owner: h.Owner, OwnerWhy: h.OwnerWhy, MemMiB: h.MemMiB, MemByGPU: h.MemByGPU, GPUs: h.GPUs}
 	}
 }
 
