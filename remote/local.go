@@ -27,14 +27,22 @@ type localConn struct {
 
 	helper  helperCache
 	uploads atomic.Int32
+	// session is shared by the in-process calls, as a remote host's serve
+	// session is by its calls (the memory stream, the last listing).
+	session *helper.Session
 }
 
 func newLocal(h inventory.Host, o Options) *localConn {
-	return &localConn{host: h, o: o, log: o.Logger.With("host", h.Name)}
+	return &localConn{host: h, o: o, log: o.Logger.With("host", h.Name), session: helper.NewSession()}
 }
 
 func (c *localConn) Host() string { return c.host.Name }
-func (c *localConn) Close() error { return nil }
+
+// Close stops what the session's calls left running (a paused stream).
+func (c *localConn) Close() error {
+	c.session.Close()
+	return nil
+}
 
 // Run execs argv directly: no shell is involved.
 func (c *localConn) Run(ctx context.Context, argv []string, opts RunOptions) (*Result, error) {
@@ -130,7 +138,7 @@ func (c *localConn) Helper(ctx context.Context, verb string, req, resp any) erro
 		defer stop(nil)
 		out := newCapWriter("stdout", HelperMaxOutput, func(*capWriter) { stop(ErrOutputCap) })
 		res := &Result{}
-		serr := helper.Serve(sctx, verb, bytes.NewReader(body), out)
+		serr := helper.Serve(c.session.Bind(sctx), verb, bytes.NewReader(body), out)
 		if cerr := capErr(c.host.Name, "helper "+verb, out); cerr != nil {
 			return cerr
 		}

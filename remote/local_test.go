@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpush/gpush/helper"
 	"github.com/gpush/gpush/inventory"
@@ -122,5 +124,52 @@ func TestLocalHelperInProcessAndBecome(t *testing.T) {
 	p, _ := c.DeployHelper(context.Background())
 	if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o755 {
 		t.Fatalf("deployed helper %s: %v", p, err)
+	}
+}
+
+// A local connection's in-process calls share one session, as a remote
+// host's serve session does: two snapshots read one nvidia-smi stream
+// (no --query-gpu one-shot), and Close stops and reaps it.
+func TestLocalHelperCallsShareASession(t *testing.T) {
+	c, _ := localHost(t)
+	dir := t.TempDir()
+	log := filepath.Join(dir, "runs")
+	smi := filepath.Join(dir, "nvidia-smi")
+	script := "#!/bin/sh\necho \"$$ ${1%%=*}\" >> '" + log + "'\n" +
+		"line='0, GPU-d7f963c5-cdb5-ba9d-c562-000000000000, NVIDIA H200, 00000000:18:00.0, 0, 143771'\n" +
+		"case $1 in\n-lms) while :; do echo \"$line\"; sleep 0.01; done ;;\n--query-gpu*) echo \"$line\" ;;\nesac\n"
+	if err := os.WriteFile(smi, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	req := helper.SnapshotRequest{Config: helper.Config{DevDir: t.TempDir(), NvidiaSMI: smi, SMITimeout: helper.Duration(time.Minute)}}
+	for i := 0; i < 2; i++ {
+		var snap helper.Snapshot
+		if err := c.Helper(context.Background(), helper.VerbSnapshot, req, &snap); err != nil {
+			t.Fatal(err)
+		}
+		if len(snap.GPUs) != 1 || snap.GPUs[0].MemTotalMiB != 143771 {
+			t.Fatalf("snapshot %d: GPUs %+v warnings %v", i+1, snap.GPUs, snap.Warnings)
+		}
+	}
+	b, _ := os.ReadFile(log)
+	var streams []int
+	oneShots := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var pid int
+		var form string
+		fmt.Sscan(line, &pid, &form)
+		switch form {
+		case "-lms":
+			streams = append(streams, pid)
+		case "--query-gpu":
+			oneShots++
+		}
+	}
+	if len(streams) != 1 || oneShots != 0 {
+		t.Fatalf("runs %q: want one stream and no --query-gpu one-shot", b)
+	}
+	c.Close()
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", streams[0])); err == nil {
+		t.Errorf("stream pid %d still there after Close", streams[0])
 	}
 }
