@@ -543,10 +543,23 @@ func (s *scanner) unitSupervisors(ctx context.Context, results []KillResult, uni
 		}
 		children[u] = append(children[u], r.PID)
 	}
+	if len(order) == 0 {
+		return nil
+	}
+	// One show for every unit, as a unit stop does; when it fails (a
+	// unit name systemctl refuses) each is asked alone, so that one
+	// cannot hide the others.
+	all, err := showUnits(ctx, systemctl, unitShowTimeout, order)
+	if err != nil {
+		all = make([]map[string]string, len(order))
+		for i, u := range order {
+			all[i], _ = showUnit(ctx, systemctl, unitShowTimeout, u)
+		}
+	}
 	var out []Supervisor
-	for _, u := range order {
-		props, err := showUnit(ctx, systemctl, unitShowTimeout, u)
-		if err != nil {
+	for i, u := range order {
+		props := all[i]
+		if props == nil {
 			continue
 		}
 		restart, state := props["Restart"], props["ActiveState"]

@@ -515,14 +515,30 @@ func TestRealSystemdRestartAlways(t *testing.T) {
 	if w == nil {
 		t.Fatalf("worker %d not a holder", second)
 	}
-	kr, err := Kill(context.Background(), KillRequest{Config: h.cfg, Targets: []Identity{w.Identity}, Grace: Duration(2 * time.Second)})
+	// With the worker of a unit that does not restart, killed in the same
+	// request (one systemctl show for both units): only the first is named.
+	const other = "oneshot-worker.service"
+	h.addUnit(other, []string{holderBin, "--dev", h.d("nvidia0"), "--mem-mib", "1024"}, "Restart=no")
+	if st := h.unit(UnitStart, other); !st.OK {
+		t.Fatalf("start %s: %+v", other, st)
+	}
+	third := h.ready(other, 1)[0]
+	snap = snapshot(t, h.cfg)
+	w3 := findHolder(snap, third)
+	if w3 == nil {
+		t.Fatalf("worker %d not a holder", third)
+	}
+	kr, err := Kill(context.Background(), KillRequest{Config: h.cfg, Targets: []Identity{w.Identity, w3.Identity}, Grace: Duration(2 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var sup *Supervisor
 	for i := range kr.Supervisors {
-		if kr.Supervisors[i].Unit == name {
+		switch kr.Supervisors[i].Unit {
+		case name:
 			sup = &kr.Supervisors[i]
+		case other:
+			t.Errorf("%s (Restart=no) named as a supervisor: %+v", other, kr.Supervisors[i])
 		}
 	}
 	if sup == nil || sup.Restart != "always" || !slices.Contains(sup.Children, second) || !strings.Contains(sup.Why, "stop the unit") {
