@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/gpush/gpush/lab/labsystemd"
+	"golang.org/x/sys/unix"
 )
 
 // Binary is the systemd that is booted.
@@ -80,6 +81,9 @@ type Systemd struct {
 	Boot time.Duration
 	// Log is PID 1's console (its own log lines).
 	Log string
+
+	// nsenter and systemctl are the host's tools Run goes through.
+	nsenter, systemctl string
 
 	cmd     *exec.Cmd
 	waited  chan struct{}
@@ -152,7 +156,8 @@ func Boot(ctx context.Context, o Options) (_ *Systemd, err error) {
 		return nil, fmt.Errorf("nssystemd: %w", err)
 	}
 	// s, not the result: a failed Boot returns nil and still cleans up s.
-	s := &Systemd{Dir: o.Dir, Hierarchies: hs, Log: filepath.Join(o.Dir, "systemd-console.log"), waited: make(chan struct{})}
+	s := &Systemd{Dir: o.Dir, Hierarchies: hs, Log: filepath.Join(o.Dir, "systemd-console.log"), waited: make(chan struct{}),
+		nsenter: nsenter, systemctl: systemctl}
 	s.CgroupBase, err = s.makeCgroups()
 	if err != nil {
 		return nil, err
@@ -214,7 +219,7 @@ func Boot(ctx context.Context, o Options) (_ *Systemd, err error) {
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
-	out, _ := exec.CommandContext(ctx, s.Systemctl, "is-system-running", "--wait").Output()
+	out, _ := s.command(ctx, "is-system-running", "--wait").Output()
 	if st := strings.TrimSpace(string(out)); st != "running" && st != "degraded" {
 		return nil, fmt.Errorf("nssystemd: systemd did not boot (is-system-running: %q, %v): %s", st, ctx.Err(), tail(s.Log))
 	}
@@ -337,13 +342,103 @@ func (s *Systemd) root() string { return fmt.Sprintf("/proc/%d/root", s.PID) }
 // Run runs systemctl ARGS inside the namespace and returns its stdout; a
 // non-zero exit is an error carrying what it printed.
 func (s *Systemd) Run(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, s.Systemctl, args...)
+	cmd := s.command(ctx, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return out.String(), fmt.Errorf("nssystemd: systemctl %s: %w (killed with the systemctl it ran: %v): %s%s", strings.Join(args, " "), ctx.Err(), err, out.String(), errb.String())
+		}
 		return out.String(), fmt.Errorf("nssystemd: systemctl %s: %w: %s%s", strings.Join(args, " "), err, out.String(), errb.String())
 	}
 	return out.String(), nil
+}
+
+// command is `systemctl ARGS` inside the namespace, through nsenter as the
+// Systemctl wrapper runs it. nsenter forks systemctl into the PID namespace
+// and waits for it, so killing nsenter alone when ctx ends leaves systemctl
+// running there (re-parented to the namespace's systemd, still waiting on
+// its job) and holding the output pipes that Wait reads to their end. Its
+// cancel kills that child too, by its pid, and lets nsenter reap it.
+func (s *Systemd) command(ctx context.Context, args ...string) *exec.Cmd {
+	argv := append([]string{"-t", strconv.Itoa(s.PID), "-m", "-p", "--", s.systemctl}, args...)
+	cmd := exec.CommandContext(ctx, s.nsenter, argv...)
+	cmd.Cancel = func() error { return killForker(cmd.Process) }
+	// Should anything still hold the pipes after that, Wait stops reading.
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// killForker ends p, a process that forks a child and waits for it
+// (nsenter), together with its children. Stopped first, p forks no child
+// after they are listed; each child is KILLed by its pid while it is still
+// p's; continued, p reaps them and exits with their signal (nsenter does),
+// and p itself is KILLed when it had none. The caller's Wait reaps p.
+func killForker(p *os.Process) error {
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		return err // gone already (os.ErrProcessDone)
+	}
+	// A signal takes effect on the way out of the kernel: after a fork in
+	// flight, so the children listed below are all there are.
+	for i := 0; i < 1000; i++ {
+		st, ok := labsystemd.State(p.Pid)
+		if !ok || st == "T" || st == "t" || st == "Z" || st == "X" {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	children := childrenOf(p.Pid)
+	var errs []error
+	for _, c := range children {
+		if err := killChild(c, p.Pid); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(children) == 0 {
+		errs = append(errs, p.Kill())
+	} else {
+		errs = append(errs, p.Signal(syscall.SIGCONT))
+	}
+	return errors.Join(errs...)
+}
+
+// childrenOf lists the pids whose parent is pid (from /proc/*/stat: this
+// kernel has no /proc/PID/task/TID/children).
+func childrenOf(pid int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	want := strconv.Itoa(pid)
+	var out []int
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if f, err := labsystemd.StatFields(c); err == nil && len(f) > 1 && f[1] == want {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// killChild KILLs pid while it is parent's child: the pidfd pins the
+// process, so the parent read after opening it is that process's.
+func killChild(pid, parent int) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return nil // gone already
+	}
+	defer unix.Close(fd)
+	f, err := labsystemd.StatFields(pid)
+	if err != nil || len(f) < 2 || f[1] != strconv.Itoa(parent) {
+		return nil // no longer parent's
+	}
+	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("kill pid %d (forked by pid %d): %w", pid, parent, err)
+	}
+	return nil
 }
 
 // Show returns the unit's properties as `systemctl show` prints them.
