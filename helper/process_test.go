@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpush/gpush/lab/labbuild"
 	"github.com/gpush/gpush/lab/labgpu"
 )
 
@@ -36,13 +37,18 @@ func testMain(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	holderBin = filepath.Join(dir, "gpu-holder")
 	fakeSMIBin = filepath.Join(dir, "fake-nvidia-smi")
-	for out, pkg := range map[string]string{holderBin: "../lab/cmd/gpu-holder", fakeSMIBin: "../lab/cmd/fake-nvidia-smi"} {
-		cmd := exec.Command("go", "build", "-o", out, pkg)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n", pkg, err)
-			return 1
-		}
+	// The holder the lab runs: its C build where cc is there.
+	kind, err := labbuild.TestHolder(context.Background(), holderBin)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build gpu-holder: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "helper tests: %s gpu-holder\n", kind)
+	cmd := exec.Command("go", "build", "-o", fakeSMIBin, "../lab/cmd/fake-nvidia-smi")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "build fake-nvidia-smi: %v\n", err)
+		return 1
 	}
 	// Orphaned holders are re-parented to this process, which reaps them,
 	// instead of to a pid 1 that may never reap (zombies left behind).

@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpush/gpush/lab/labbuild"
 	"github.com/gpush/gpush/lab/labgpu"
 	"github.com/gpush/gpush/lab/labsystemd"
 	"github.com/gpush/gpush/lab/latency"
@@ -413,14 +414,7 @@ func Build(ctx context.Context, binDir string, have Binaries) (Binaries, error) 
 }
 
 // GoBuild runs `go build -o out pkg` (CGO off: the lab binaries are static).
-func GoBuild(ctx context.Context, out, pkg string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
-	}
-	return nil
-}
+func GoBuild(ctx context.Context, out, pkg string) error { return labbuild.Go(ctx, out, pkg) }
 
 func (l *Lab) layoutHost(name, scenario string) (Host, error) {
 	switch scenario {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpush/gpush/lab/labbuild"
 	"github.com/gpush/gpush/lab/labgpu"
 	"github.com/gpush/gpush/lab/labsystemd"
 )
@@ -27,14 +29,19 @@ func TestMain(m *testing.M) {
 	}
 	fakeBin = filepath.Join(dir, "fake-systemctl")
 	holderBin = filepath.Join(dir, "python3")
-	for _, b := range []struct{ out, pkg string }{{fakeBin, "."}, {holderBin, "../gpu-holder"}} {
-		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b.pkg, err, out)
-			os.Exit(1)
-		}
+	cmd := exec.Command("go", "build", "-o", fakeBin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build fake-systemctl: %v\n%s", err, out)
+		os.Exit(1)
 	}
+	// The holder the lab runs: its C build where cc is there.
+	kind, err := labbuild.TestHolder(context.Background(), holderBin)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build gpu-holder: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Fprintf(os.Stderr, "fake-systemctl tests: %s gpu-holder\n", kind)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
