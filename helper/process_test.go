@@ -782,3 +782,14 @@ func (c *cancelOnWait) Done() <-chan struct{} {
 	c.once.Do(c.cancel)
 	return c.Context.Done()
 }
+
+// The holder these tests run is the build the lab runs: C where cc is
+// there (labbuild.TestHolder), unless GPUSH_TEST_HOLDER asks for Go.
+func TestHolderIsTheLabsBuild(t *testing.T) {
+	_, ccErr := exec.LookPath("cc")
+	wantGo := ccErr != nil || os.Getenv(labbuild.HolderEnv) == labbuild.KindGo
+	out, err := exec.Command("go", "version", holderBin).CombinedOutput()
+	if isGo := err == nil && !strings.Contains(string(out), "not a Go executable"); isGo != wantGo {
+		t.Errorf("the tests' gpu-holder is a Go build: %v, want %v (go version: %s)", isGo, wantGo, out)
+	}
+}
