@@ -573,6 +573,10 @@ func (l *Lab) startUnit(ctx context.Context, h Host, unit string) error {
 	cmd := exec.CommandContext(ctx, h.Systemctl, "start", unit)
 	if in := l.inits[h.Name]; in != nil {
 		cmd = exec.CommandContext(ctx, "nsenter", "--target", strconv.Itoa(in.pid), "--pid", "--mount", "--", h.Systemctl, "start", unit)
+		// nsenter forks the systemctl into the namespace: cut off, both go
+		// (and the child is reaped), not nsenter alone.
+		cmd.Cancel = func() error { return labsystemd.KillForker(cmd.Process) }
+		cmd.WaitDelay = 5 * time.Second
 	}
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.Env = labEnv()
