@@ -26,37 +26,37 @@ import (
 // LockName is the lock file in a lab folder.
 const LockName = "lab.lock"
 
-// BusyError says why a lab cannot start in Dir.
+// BusyError says why a lab cannot start in Dir: a lab holds its lock
+// (Running), or a dead lab's Leftovers still run.
 type BusyError struct {
-	Dir string
-	// PID is the running lab's process (0 when the lab is gone but
-	// Leftovers of it still run).
+	Dir     string
+	Running bool
+	// PID is the running lab's process as its lock file says (0 while it
+	// has not written it yet).
 	PID int
-	// Leftovers are live processes running programs from Dir.
+	// Leftovers are the live processes of a lab that is gone (its
+	// programs, its sshd).
 	Leftovers []int
 }
 
 func (e *BusyError) Error() string {
-	if e.PID > 0 {
-		return fmt.Sprintf("lab folder %s is in use by a running lab (pid %d); stop that lab first (gpush-lab down --dir %s)", e.Dir, e.PID, e.Dir)
+	if e.Running {
+		pid := ""
+		if e.PID > 0 {
+			pid = fmt.Sprintf(" (pid %d)", e.PID)
+		}
+		return fmt.Sprintf("lab folder %s is in use by a running lab%s; stop that lab first (gpush-lab down --dir %s)", e.Dir, pid, e.Dir)
 	}
 	return fmt.Sprintf("lab folder %s: processes of an earlier lab still run from it (pids %v); end them first (gpush-lab down --dir %s)", e.Dir, e.Leftovers, e.Dir)
 }
 
-// lockDir takes dir's lock for the calling lab or returns a *BusyError
-// naming the lab that holds it. The file is close-on-exec: no child keeps
-// the lock after the lab is gone.
+// lockDir takes dir's lock for the calling lab, with its pid recorded, or
+// returns a *BusyError naming the lab that holds it. The file is
+// close-on-exec: no child keeps the lock after the lab is gone.
 func lockDir(dir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, LockName), os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := tryLock(dir)
 	if err != nil {
-		return nil, fmt.Errorf("lab: lock folder %s: %w", dir, err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, &BusyError{Dir: dir, PID: lockHolder(dir)}
-		}
-		return nil, fmt.Errorf("lab: lock folder %s: %w", dir, err)
+		return nil, err
 	}
 	if err := f.Truncate(0); err == nil {
 		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
@@ -66,6 +66,30 @@ func lockDir(dir string) (*os.File, error) {
 		return nil, fmt.Errorf("lab: lock folder %s: record pid: %w", dir, err)
 	}
 	return f, nil
+}
+
+// tryLock takes dir's lock without recording a pid (a check, or a cleanup
+// that starts no lab), or returns a *BusyError.
+func tryLock(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, LockName), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lab: lock folder %s: %w", dir, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, &BusyError{Dir: dir, Running: true, PID: lockHolder(dir)}
+		}
+		return nil, fmt.Errorf("lab: lock folder %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+// unlockDir releases a lock lockDir took, clearing the pid first: a pid
+// left in the file would name a process that may be another by then.
+func unlockDir(f *os.File) {
+	f.Truncate(0)
+	f.Close()
 }
 
 // lockHolder is the pid a lock holder wrote (0 while it has not yet).
@@ -85,7 +109,7 @@ func Busy(dir string) error {
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	f, err := lockDir(dir)
+	f, err := tryLock(dir)
 	if err != nil {
 		return err
 	}
@@ -152,7 +176,7 @@ func EndLeftovers(dir string, serverPID int, procs []Proc, wait time.Duration) (
 	if err != nil {
 		return 0, fmt.Errorf("lab dir %s: %w", dir, err)
 	}
-	f, err := lockDir(dir)
+	f, err := tryLock(dir)
 	if err != nil {
 		return 0, err
 	}

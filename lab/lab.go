@@ -276,7 +276,7 @@ func Start(ctx context.Context, o Options) (l *Lab, err error) {
 		return nil, err
 	}
 	if left := leftovers(dir); len(left) > 0 {
-		lock.Close()
+		unlockDir(lock)
 		return nil, &BusyError{Dir: dir, Leftovers: left}
 	}
 	l = &Lab{Dir: dir, User: u.Username, opts: o, stopCh: make(chan struct{}), inits: map[string]*hostInit{}, lock: lock}
@@ -1093,7 +1093,7 @@ func (l *Lab) Stop() error {
 		// Last: the folder is free for another lab only once nothing of
 		// this one runs.
 		if l.lock != nil {
-			l.lock.Close()
+			unlockDir(l.lock)
 		}
 	})
 	return errors.Join(errs...)

@@ -341,7 +341,7 @@ func TestRestartInSameDir(t *testing.T) {
 	}
 	// While it runs, the folder is its own.
 	var busy *BusyError
-	if l2, err := Start(ctx, Options{Hosts: 1, Dir: dir}); !errors.As(err, &busy) || busy.PID != os.Getpid() || !strings.Contains(err.Error(), dir) {
+	if l2, err := Start(ctx, Options{Hosts: 1, Dir: dir}); !errors.As(err, &busy) || !busy.Running || busy.PID != os.Getpid() || !strings.Contains(err.Error(), dir) {
 		if l2 != nil {
 			l2.Stop()
 		}

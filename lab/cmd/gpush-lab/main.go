@@ -226,8 +226,13 @@ func down(args []string) error {
 		server = st.PID
 	}
 	var busy *lab.BusyError
-	if err := lab.Busy(dir); server == 0 && errors.As(err, &busy) && busy.PID > 0 {
-		server = busy.PID // still starting: no lab.json yet
+	if err := lab.Busy(dir); server == 0 && errors.As(err, &busy) && busy.Running {
+		// Still starting (no lab.json yet): the lock names its server,
+		// signalled only if it is that folder's `gpush-lab serve`.
+		if busy.PID == 0 || !isServer(busy.PID, dir) {
+			return fmt.Errorf("%w; its server could not be told from the lock, try again when it is up", err)
+		}
+		server = busy.PID
 	}
 	if server > 0 {
 		if err := syscall.Kill(server, syscall.SIGTERM); err != nil {
@@ -235,8 +240,7 @@ func down(args []string) error {
 		}
 		// Gone once the folder's lock is free: Stop releases it last.
 		for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-			err := lab.Busy(dir)
-			if !errors.As(err, &busy) || busy.PID == 0 {
+			if err := lab.Busy(dir); !errors.As(err, &busy) || !busy.Running {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -265,6 +269,16 @@ func down(args []string) error {
 		fmt.Fprintf(os.Stderr, "lab in %s was already down\n", dir)
 	}
 	return nil
+}
+
+// isServer reports whether pid runs `gpush-lab serve --dir dir`.
+func isServer(pid int, dir string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	return len(args) >= 4 && args[1] == "serve" && args[2] == "--dir" && args[3] == dir
 }
 
 // demo starts a lab, runs gpush free_gpus.lua against it, shows that the
