@@ -21,6 +21,10 @@
 // main process only, so its workers live on (a stopped service's
 // leftovers); mixed TERMs the main process, then KILLs the rest.
 //
+// Several units in one start, stop or restart are one job each, run side
+// by side as systemd runs its jobs; the exit status is the first failure's
+// in the order the units were given, each failure one message on stderr.
+//
 // Every call is a fresh process (a free runs four per host), so a run
 // does only what its verb needs: no collector, the executable resolved only
 // when no config sits beside the path it ran as, one /proc/PID/stat read per
