@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpush/gpush/lab/labbuild"
 	"github.com/gpush/gpush/lab/labgpu"
 )
 
@@ -36,13 +37,18 @@ func testMain(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	holderBin = filepath.Join(dir, "gpu-holder")
 	fakeSMIBin = filepath.Join(dir, "fake-nvidia-smi")
-	for out, pkg := range map[string]string{holderBin: "../lab/cmd/gpu-holder", fakeSMIBin: "../lab/cmd/fake-nvidia-smi"} {
-		cmd := exec.Command("go", "build", "-o", out, pkg)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n", pkg, err)
-			return 1
-		}
+	// The holder the lab runs: its C build where cc is there.
+	kind, err := labbuild.TestHolder(context.Background(), holderBin)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build gpu-holder: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "helper tests: %s gpu-holder\n", kind)
+	cmd := exec.Command("go", "build", "-o", fakeSMIBin, "../lab/cmd/fake-nvidia-smi")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "build fake-nvidia-smi: %v\n", err)
+		return 1
 	}
 	// Orphaned holders are re-parented to this process, which reaps them,
 	// instead of to a pid 1 that may never reap (zombies left behind).
@@ -775,4 +781,15 @@ type cancelOnWait struct {
 func (c *cancelOnWait) Done() <-chan struct{} {
 	c.once.Do(c.cancel)
 	return c.Context.Done()
+}
+
+// The holder these tests run is the build the lab runs: C where cc is
+// there (labbuild.TestHolder), unless GPUSH_TEST_HOLDER asks for Go.
+func TestHolderIsTheLabsBuild(t *testing.T) {
+	_, ccErr := exec.LookPath("cc")
+	wantGo := ccErr != nil || os.Getenv(labbuild.HolderEnv) == labbuild.KindGo
+	out, err := exec.Command("go", "version", holderBin).CombinedOutput()
+	if isGo := err == nil && !strings.Contains(string(out), "not a Go executable"); isGo != wantGo {
+		t.Errorf("the tests' gpu-holder is a Go build: %v, want %v (go version: %s)", isGo, wantGo, out)
+	}
 }

@@ -3,12 +3,11 @@ package lab
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/gpush/gpush/lab/labbuild"
 )
 
 // The programs every lab host runs many of, gpu-holder (~8 per host) and
@@ -17,8 +16,8 @@ import (
 // 1000 hosts needs to fit in memory, and the Go one (~0.6-1.2 MiB PSS per
 // process) when no C compiler is there.
 const (
-	KindC  = "c"
-	KindGo = "go"
+	KindC  = labbuild.KindC
+	KindGo = labbuild.KindGo
 )
 
 // The C sources travel inside the lab package, so that a gpush-lab or
@@ -95,7 +94,7 @@ func mergeKind(have, add string) string {
 }
 
 // ErrNoCC says that there is no C compiler to build the C programs with.
-var ErrNoCC = errors.New("no C compiler (cc) in PATH (Debian: apt-get install gcc libc6-dev)")
+var ErrNoCC = labbuild.ErrNoCC
 
 // BuildHolderC compiles the C gpu-holder to out.
 func BuildHolderC(ctx context.Context, out string) error {
@@ -107,28 +106,7 @@ func BuildInitC(ctx context.Context, out string) error {
 	return buildC(ctx, out, "lab-init", initCSource)
 }
 
-// buildC compiles src to out: static, so that it runs the same under any
-// lab host's view and maps no shared libraries (whose pages each process
-// would touch on its own).
+// buildC compiles src to out (static: see labbuild.C).
 func buildC(ctx context.Context, out, name string, src []byte) error {
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		return fmt.Errorf("build C %s: %w", name, ErrNoCC)
-	}
-	srcPath := out + ".c"
-	if err := os.WriteFile(srcPath, src, 0o644); err != nil {
-		return fmt.Errorf("build C %s: %w", name, err)
-	}
-	defer os.Remove(srcPath)
-	tmp := out + ".tmp"
-	cmd := exec.CommandContext(ctx, cc, "-static", "-O2", "-Wall", "-Werror", "-pthread", "-o", tmp, srcPath)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("build C %s: %s -static %s: %w\n%s", name, cc, srcPath, err, b)
-	}
-	// Renamed into place: a binary already linked under bin/as keeps its inode.
-	if err := os.Rename(tmp, out); err != nil {
-		return fmt.Errorf("build C %s: %w", name, err)
-	}
-	return nil
+	return labbuild.C(ctx, out, name, src)
 }

@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpush/gpush/lab/labbuild"
 	"github.com/gpush/gpush/lab/labgpu"
 	"github.com/gpush/gpush/lab/labsystemd"
 	"github.com/gpush/gpush/lab/latency"
@@ -206,6 +207,8 @@ type Lab struct {
 	stopCh  chan struct{}
 	wg      sync.WaitGroup
 	stop    sync.Once
+	// lock is Dir's lock (see lockDir), held until the end of Stop.
+	lock *os.File
 }
 
 type proc struct {
@@ -268,12 +271,25 @@ func Start(ctx context.Context, o Options) (l *Lab, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("lab: current user: %w", err)
 	}
-	l = &Lab{Dir: dir, User: u.Username, opts: o, stopCh: make(chan struct{}), inits: map[string]*hostInit{}}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	if left := leftovers(dir); len(left) > 0 {
+		unlockDir(lock)
+		return nil, &BusyError{Dir: dir, Leftovers: left}
+	}
+	l = &Lab{Dir: dir, User: u.Username, opts: o, stopCh: make(chan struct{}), inits: map[string]*hostInit{}, lock: lock}
 	defer func() {
 		if err != nil {
 			l.Stop()
 		}
 	}()
+	// What an earlier lab in this folder published for its sessions (which
+	// host a client address is) must not outlive it.
+	if err := os.RemoveAll(filepath.Join(dir, "ns")); err != nil {
+		return l, fmt.Errorf("lab: clear the previous lab's namespaces: %w", err)
+	}
 	if l.bin, err = Build(ctx, filepath.Join(dir, "bin"), o.Bin); err != nil {
 		return l, err
 	}
@@ -398,14 +414,7 @@ func Build(ctx context.Context, binDir string, have Binaries) (Binaries, error) 
 }
 
 // GoBuild runs `go build -o out pkg` (CGO off: the lab binaries are static).
-func GoBuild(ctx context.Context, out, pkg string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
-	}
-	return nil
-}
+func GoBuild(ctx context.Context, out, pkg string) error { return labbuild.Go(ctx, out, pkg) }
 
 func (l *Lab) layoutHost(name, scenario string) (Host, error) {
 	switch scenario {
@@ -418,6 +427,9 @@ func (l *Lab) layoutHost(name, scenario string) (Host, error) {
 	}
 	base := filepath.Join(l.Dir, "hosts", name)
 	h := Host{Name: name, Scenario: scenario, DevDir: filepath.Join(base, "dev"), SMI: filepath.Join(base, "smi", "nvidia-smi")}
+	if err := clearHostState(base); err != nil {
+		return h, fmt.Errorf("lab host %s: %w", name, err)
+	}
 	if err := os.MkdirAll(h.DevDir, 0o755); err != nil {
 		return h, fmt.Errorf("lab host %s: %w", name, err)
 	}
@@ -479,6 +491,22 @@ func (l *Lab) layoutHost(name, scenario string) (Host, error) {
 	return h, nil
 }
 
+// clearHostState removes what an earlier lab in this folder left of a
+// host's state (the unit states of its systemctl, the sightings of its
+// nvidia-smi): they name that lab's processes. The units' logs stay, as a
+// journal does; startUnit reads only what its own start adds to them.
+func clearHostState(base string) error {
+	states, _ := filepath.Glob(filepath.Join(base, "systemd", "state", "*.json"))
+	smiState := strings.TrimSuffix(labgpu.ConfigName, ".json") + ".state.json"
+	states = append(states, filepath.Join(base, "smi", smiState))
+	for _, p := range states {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("clear the previous lab's state: %w", err)
+		}
+	}
+	return nil
+}
+
 // hostUnits are the services of a host: none when idle or without cgroups.
 func (l *Lab) hostUnits(h Host) (map[string]labsystemd.Unit, error) {
 	units := map[string]labsystemd.Unit{}
@@ -516,19 +544,24 @@ var unitGPU = map[string]int{UnitVLLM: 0, UnitSGLang: 3}
 // setupCgroups picks the lab's cgroup base and checks that cgroups can be
 // created there; when they cannot, the hosts run no services.
 func (l *Lab) setupCgroups() {
-	id := strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
-			return r
-		}
-		return '_'
-	}, filepath.Base(l.Dir))
-	l.cgroupBase = fmt.Sprintf("/gpush-lab/%s-%d", id, os.Getpid())
+	l.cgroupBase = cgroupBaseFor(l.Dir, os.Getpid())
 	if err := labsystemd.Writable(labsystemd.DefaultCgroupRoot, l.cgroupBase); err != nil {
 		l.NoServices = err.Error()
 		fmt.Fprintf(l.opts.Log, "lab: hosts run no services: %v\n", err)
 		return
 	}
 	l.cgroups, _ = labsystemd.Hierarchies(labsystemd.DefaultCgroupRoot)
+}
+
+// cgroupBaseFor is the cgroup base of the lab in dir run by process pid.
+func cgroupBaseFor(dir string, pid int) string {
+	id := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
+			return r
+		}
+		return '_'
+	}, filepath.Base(dir))
+	return fmt.Sprintf("/gpush-lab/%s-%d", id, pid)
 }
 
 // startUnit starts a host's service through its systemctl and records the
@@ -540,11 +573,21 @@ func (l *Lab) startUnit(ctx context.Context, h Host, unit string) error {
 	cmd := exec.CommandContext(ctx, h.Systemctl, "start", unit)
 	if in := l.inits[h.Name]; in != nil {
 		cmd = exec.CommandContext(ctx, "nsenter", "--target", strconv.Itoa(in.pid), "--pid", "--mount", "--", h.Systemctl, "start", unit)
+		// nsenter forks the systemctl into the namespace: cut off, both go
+		// (and the child is reaped), not nsenter alone.
+		cmd.Cancel = func() error { return labsystemd.KillForker(cmd.Process) }
+		cmd.WaitDelay = 5 * time.Second
 	}
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.Env = labEnv()
-	err := cmd.Start()
-	if err == nil {
+	// The unit's log is its journal: it keeps what earlier starts (an
+	// earlier lab in this folder) wrote. Only what this start adds counts.
+	logPath := filepath.Join(filepath.Dir(h.Systemctl), "state", unit+".log")
+	from, err := fileSize(logPath)
+	if err != nil {
+		return fmt.Errorf("lab host %s: %s: %w", h.Name, unit, err)
+	}
+	if err = cmd.Start(); err == nil {
 		err = cmd.Wait()
 	}
 	if err != nil {
@@ -554,11 +597,13 @@ func (l *Lab) startUnit(ctx context.Context, h Host, unit string) error {
 	if unit == UnitSGLang {
 		want = 2
 	}
-	logPath := filepath.Join(filepath.Dir(h.Systemctl), "state", unit+".log")
 	var pids []int
 	for {
-		b, _ := os.ReadFile(logPath)
-		pids = labgpu.ReadyPIDs(string(b))
+		text, err := completeLinesFrom(logPath, from)
+		if err != nil {
+			return fmt.Errorf("lab host %s: %s: %w", h.Name, unit, err)
+		}
+		pids = labgpu.ReadyPIDs(text)
 		if len(pids) >= want {
 			break
 		}
@@ -582,6 +627,37 @@ func (l *Lab) startUnit(ctx context.Context, h Host, unit string) error {
 		l.add(p)
 	}
 	return nil
+}
+
+// fileSize is the size of path, 0 when it does not exist yet.
+func fileSize(path string) (int64, error) {
+	fi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
+}
+
+// completeLinesFrom returns the whole lines of path after byte offset from:
+// a line still being written is left for the next read, so that half of a
+// "ready <pid>" line never passes for a shorter pid.
+func completeLinesFrom(path string, from int64) (string, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.NewSectionReader(f, from, 1<<40))
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	return string(b[:bytes.LastIndexByte(b, '\n')+1]), nil
 }
 
 func linkOrCopy(src, dst string) error {
@@ -1014,6 +1090,11 @@ func (l *Lab) Stop() error {
 		if err := l.awaitOwnExes(5 * time.Second); err != nil {
 			errs = append(errs, err)
 		}
+		// Last: the folder is free for another lab only once nothing of
+		// this one runs.
+		if l.lock != nil {
+			unlockDir(l.lock)
+		}
 	})
 	return errors.Join(errs...)
 }
@@ -1042,12 +1123,15 @@ func (l *Lab) awaitOwnExes(wait time.Duration) error {
 }
 
 // ownExes lists the live processes whose executable lies under l.Dir.
-func (l *Lab) ownExes() []int {
+func (l *Lab) ownExes() []int { return exesUnder(l.Dir) }
+
+// exesUnder lists the live processes whose executable lies under dir.
+func exesUnder(dir string) []int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	prefix := l.Dir + string(filepath.Separator)
+	prefix := dir + string(filepath.Separator)
 	var out []int
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -300,5 +301,67 @@ func TestHostRTTProxies(t *testing.T) {
 func TestHelperArchesAreHelperbins(t *testing.T) {
 	if !slices.Equal(HelperArches, helperbin.Arches) {
 		t.Fatalf("lab.HelperArches %v, remote/helperbin.Arches %v", HelperArches, helperbin.Arches)
+	}
+}
+
+// startLab starts a lab for t, skipping where the lab's sshd cannot run.
+func startLab(t *testing.T, ctx context.Context, o Options) *Lab {
+	t.Helper()
+	if _, err := sshd.FindBinary(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: the lab's sshd needs root")
+	}
+	l, err := Start(ctx, o)
+	if err != nil {
+		if l != nil {
+			l.Stop()
+		}
+		t.Fatal(err)
+	}
+	return l
+}
+
+// A lab started again in the folder of a stopped one starts afresh: its
+// services' processes are the ones this start made (alive, new pids), not
+// those the previous lab's unit logs name.
+func TestRestartInSameDir(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	l := startLab(t, ctx, Options{Hosts: 1, Dir: dir})
+	if l.NoServices != "" {
+		l.Stop()
+		t.Skipf("skipping, the lab runs no services here: %s", l.NoServices)
+	}
+	first := map[int]bool{}
+	for _, p := range l.Procs() {
+		first[p.PID] = true
+	}
+	// While it runs, the folder is its own.
+	var busy *BusyError
+	if l2, err := Start(ctx, Options{Hosts: 1, Dir: dir}); !errors.As(err, &busy) || !busy.Running || busy.PID != os.Getpid() || !strings.Contains(err.Error(), dir) {
+		if l2 != nil {
+			l2.Stop()
+		}
+		t.Errorf("a second Start in the folder of a running lab: %v, want a BusyError naming pid %d", err, os.Getpid())
+	}
+	if err := l.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	l = startLab(t, ctx, Options{Hosts: 1, Dir: dir})
+	defer l.Stop()
+	for _, role := range []string{RoleServiceMain, RoleServiceChild} {
+		ps := l.Find("lab01", role)
+		if len(ps) == 0 {
+			t.Errorf("no %s after the second start", role)
+		}
+		for _, p := range ps {
+			if !Alive(p) || first[p.PID] {
+				t.Errorf("second start's %s of %s is pid %d (alive %v, the first lab's %v): read from an earlier start",
+					role, p.Unit, p.PID, Alive(p), first[p.PID])
+			}
+		}
 	}
 }

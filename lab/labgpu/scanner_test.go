@@ -2,6 +2,7 @@ package labgpu
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpush/gpush/lab/labbuild"
 )
 
 var holderBin string
@@ -24,10 +27,13 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	holderBin = filepath.Join(dir, "gpu-holder")
-	if b, err := exec.Command("go", "build", "-o", holderBin, "../cmd/gpu-holder").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build gpu-holder: %v\n%s", err, b)
+	// The holder the lab runs: its C build where cc is there.
+	kind, err := labbuild.TestHolder(context.Background(), holderBin)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build gpu-holder: %v\n", err)
 		os.Exit(1)
 	}
+	fmt.Fprintf(os.Stderr, "labgpu tests: %s gpu-holder\n", kind)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -410,4 +411,76 @@ func Prune(dir, stop string) {
 		}
 		dir = filepath.Dir(dir)
 	}
+}
+
+// KillForker ends p, a process that forks a child and waits for it
+// (nsenter), together with its children. Stopped first, p forks no child
+// after they are listed; each child is KILLed by its pid while it is still
+// p's; continued, p reaps them and exits with their signal (nsenter does),
+// and p itself is KILLed when it had none. The caller's Wait reaps p.
+func KillForker(p *os.Process) error {
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		return err // gone already (os.ErrProcessDone)
+	}
+	// A signal takes effect on the way out of the kernel: after a fork in
+	// flight, so the children listed below are all there are.
+	for i := 0; i < 1000; i++ {
+		st, ok := State(p.Pid)
+		if !ok || st == "T" || st == "t" || st == "Z" || st == "X" {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	children := ChildrenOf(p.Pid)
+	var errs []error
+	for _, c := range children {
+		if err := killChild(c, p.Pid); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(children) == 0 {
+		errs = append(errs, p.Kill())
+	} else {
+		errs = append(errs, p.Signal(syscall.SIGCONT))
+	}
+	return errors.Join(errs...)
+}
+
+// ChildrenOf lists the pids whose parent is pid (from /proc/*/stat: this
+// kernel has no /proc/PID/task/TID/children).
+func ChildrenOf(pid int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	want := strconv.Itoa(pid)
+	var out []int
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if f, err := StatFields(c); err == nil && len(f) > 1 && f[1] == want {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// killChild KILLs pid while it is parent's child: the pidfd pins the
+// process, so the parent read after opening it is that process's.
+func killChild(pid, parent int) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return nil // gone already
+	}
+	defer unix.Close(fd)
+	f, err := StatFields(pid)
+	if err != nil || len(f) < 2 || f[1] != strconv.Itoa(parent) {
+		return nil // no longer parent's
+	}
+	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("kill pid %d (forked by pid %d): %w", pid, parent, err)
+	}
+	return nil
 }

@@ -1,10 +1,14 @@
 package labsystemd
 
 import (
+	"bufio"
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -89,5 +93,34 @@ func TestProcsWalksSubCgroups(t *testing.T) {
 	}
 	if got := Procs(filepath.Join(top, "gone")); got != nil {
 		t.Errorf("missing cgroup: %v", got)
+	}
+}
+
+// KillForker, the cancel of nssystemd's calls and the lab's nsenter, ends a process that waits for a
+// child it forked (as nsenter does) with that child, and the child is
+// reaped: no process, not even a zombie, is left of it.
+func TestKillForkerReapsTheChild(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", "/bin/sleep 600 & echo $!; wait")
+	cmd.Cancel = func() error { return KillForker(cmd.Process) }
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	child, _ := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || child <= 0 {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("no child pid from sh: %q %v", line, err)
+	}
+	cancel()
+	t.Logf("wait: %v", cmd.Wait())
+	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child)); err == nil {
+		t.Errorf("the forked child %d is left after the cancel: %s", child, st)
 	}
 }

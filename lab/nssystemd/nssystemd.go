@@ -81,6 +81,9 @@ type Systemd struct {
 	// Log is PID 1's console (its own log lines).
 	Log string
 
+	// nsenter and systemctl are the host's tools Run goes through.
+	nsenter, systemctl string
+
 	cmd     *exec.Cmd
 	waited  chan struct{}
 	waitErr error
@@ -152,7 +155,8 @@ func Boot(ctx context.Context, o Options) (_ *Systemd, err error) {
 		return nil, fmt.Errorf("nssystemd: %w", err)
 	}
 	// s, not the result: a failed Boot returns nil and still cleans up s.
-	s := &Systemd{Dir: o.Dir, Hierarchies: hs, Log: filepath.Join(o.Dir, "systemd-console.log"), waited: make(chan struct{})}
+	s := &Systemd{Dir: o.Dir, Hierarchies: hs, Log: filepath.Join(o.Dir, "systemd-console.log"), waited: make(chan struct{}),
+		nsenter: nsenter, systemctl: systemctl}
 	s.CgroupBase, err = s.makeCgroups()
 	if err != nil {
 		return nil, err
@@ -214,7 +218,7 @@ func Boot(ctx context.Context, o Options) (_ *Systemd, err error) {
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
-	out, _ := exec.CommandContext(ctx, s.Systemctl, "is-system-running", "--wait").Output()
+	out, _ := s.command(ctx, "is-system-running", "--wait").Output()
 	if st := strings.TrimSpace(string(out)); st != "running" && st != "degraded" {
 		return nil, fmt.Errorf("nssystemd: systemd did not boot (is-system-running: %q, %v): %s", st, ctx.Err(), tail(s.Log))
 	}
@@ -337,13 +341,31 @@ func (s *Systemd) root() string { return fmt.Sprintf("/proc/%d/root", s.PID) }
 // Run runs systemctl ARGS inside the namespace and returns its stdout; a
 // non-zero exit is an error carrying what it printed.
 func (s *Systemd) Run(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, s.Systemctl, args...)
+	cmd := s.command(ctx, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return out.String(), fmt.Errorf("nssystemd: systemctl %s: %w (killed with the systemctl it ran: %v): %s%s", strings.Join(args, " "), ctx.Err(), err, out.String(), errb.String())
+		}
 		return out.String(), fmt.Errorf("nssystemd: systemctl %s: %w: %s%s", strings.Join(args, " "), err, out.String(), errb.String())
 	}
 	return out.String(), nil
+}
+
+// command is `systemctl ARGS` inside the namespace, through nsenter as the
+// Systemctl wrapper runs it. nsenter forks systemctl into the PID namespace
+// and waits for it, so killing nsenter alone when ctx ends leaves systemctl
+// running there (re-parented to the namespace's systemd, still waiting on
+// its job) and holding the output pipes that Wait reads to their end. Its
+// cancel kills that child too, by its pid, and lets nsenter reap it.
+func (s *Systemd) command(ctx context.Context, args ...string) *exec.Cmd {
+	argv := append([]string{"-t", strconv.Itoa(s.PID), "-m", "-p", "--", s.systemctl}, args...)
+	cmd := exec.CommandContext(ctx, s.nsenter, argv...)
+	cmd.Cancel = func() error { return labsystemd.KillForker(cmd.Process) }
+	// Should anything still hold the pipes after that, Wait stops reading.
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
 }
 
 // Show returns the unit's properties as `systemctl show` prints them.

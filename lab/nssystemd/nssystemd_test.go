@@ -164,3 +164,61 @@ func TestBootFailureCleansUp(t *testing.T) {
 		t.Errorf("cgroups left: %v", left)
 	}
 }
+
+// A call cut off by its deadline leaves no process behind: the systemctl
+// that nsenter forked into the namespace is killed and reaped with the call,
+// not left waiting on its job (and holding the call's output pipes).
+func TestRunTimeoutLeavesNoProcess(t *testing.T) {
+	s := boot(t)
+	ctx := context.Background()
+	// A oneshot's start job lasts as long as its ExecStart: 10 minutes here.
+	if err := s.WriteUnit(ctx, "nss-hang.service", "[Service]\nType=oneshot\nExecStart=/bin/sleep 600\n"); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Run(short, "start", "nss-hang.service")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("start of a unit that never finishes starting returned no error")
+		}
+		t.Log(err)
+	case <-time.After(time.Minute):
+		// Not a speed goal: a Run that outlives its deadline by a minute
+		// waits for a process its timeout left running.
+		t.Fatalf("Run still waiting a minute after its deadline; systemctl left in the namespace: %v", inNamespace(t, s, "systemctl"))
+	}
+	if left := inNamespace(t, s, "systemctl"); len(left) > 0 {
+		t.Errorf("systemctl processes left in the namespace after the timed-out call (zombies count: nobody reaped them): %v", left)
+	}
+}
+
+// inNamespace lists the host pids of the processes named comm (in any
+// state) in s's PID namespace.
+func inNamespace(t *testing.T, s *Systemd, comm string) []int {
+	t.Helper()
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", s.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err != nil || l != ns {
+			continue
+		}
+		if c, err := os.ReadFile("/proc/" + e.Name() + "/comm"); err == nil && strings.TrimSpace(string(c)) == comm {
+			out = append(out, pid)
+		}
+	}
+	return out
+}

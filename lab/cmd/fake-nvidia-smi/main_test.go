@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpush/gpush/lab/labbuild"
 	"github.com/gpush/gpush/lab/labgpu"
 )
 
@@ -28,12 +30,17 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	fakeBin, holderBin = filepath.Join(dir, "fake-nvidia-smi"), filepath.Join(dir, "gpu-holder")
-	for out, pkg := range map[string]string{fakeBin: ".", holderBin: "../gpu-holder"} {
-		if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, b)
-			os.Exit(1)
-		}
+	if b, err := exec.Command("go", "build", "-o", fakeBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build fake-nvidia-smi: %v\n%s", err, b)
+		os.Exit(1)
 	}
+	// The holder the lab runs: its C build where cc is there.
+	kind, err := labbuild.TestHolder(context.Background(), holderBin)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build gpu-holder: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Fprintf(os.Stderr, "fake-nvidia-smi tests: %s gpu-holder\n", kind)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -21,6 +21,10 @@
 // main process only, so its workers live on (a stopped service's
 // leftovers); mixed TERMs the main process, then KILLs the rest.
 //
+// Several units in one start, stop or restart are one job each, run side
+// by side as systemd runs its jobs; the exit status is the first failure's
+// in the order the units were given, each failure one message on stderr.
+//
 // Every call is a fresh process (a free runs four per host), so a run
 // does only what its verb needs: no collector, the executable resolved only
 // when no config sits beside the path it ran as, one /proc/PID/stat read per
@@ -266,39 +270,38 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		// systemctl queues one job per unit and waits for all of them: a
 		// failing unit (named on stderr) does not keep the others from their
-		// job, and the exit status is the first failure's. Stops run side by
-		// side, as systemd's jobs do, so that a slow unit does not hold back
-		// the others' stops; starts run one after the other (they create the
-		// cgroups that a parallel stop may prune).
+		// job, and the exit status is the first failure's in the order
+		// given. The jobs run side by side, as systemd's do, so that a slow
+		// unit does not hold back the others (a restart's stop included);
+		// m.cgMu keeps one unit's cgroup pruning from racing another's
+		// creation under the shared system.slice.
 		codes := make([]int, len(o.units))
-		var wg sync.WaitGroup
-		if len(o.units) > 1 {
-			m.stderr = &lockedWriter{w: stderr}
-		}
-		for i, u := range o.units {
-			act := func() {
-				switch o.verb {
-				case "start":
+		act := func(i int, u string) {
+			switch o.verb {
+			case "start":
+				codes[i] = m.start(u)
+			case "stop":
+				codes[i] = m.stop(u)
+			default:
+				if codes[i] = m.stop(u); codes[i] == 0 {
 					codes[i] = m.start(u)
-				case "stop":
-					codes[i] = m.stop(u)
-				default:
-					if codes[i] = m.stop(u); codes[i] == 0 {
-						codes[i] = m.start(u)
-					}
 				}
 			}
-			if o.verb != "stop" {
-				act()
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				act()
-			}()
 		}
-		wg.Wait()
+		if len(o.units) == 1 {
+			act(0, o.units[0])
+		} else {
+			m.stderr = &lockedWriter{w: stderr}
+			var wg sync.WaitGroup
+			for i, u := range o.units {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					act(i, u)
+				}()
+			}
+			wg.Wait()
+		}
 		for _, c := range codes {
 			if c != 0 {
 				return c
@@ -351,7 +354,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// lockedWriter serializes the writes of units stopped side by side.
+// lockedWriter serializes the writes of the jobs of one call (whole lines each).
 type lockedWriter struct {
 	mu sync.Mutex
 	w  io.Writer
@@ -390,6 +393,10 @@ type manager struct {
 	hs     []string // cgroup hierarchies; empty when hsErr is set
 	hsErr  error
 	stderr io.Writer
+	// cgMu serializes creating and pruning unit cgroups between the jobs
+	// of one call: a prune removes an empty system.slice that another
+	// unit's MkdirAll has just made, before it makes the unit's own below.
+	cgMu sync.Mutex
 }
 
 func (m *manager) statePath(u string) string { return filepath.Join(m.cfg.StateDir, u+".json") }
@@ -481,6 +488,8 @@ func (m *manager) members(u string) []int {
 
 // prune removes the unit's cgroup (and an empty system.slice) once empty.
 func (m *manager) prune(u string) {
+	m.cgMu.Lock()
+	defer m.cgMu.Unlock()
 	for _, h := range m.hs {
 		labsystemd.Prune(filepath.Join(h, m.cfg.UnitCgroup(u)), filepath.Join(h, m.cfg.CgroupBase))
 	}
@@ -505,6 +514,7 @@ func (m *manager) start(u string) int {
 	var procs []string
 	cgErr := m.hsErr
 	if cgErr == nil {
+		m.cgMu.Lock()
 		for _, d := range m.cgroupDirs(u) {
 			if err := os.MkdirAll(d, 0o755); err != nil {
 				cgErr = fmt.Errorf("create cgroup %s: %w", d, err)
@@ -512,6 +522,7 @@ func (m *manager) start(u string) int {
 			}
 			procs = append(procs, filepath.Join(d, "cgroup.procs"))
 		}
+		m.cgMu.Unlock()
 	}
 	if cgErr != nil {
 		// Not root, or a read-only cgroupfs: the unit still runs, but

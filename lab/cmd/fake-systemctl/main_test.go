@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpush/gpush/lab/labbuild"
 	"github.com/gpush/gpush/lab/labgpu"
 	"github.com/gpush/gpush/lab/labsystemd"
 )
@@ -27,14 +29,19 @@ func TestMain(m *testing.M) {
 	}
 	fakeBin = filepath.Join(dir, "fake-systemctl")
 	holderBin = filepath.Join(dir, "python3")
-	for _, b := range []struct{ out, pkg string }{{fakeBin, "."}, {holderBin, "../gpu-holder"}} {
-		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b.pkg, err, out)
-			os.Exit(1)
-		}
+	cmd := exec.Command("go", "build", "-o", fakeBin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build fake-systemctl: %v\n%s", err, out)
+		os.Exit(1)
 	}
+	// The holder the lab runs: its C build where cc is there.
+	kind, err := labbuild.TestHolder(context.Background(), holderBin)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build gpu-holder: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Fprintf(os.Stderr, "fake-systemctl tests: %s gpu-holder\n", kind)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -452,5 +459,74 @@ func TestStopSeveral(t *testing.T) {
 	if labsystemd.Live(pids["slow.service"]) || labsystemd.Live(pids["a.service"]) || !labsystemd.Live(pids["refuser.service"]) {
 		t.Errorf("after the stop: slow alive %v, a alive %v, refuser alive %v (want false, false, true)",
 			labsystemd.Live(pids["slow.service"]), labsystemd.Live(pids["a.service"]), labsystemd.Live(pids["refuser.service"]))
+	}
+}
+
+// A restart of several units runs their jobs side by side, as systemd's
+// jobs do: here each unit's main process, on TERM, waits for the other's
+// TERM before it exits, so one after the other the first stop would wait
+// out its timeout and KILL its main. Both must see the other's TERM and
+// exit on their own, and both come back.
+func TestRestartSeveralRunsJobsTogether(t *testing.T) {
+	h := newHost(t, map[string]labsystemd.Unit{})
+	marks := t.TempDir()
+	unit := func(self, peer string) labsystemd.Unit {
+		script := fmt.Sprintf(`trap 'touch %[1]s/%[2]s.term; while [ ! -e %[1]s/%[3]s.term ]; do sleep 0.02; done; echo "%[2]s saw %[3]s" >> %[1]s/seen; exit 0' TERM
+echo ready $$
+while :; do sleep 0.02; done`, marks, self, peer)
+		return labsystemd.Unit{Exec: []string{"/bin/sh", "-c", script}, KillMode: labsystemd.KillProcess, StopTimeout: "3s"}
+	}
+	h.cfg.Units["a.service"] = unit("a", "b")
+	h.cfg.Units["b.service"] = unit("b", "a")
+	h.cfg.Save(filepath.Join(h.dir, labsystemd.ConfigName))
+	if _, errb, code := h.run("start", "a", "b"); code != 0 {
+		t.Fatalf("start: exit %d: %s", code, errb)
+	}
+	first := map[string]int{"a.service": h.ready("a.service", 1)[0], "b.service": h.ready("b.service", 1)[0]}
+	if _, errb, code := h.run("restart", "a", "b"); code != 0 {
+		t.Fatalf("restart: exit %d: %s", code, errb)
+	}
+	seen, _ := os.ReadFile(filepath.Join(marks, "seen"))
+	for _, want := range []string{"a saw b\n", "b saw a\n"} {
+		if !strings.Contains(string(seen), want) {
+			t.Errorf("%q missing: the restart's stops did not run together (the first waited out its timeout); seen:\n%s", want, seen)
+		}
+	}
+	for u, old := range first {
+		if p := h.show(u); p["ActiveState"] != "active" || p["MainPID"] == strconv.Itoa(old) {
+			t.Errorf("%s after the restart: %v (old main %d)", u, p, old)
+		}
+	}
+}
+
+// Several units in one start keep systemctl's rules with their jobs run
+// together: each unit it knows starts even when another fails, each failure
+// is one whole message on stderr, and the exit status is the first
+// failure's in the order given (not the first to finish).
+func TestStartSeveral(t *testing.T) {
+	h := newHost(t, map[string]labsystemd.Unit{})
+	h.cfg.Units["a.service"] = labsystemd.Unit{Exec: h.holder()}
+	h.cfg.Units["b.service"] = labsystemd.Unit{Exec: h.holder()}
+	h.cfg.Units["broken.service"] = labsystemd.Unit{Exec: []string{filepath.Join(h.dir, "no-such-program")}}
+	h.cfg.Save(filepath.Join(h.dir, labsystemd.ConfigName))
+	_, errb, code := h.run("start", "a", "nope", "broken", "b")
+	if code != exitNotLoaded {
+		t.Errorf("start: exit %d, want %d (nope.service's, the first failure in the order given)", code, exitNotLoaded)
+	}
+	for _, want := range []string{"Failed to start nope.service: Unit nope.service not found.\n",
+		"Job for broken.service failed because the control process exited with error code.\nSee \"systemctl status broken.service\" and \"journalctl -xeu broken.service\" for details.\n"} {
+		if !strings.Contains(errb, want) {
+			t.Errorf("stderr %q, want %q", errb, want)
+		}
+	}
+	for u, want := range map[string]string{"a.service": "active", "b.service": "active", "broken.service": "failed"} {
+		if got := h.show(u)["ActiveState"]; got != want {
+			t.Errorf("%s: %s, want %s", u, got, want)
+		}
+	}
+	h.ready("a.service", 1)
+	h.ready("b.service", 1)
+	if _, errb, code := h.run("stop", "a", "b"); code != 0 {
+		t.Errorf("stop: exit %d: %s", code, errb)
 	}
 }

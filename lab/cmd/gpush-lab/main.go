@@ -1,7 +1,7 @@
 // Command gpush-lab runs simulated GPU hosts behind a real sshd on loopback.
 //
 //	gpush-lab up -n 4 --dir /tmp/gpush-lab [--scenario leftovers]   # prints the inventory, stays up
-//	gpush-lab down --dir /tmp/gpush-lab
+//	gpush-lab down --dir /tmp/gpush-lab                              # also ends what a killed lab left
 //	gpush-lab demo [-n 4]                                            # up, gpush run free_gpus.lua, down
 package main
 
@@ -111,9 +111,11 @@ func up(args []string) error {
 		return err
 	}
 	statePath := filepath.Join(dir, "lab.json")
-	if st, err := readState(statePath); err == nil && lab.Alive(lab.Proc{PID: st.PID, StartTime: st.StartTime}) {
-		return fmt.Errorf("a lab already runs in %s (pid %d); gpush-lab down --dir %s", dir, st.PID, dir)
+	// A lab running or starting there, or what a dead one left running.
+	if err := lab.Busy(dir); err != nil {
+		return err
 	}
+	// The folder is free: its lab.json, if any, is a dead lab's.
 	os.Remove(statePath)
 	self, err := os.Executable()
 	if err != nil {
@@ -144,7 +146,9 @@ func up(args []string) error {
 			return fmt.Errorf("lab server not ready after 5m; see %s", logf.Name())
 		case <-tick.C:
 		}
-		if st, err := readState(statePath); err == nil {
+		// Only the state this start's server wrote: a lab.json of another
+		// `up` racing for the folder is not ours.
+		if st, err := readState(statePath); err == nil && st.PID == cmd.Process.Pid {
 			fmt.Println(st.Inventory)
 			fmt.Fprintf(os.Stderr, "lab up: %d hosts; try:\n  gpush run free_gpus.lua -i %s --known-hosts %s\n  gpush-lab down --dir %s\n",
 				f.n, st.Inventory, st.KnownHosts, dir)
@@ -197,7 +201,9 @@ func serve(args []string) error {
 	return l.Stop()
 }
 
-// down signals the lab server recorded in DIR/lab.json and waits for it.
+// down signals the lab server of DIR (recorded in DIR/lab.json, or in
+// the folder's lock while it starts) and waits for it; when the server is
+// gone, it ends what that lab left running instead.
 func down(args []string) error {
 	fs, f, _ := parseLab("down", args, "")
 	if err := fs.Parse(args); err != nil {
@@ -206,26 +212,73 @@ func down(args []string) error {
 	if f.dir == "" {
 		return errors.New("--dir is required")
 	}
-	path := filepath.Join(f.dir, "lab.json")
-	st, err := readState(path)
+	dir, err := filepath.Abs(f.dir)
 	if err != nil {
-		return fmt.Errorf("no lab running in %s: %w", f.dir, err)
+		return err
 	}
-	p := lab.Proc{PID: st.PID, StartTime: st.StartTime}
-	if !lab.Alive(p) {
-		os.Remove(path)
+	path := filepath.Join(dir, "lab.json")
+	st, stErr := readState(path)
+	if stErr != nil && !errors.Is(stErr, os.ErrNotExist) {
+		return stErr
+	}
+	server := 0
+	if st != nil && lab.Alive(lab.Proc{PID: st.PID, StartTime: st.StartTime}) {
+		server = st.PID
+	}
+	var busy *lab.BusyError
+	if err := lab.Busy(dir); server == 0 && errors.As(err, &busy) && busy.Running {
+		// Still starting (no lab.json yet): the lock names its server,
+		// signalled only if it is that folder's `gpush-lab serve`.
+		if busy.PID == 0 || !isServer(busy.PID, dir) {
+			return fmt.Errorf("%w; its server could not be told from the lock, try again when it is up", err)
+		}
+		server = busy.PID
+	}
+	if server > 0 {
+		if err := syscall.Kill(server, syscall.SIGTERM); err != nil {
+			return fmt.Errorf("signal lab server pid %d: %w", server, err)
+		}
+		// Gone once the folder's lock is free: Stop releases it last.
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+			if err := lab.Busy(dir); !errors.As(err, &busy) || !busy.Running {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("lab server pid %d still running after 1m", server)
+			}
+		}
+		fmt.Fprintf(os.Stderr, "lab in %s stopped\n", dir)
 		return nil
 	}
-	if err := syscall.Kill(st.PID, syscall.SIGTERM); err != nil {
-		return fmt.Errorf("signal lab server pid %d: %w", st.PID, err)
+	var procs []lab.Proc
+	pid := 0
+	if st != nil {
+		procs, pid = st.Procs, st.PID
 	}
-	for deadline := time.Now().Add(time.Minute); lab.Alive(p); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("lab server pid %d still running after 1m", st.PID)
-		}
+	killed, err := lab.EndLeftovers(dir, pid, procs, 10*time.Second)
+	os.Remove(path)
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(os.Stderr, "lab in %s stopped\n", f.dir)
+	switch {
+	case killed > 0:
+		fmt.Fprintf(os.Stderr, "lab server in %s was gone; ended %d processes it left\n", dir, killed)
+	case st == nil:
+		return fmt.Errorf("no lab running in %s", dir)
+	default:
+		fmt.Fprintf(os.Stderr, "lab in %s was already down\n", dir)
+	}
 	return nil
+}
+
+// isServer reports whether pid runs `gpush-lab serve --dir dir`.
+func isServer(pid int, dir string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	return len(args) >= 4 && args[1] == "serve" && args[2] == "--dir" && args[3] == dir
 }
 
 // demo starts a lab, runs gpush free_gpus.lua against it, shows that the
