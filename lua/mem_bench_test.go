@@ -156,7 +156,7 @@ func BenchmarkLabMemory(b *testing.B) {
 	}
 	hosts := inv.Hosts()
 	ropts := remote.Options{KnownHostsFile: l.KnownHosts, AgentSocket: "none", SSHConfigFile: "none",
-		HelperSource: helperbin.Source}
+		HelperSource: helperbin.Source, HelperDigest: helperbin.Digest}
 	o := Options{Forks: n, Dial: func(ctx context.Context, h inventory.Host) (remote.Conn, error) {
 		return remote.Dial(ctx, h, ropts)
 	}}

@@ -2,7 +2,9 @@ package helperbin
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"debug/elf"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -66,5 +68,38 @@ func TestSourceRefusesOtherArches(t *testing.T) {
 		if _, err := Source(a); err == nil || !strings.Contains(err.Error(), "amd64, arm64") {
 			t.Errorf("Source(%q) = %v, want a refusal naming the supported arches", a, err)
 		}
+	}
+}
+
+// Digest is what a warm check compares with the host's helper: it must be
+// the digest of the very bytes Source would upload, and the embedded
+// helper's streamed digest that of Embedded's bytes.
+func TestDigestMatchesTheBytes(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		if _, ok := Embedded(runtime.GOARCH); !ok {
+			t.Skip("no embedded helper and no go toolchain")
+		}
+	}
+	b, err := Source("amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, n, err := Digest("amd64")
+	want := sha256.Sum256(b)
+	if err != nil || sum != hex.EncodeToString(want[:]) || n != int64(len(b)) {
+		t.Fatalf("Digest = %s, %d, %v; want the sha256 of Source's %d bytes %x", sum, n, err, len(b), want)
+	}
+	if _, _, err := Digest("mips"); err == nil {
+		t.Error("Digest of an architecture without a helper: want an error")
+	}
+	emb, ok := Embedded("amd64")
+	if !ok {
+		t.Log("no embedded helper (make build embeds them): its streamed digest is not checked")
+		return
+	}
+	sum, n, ok, err = embeddedDigest("amd64")
+	want = sha256.Sum256(emb)
+	if err != nil || !ok || sum != hex.EncodeToString(want[:]) || n != int64(len(emb)) {
+		t.Fatalf("embeddedDigest = %s, %d, %v, %v; want the sha256 of the %d embedded bytes %x", sum, n, ok, err, len(emb), want)
 	}
 }
