@@ -42,9 +42,10 @@ helpers:
 	@mkdir -p $(HELPERS)
 	$(HELPER_BUILD) -o $(HELPERS)/gpush-helper-linux-amd64 ./cmd/gpush-helper
 	GOARCH=arm64 $(HELPER_BUILD) -o $(HELPERS)/gpush-helper-linux-arm64 ./cmd/gpush-helper
-	@for f in $(HELPERS)/gpush-helper-linux-*; do \
+	@for f in $(HELPERS)/gpush-helper-linux-amd64 $(HELPERS)/gpush-helper-linux-arm64; do \
 		s=$$(stat -c %s $$f); echo "$$f: $$s bytes"; \
 		if [ $$s -ge $(HELPER_MAX_BYTES) ]; then echo "$$f is over 4 MiB"; exit 1; fi; \
+		echo "$$(sha256sum $$f | cut -d' ' -f1) $$s" > $$f.sha256; \
 	done
 
 gpush: helpers

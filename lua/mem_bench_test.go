@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 
 	glua "github.com/yuin/gopher-lua"
 
+	"github.com/gpush/gpush/helper"
 	"github.com/gpush/gpush/inventory"
 	"github.com/gpush/gpush/lab"
 	"github.com/gpush/gpush/lab/sshd"
@@ -79,12 +82,21 @@ func init() {
 // --forks = hosts, through the real lab sshd and remote.Dial, and reads the
 // heap while every host waits at the end of its script. It reports heap in
 // use, Go stacks and RSS growth per concurrent host over the process before
-// the run; GPUSH_MEMPROFILE=FILE writes the heap profile taken at that
+// the run, and the peaks of the heap and of the RSS during the run up to
+// that point; GPUSH_MEMPROFILE=FILE writes the heap profile taken at that
 // point and FILE.before the one before the run (`go tool pprof
 // -sample_index=inuse_space -top -base FILE.before FILE`: what the hosts hold),
-// and FILE.goroutines the goroutines at that point, grouped by stack.
+// what the run allocated on the way to it (`-sample_index=alloc_space`, the
+// same -base: the transient garbage that sets the peak), and FILE.goroutines the goroutines at that point,
+// grouped by stack.
+//
+// GPUSH_MEM_SCRIPT=free_gpus measures scripts/free_gpus.lua instead, on a
+// leftovers lab (services stopped, workers killed in stages, verified): the
+// warm-up is gpu_status.lua (it deploys and kills nothing), and the lab is
+// used up by one free, so only -benchtime 1x runs.
 //
 //	go test -run '^$' -bench LabMemory -benchtime 1x ./lua/
+//	GPUSH_MEM_SCRIPT=free_gpus go test -run '^$' -bench LabMemory -benchtime 1x ./lua/
 func BenchmarkLabMemory(b *testing.B) {
 	if _, err := sshd.FindBinary(); err != nil {
 		b.Skip("skipping: " + err.Error())
@@ -93,8 +105,13 @@ func BenchmarkLabMemory(b *testing.B) {
 		b.Skip("skipping: the lab's sshd needs root")
 	}
 	n := memHosts(b, 50)
+	name := memScript(b)
 	if os.Getenv("GPUSH_MEMPROFILE") != "" {
 		runtime.MemProfileRate = 4096 // finer than the default 512 KiB: hosts cost KiB each
+	}
+	scenario := lab.ScenarioIdle
+	if name == memFree {
+		scenario = lab.ScenarioLeftovers
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -120,7 +137,7 @@ func BenchmarkLabMemory(b *testing.B) {
 	default:
 		b.Fatalf("GPUSH_MEM_ISOLATE=%q: want 0 or 1", v)
 	}
-	l, err := lab.Start(ctx, lab.Options{Hosts: n, Dir: b.TempDir(), Scenario: lab.ScenarioIdle, Bin: bin,
+	l, err := lab.Start(ctx, lab.Options{Hosts: n, Dir: b.TempDir(), Scenario: scenario, Bin: bin,
 		SSHD: sshd.Options{LogLevel: "ERROR", ExtraConfig: []string{"SetEnv HOME=" + home}}, Isolate: isolate})
 	if err != nil {
 		if l != nil {
@@ -139,13 +156,16 @@ func BenchmarkLabMemory(b *testing.B) {
 	}
 	hosts := inv.Hosts()
 	ropts := remote.Options{KnownHostsFile: l.KnownHosts, AgentSocket: "none", SSHConfigFile: "none",
-		HelperSource: helperbin.Source}
+		HelperSource: helperbin.Source, HelperDigest: helperbin.Digest}
 	o := Options{Forks: n, Dial: func(ctx context.Context, h inventory.Host) (remote.Conn, error) {
 		return remote.Dial(ctx, h, ropts)
 	}}
-	s := gpuStatusAtBarrier(b)
-	measureHosts(b, n, func(onResult func(HostResult)) []HostResult {
+	warm, s := memScripts(b, name)
+	measureHosts(b, n, name == memFree, func(measured bool, onResult func(HostResult)) []HostResult {
 		o.OnResult = onResult
+		if !measured {
+			return Run(ctx, warm, hosts, o)
+		}
 		return Run(ctx, s, hosts, o)
 	})
 }
@@ -153,11 +173,14 @@ func BenchmarkLabMemory(b *testing.B) {
 // BenchmarkFakeMemory is BenchmarkLabMemory's Lua side alone: the same
 // script on GPUSH_MEM_HOSTS (default 200) fake hosts of 4 GPUs
 // (modules/modulestest), no SSH; what the runner, the Lua states and the
-// modules keep per concurrent host.
+// modules keep per concurrent host. With GPUSH_MEM_SCRIPT=free_gpus each
+// fake host is a leftovers host as the lab's (fakeLeftovers), made afresh
+// for every run.
 //
 //	go test -run '^$' -bench FakeMemory -benchtime 1x ./lua/
 func BenchmarkFakeMemory(b *testing.B) {
 	n := memHosts(b, 200)
+	name := memScript(b)
 	if os.Getenv("GPUSH_MEMPROFILE") != "" {
 		runtime.MemProfileRate = 4096
 	}
@@ -166,28 +189,122 @@ func BenchmarkFakeMemory(b *testing.B) {
 		names[i] = fmt.Sprintf("gpu%04d", i)
 	}
 	_, hosts := newFleet(names...)
+	if name == memFree {
+		for i := range hosts {
+			hosts[i].Vars["services"] = []any{fakeVLLM, fakeSGLang}
+			// The fake kill needs no grace: none of its holders dies slowly.
+			hosts[i].Vars["grace"] = "10ms"
+		}
+	}
 	dial := func(ctx context.Context, h inventory.Host) (remote.Conn, error) {
+		if name == memFree {
+			return modulestest.NewConn(h.Name, fakeLeftovers(h.Name)), nil
+		}
 		return modulestest.NewConn(h.Name, modulestest.NewGPUHost(h.Name, 4)), nil
 	}
-	s := gpuStatusAtBarrier(b)
+	_, s := memScripts(b, name)
 	o := Options{Forks: n, Dial: dial}
-	measureHosts(b, n, func(onResult func(HostResult)) []HostResult {
+	// Every run dials afresh: a fake host's warm-up is not needed, and the
+	// measured run gets hosts with their leftovers.
+	measureHosts(b, n, false, func(_ bool, onResult func(HostResult)) []HostResult {
 		o.OnResult = onResult
 		return Run(b.Context(), s, hosts, o)
 	})
 }
 
-// gpuStatusAtBarrier is scripts/gpu_status.lua as gpush runs it, then
-// membench.wait(): its locals, results and the host's connection are all
-// live while the heap is read.
-func gpuStatusAtBarrier(b *testing.B) *Script {
+// The fake leftovers host's units, as the lab's.
+const (
+	fakeVLLM   = "vllm-embed.service"
+	fakeSGLang = "sglang-qwen.service"
+)
+
+// fakeLeftovers is a fake host as the lab's leftovers scenario makes them:
+// a service on GPU 0 whose stop frees it, an orphaned worker on GPU 1, a
+// worker that ignores TERM on GPU 2, a service on GPU 3 whose worker
+// outlives its stop, an NVML monitor of every GPU and the protected
+// persistence daemon.
+func fakeLeftovers(name string) *modulestest.GPUHost {
+	m := modulestest.NewGPUHost(name, 4)
+	m.AddUnit(modulestest.FakeUnit{Name: fakeVLLM, Active: true})
+	m.AddUnit(modulestest.FakeUnit{Name: fakeSGLang, Active: true, StayAfterStop: true})
+	py := func(gpu int, mib int64) modulestest.FakeHolder {
+		return modulestest.FakeHolder{Holder: helper.Holder{Comm: "python3", User: "root",
+			Cmdline: []string{"/usr/bin/python3", "-m", "worker", "--gpu", strconv.Itoa(gpu)}}, MemByGPU: map[int]int64{gpu: mib}}
+	}
+	vllm := py(0, 10240)
+	vllm.Unit = fakeVLLM
+	m.AddHolder(vllm)
+	m.AddHolder(py(1, 6144))
+	ign := py(2, 4096)
+	ign.IgnoreTerm = true
+	m.AddHolder(ign)
+	sg := py(3, 8192)
+	sg.Unit = fakeSGLang
+	m.AddHolder(sg)
+	m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{GPUs: []int{0, 1, 2, 3}, Comm: "nvitop", User: "root"}, Monitor: true})
+	m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{Comm: "nvidia-persistenced", User: "root", Protected: true}})
+	return m
+}
+
+// Scripts GPUSH_MEM_SCRIPT picks.
+const (
+	memStatus = "gpu_status"
+	memFree   = "free_gpus"
+)
+
+func memScript(b *testing.B) string {
+	switch v := os.Getenv("GPUSH_MEM_SCRIPT"); v {
+	case "", memStatus:
+		return memStatus
+	case memFree:
+		return memFree
+	default:
+		b.Fatalf("GPUSH_MEM_SCRIPT=%q: want %s or %s", v, memStatus, memFree)
+		return ""
+	}
+}
+
+// memScripts are the warm-up run's script (gpu_status.lua: it deploys the
+// helper and changes nothing) and the measured one at the barrier.
+func memScripts(b *testing.B, name string) (warm, measured *Script) {
+	return scriptAtBarrier(b, memStatus), scriptAtBarrier(b, name)
+}
+
+// scriptAtBarrier is scripts/NAME.lua as gpush runs it, with a barrier
+// (membench.wait()) where every host's state is read: after gpu_status.lua
+// returned, its results and the host's connection live; in free_gpus.lua
+// after the free's last step (gpu.free returned, its rows logged), the
+// script's locals live too (the looks before the stops, the stops'
+// results, the free's whole result). A free that fails ends before the
+// barrier, and its host is not counted. The leading comment block stays
+// first: it declares the script's vars.
+func scriptAtBarrier(b *testing.B, name string) *Script {
 	dir := filepath.Join("..", "scripts")
-	src, err := os.ReadFile(filepath.Join(dir, "gpu_status.lua"))
+	src, err := os.ReadFile(filepath.Join(dir, name+".lua"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	wrapped := "local r = (function(...)\n" + string(src) + "\nend)(...)\nmembench.wait()\nreturn r\n"
-	return &Script{Name: "gpu_status.lua", Source: []byte(wrapped), Dir: dir}
+	var header, body []string
+	lines := strings.Split(string(src), "\n")
+	for i, l := range lines {
+		if !strings.HasPrefix(strings.TrimSpace(l), "--") {
+			header, body = lines[:i], lines[i:]
+			break
+		}
+	}
+	if name == memFree {
+		const last = "if not r.ok then fail(" // the line after the free's last step
+		at := slices.IndexFunc(body, func(l string) bool { return strings.HasPrefix(l, last) })
+		if at < 0 {
+			b.Fatalf("%s.lua: no line %q to put the barrier before", name, last)
+		}
+		body = slices.Insert(body, at, "membench.wait()")
+	} else {
+		body = append(body, "end)(...)", "membench.wait()", "return r")
+		body = slices.Insert(body, 0, "local r = (function(...)")
+	}
+	wrapped := strings.Join(header, "\n") + "\n" + strings.Join(body, "\n") + "\n"
+	return &Script{Name: name + ".lua", Source: []byte(wrapped), Dir: dir}
 }
 
 func memHosts(b *testing.B, def int) int {
@@ -204,10 +321,13 @@ func memHosts(b *testing.B, def int) int {
 
 // measureHosts makes a first run (a warm-up: the helper gets deployed),
 // then for each iteration a run whose n hosts all wait at membench.wait()
-// while the heap is read, and reports the growth per host that got there.
-// A host that fails (a lab host too slow on a loaded machine) is logged and
-// not counted; if none got there the benchmark fails.
-func measureHosts(b *testing.B, n int, run func(onResult func(HostResult)) []HostResult) {
+// while the heap is read, and reports the growth per host that got there,
+// and the peaks of the heap and the RSS on the way there (per host, over
+// the same base). A host that fails (a lab host too slow on a loaded
+// machine) is logged and not counted; if none got there the benchmark
+// fails. once: the hosts can be measured only once (a lab's leftovers are
+// used up by a free). run's measured is false for the warm-up.
+func measureHosts(b *testing.B, n int, once bool, run func(measured bool, onResult func(HostResult)) []HostResult) {
 	failures := 0
 	check := func(res []HostResult) {
 		for _, r := range res {
@@ -226,9 +346,13 @@ func measureHosts(b *testing.B, n int, run func(onResult func(HostResult)) []Hos
 		memBarrier.checkAll()
 		memBarrier.mu.Unlock()
 	}
-	check(run(nil))
-	var heap, stack, rss, goroutines, hosts float64
+	check(run(false, nil))
+	var heap, stack, rss, peakHeap, peakRSS, goroutines, hosts float64
+	iter := 0
 	for b.Loop() {
+		if iter++; once && iter > 1 {
+			b.Fatal("these hosts can be measured once: run with -benchtime 1x")
+		}
 		settle()
 		before := readMem(b)
 		if p := os.Getenv("GPUSH_MEMPROFILE"); p != "" {
@@ -239,9 +363,13 @@ func measureHosts(b *testing.B, n int, run func(onResult func(HostResult)) []Hos
 		memBarrier.all, memBarrier.release = make(chan struct{}), make(chan struct{})
 		all, release := memBarrier.all, memBarrier.release
 		memBarrier.mu.Unlock()
+		resetPeakRSS(b)
+		peaks := watchPeak()
 		done := make(chan []HostResult, 1)
-		go func() { done <- run(onResult) }()
+		go func() { done <- run(true, onResult) }()
 		<-all
+		peak := peaks()
+		hwm := vmField(b, "VmHWM:")
 		memBarrier.mu.Lock()
 		live := memBarrier.arrived
 		memBarrier.mu.Unlock()
@@ -263,6 +391,8 @@ func measureHosts(b *testing.B, n int, run func(onResult func(HostResult)) []Hos
 		heap += float64(at.heap-before.heap) / float64(live)
 		stack += float64(at.stack-before.stack) / float64(live)
 		rss += float64(at.rss-before.rss) / float64(live)
+		peakHeap += float64(peak-before.heap) / float64(live)
+		peakRSS += float64(hwm-before.rss) / float64(live)
 		goroutines += float64(at.goroutines-before.goroutines) / float64(live)
 		hosts += float64(live)
 	}
@@ -270,9 +400,43 @@ func measureHosts(b *testing.B, n int, run func(onResult func(HostResult)) []Hos
 	b.ReportMetric(heap/k, "heap-KiB/host")
 	b.ReportMetric(stack/k, "stack-KiB/host")
 	b.ReportMetric(rss/k, "rss-KiB/host")
+	b.ReportMetric(peakHeap/k, "peak-heap-KiB/host")
+	b.ReportMetric(peakRSS/k, "peak-rss-KiB/host")
 	b.ReportMetric(goroutines/float64(b.N), "goroutines/host")
 	b.ReportMetric(hosts/float64(b.N), "hosts-measured")
 	b.ReportMetric(float64(failures), "hosts-failed")
+}
+
+// watchPeak samples the heap's objects (live and not yet collected: what
+// the GC lets grow to about twice the live heap) every millisecond until
+// the function it returns is called, which returns the highest reading.
+func watchPeak() func() int64 {
+	stop, out := make(chan struct{}), make(chan int64, 1)
+	go func() {
+		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		var top int64
+		for {
+			metrics.Read(sample)
+			top = max(top, int64(sample[0].Value.Uint64()))
+			select {
+			case <-stop:
+				out <- top
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() int64 { close(stop); return <-out }
+}
+
+// resetPeakRSS sets this process's VmHWM back to its VmRSS (Linux's
+// clear_refs 5), so that the run's own peak can be read.
+func resetPeakRSS(b *testing.B) {
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		b.Fatalf("reset the peak RSS: %v", err)
+	}
 }
 
 type memReading struct {
@@ -298,7 +462,10 @@ func readMem(b *testing.B) memReading {
 }
 
 // vmRSS is this process's resident set (VmRSS of /proc/self/status), in bytes.
-func vmRSS(b *testing.B) int64 {
+func vmRSS(b *testing.B) int64 { return vmField(b, "VmRSS:") }
+
+// vmField reads a size line of /proc/self/status ("VmRSS:", "VmHWM:"), in bytes.
+func vmField(b *testing.B, field string) int64 {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
 		b.Fatal(err)
@@ -306,15 +473,15 @@ func vmRSS(b *testing.B) int64 {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(sc.Text(), field); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 			if err != nil {
-				b.Fatalf("/proc/self/status: VmRSS %q: %v", rest, err)
+				b.Fatalf("/proc/self/status: %s %q: %v", field, rest, err)
 			}
 			return kb * 1024
 		}
 	}
-	b.Fatal("/proc/self/status: no VmRSS line")
+	b.Fatalf("/proc/self/status: no %s line", field)
 	return 0
 }
 

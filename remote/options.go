@@ -61,6 +61,12 @@ type Options struct {
 	// "arm64"); see package helperbin. Needed for Helper on SSH hosts and
 	// for Helper with become on the local host.
 	HelperSource func(goarch string) ([]byte, error)
+	// HelperDigest, when set, gives the hex sha256 and the size of the
+	// helper HelperSource would give for a GOARCH, without its bytes: a
+	// warm check needs only those, so a run whose hosts are all warm never
+	// holds the binaries (both embedded ones are ~6 MiB of heap). Nil:
+	// HelperSource's bytes are hashed. See helperbin.Digest.
+	HelperDigest func(goarch string) (sum string, size int64, err error)
 	// Logger receives debug and info lines (default: discard).
 	Logger *slog.Logger
 }

@@ -112,7 +112,7 @@ func (c *sshConn) startServe(ctx context.Context, verb string) (*serveSession, e
 	}
 	var steps stepLog
 	start := time.Now()
-	digests, late := warmDigests(ctx, c.o.HelperSource, warmDigestGrace)
+	digests, late := warmDigests(ctx, warmDigest(c.o), warmDigestGrace)
 	steps.add("helper digests", start)
 	if len(late) > 0 {
 		c.log.Debug("warm check without some helpers: their source has not answered (building them?)",

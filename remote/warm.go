@@ -293,13 +293,43 @@ func helperDigests(source func(goarch string) ([]byte, error)) map[string]helper
 // needs, under its own step.
 const warmDigestGrace = 2 * time.Second
 
+// digestFunc gives one architecture's helper digest.
+type digestFunc func(goarch string) (helperDigest, error)
+
+// sourceDigest hashes what source gives.
+func sourceDigest(source func(goarch string) ([]byte, error)) digestFunc {
+	if source == nil {
+		return nil
+	}
+	return func(goarch string) (helperDigest, error) {
+		bin, err := source(goarch)
+		if err != nil {
+			return helperDigest{}, err
+		}
+		return helperDigest{sum: binSum(bin), size: int64(len(bin))}, nil
+	}
+}
+
+// warmDigest is where a warm check gets its digests: o.HelperDigest when
+// set (the binaries' bytes are then not needed unless a host is cold),
+// else the hash of o.HelperSource's bytes.
+func warmDigest(o Options) digestFunc {
+	if o.HelperDigest == nil {
+		return sourceDigest(o.HelperSource)
+	}
+	return func(goarch string) (helperDigest, error) {
+		sum, size, err := o.HelperDigest(goarch)
+		return helperDigest{sum: sum, size: size}, err
+	}
+}
+
 // warmDigests is helperDigests for a warm check: each architecture's
-// source runs concurrently; the controller's own architecture (the one a
+// digest runs concurrently; the controller's own architecture (the one a
 // test binary builds, and a lab build embeds) is waited for until ctx
 // ends, any other for grace at most. One left out is named in late; its
 // source finishes in the background (sources build once per process).
-func warmDigests(ctx context.Context, source func(goarch string) ([]byte, error), grace time.Duration) (out map[string]helperDigest, late []string) {
-	if source == nil {
+func warmDigests(ctx context.Context, digest digestFunc, grace time.Duration) (out map[string]helperDigest, late []string) {
+	if digest == nil {
 		return nil, nil
 	}
 	type res struct {
@@ -311,12 +341,12 @@ func warmDigests(ctx context.Context, source func(goarch string) ([]byte, error)
 	ch := make(chan res, len(arches))
 	for _, arch := range arches {
 		go func() {
-			bin, err := source(arch)
+			d, err := digest(arch)
 			if err != nil {
 				ch <- res{arch: arch}
 				return
 			}
-			ch <- res{arch, helperDigest{sum: binSum(bin), size: int64(len(bin))}, true}
+			ch <- res{arch, d, true}
 		}()
 	}
 	timer := time.NewTimer(grace)

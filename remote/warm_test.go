@@ -140,7 +140,7 @@ func TestDeployNamesAStuckSource(t *testing.T) {
 // warmDigests leaves out what has not answered within its grace, and
 // names it.
 func TestWarmDigestsLeavesOutLateSources(t *testing.T) {
-	out, late := warmDigests(context.Background(), stuckSource(t, "arm64"), 50*time.Millisecond)
+	out, late := warmDigests(context.Background(), sourceDigest(stuckSource(t, "arm64")), 50*time.Millisecond)
 	if _, ok := out["amd64"]; !ok || len(out) != 1 || !slices.Equal(late, []string{"arm64"}) {
 		t.Fatalf("digests %v, late %v; want amd64 only, late [arm64]", out, late)
 	}
@@ -156,12 +156,12 @@ func TestWarmDigestsLeavesOutLateSources(t *testing.T) {
 		}
 		return nil, errors.New("no " + arch)
 	}
-	out, late = warmDigests(context.Background(), slowOwn, 10*time.Millisecond)
+	out, late = warmDigests(context.Background(), sourceDigest(slowOwn), 10*time.Millisecond)
 	if _, ok := out[runtime.GOARCH]; !ok || len(late) != 0 {
 		t.Errorf("slow own architecture: digests %v, late %v; want %s, none late", out, late, runtime.GOARCH)
 	}
 	failing := func(arch string) ([]byte, error) { return nil, errors.New("no " + arch) }
-	out, late = warmDigests(context.Background(), failing, time.Minute)
+	out, late = warmDigests(context.Background(), sourceDigest(failing), time.Minute)
 	if len(out) != 0 || len(late) != 0 {
 		t.Errorf("failing source: digests %v, late %v; want none of either", out, late)
 	}

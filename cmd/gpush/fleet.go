@@ -77,6 +77,7 @@ func parseFleet(c *cli.Context) (*fleet, error) {
 		KnownHostsFile: c.String("known-hosts"),
 		HostKeyPolicy:  policy,
 		HelperSource:   helperbin.Source,
+		HelperDigest:   helperbin.Digest,
 		Logger:         f.logger,
 	}
 	return f, nil

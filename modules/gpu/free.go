@@ -525,7 +525,7 @@ func (r *freeRun) dryRun(pending []int, status map[int]helper.GPUStatus, holders
 
 func (r *freeRun) table() *glua.LTable {
 	L := r.L
-	t := L.NewTable()
+	t := L.CreateTable(0, 5)
 	rows := L.CreateTable(len(r.order), 0)
 	var why []string
 	ok := true

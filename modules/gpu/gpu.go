@@ -29,7 +29,7 @@ func init() { modules.Register(Module) }
 // Loader pushes the gpu table for host h.
 func Loader(L *glua.LState, h modules.Host) int {
 	m := &mod{h: h, settled: map[int]int{}}
-	L.Push(L.SetFuncs(L.NewTable(), map[string]glua.LGFunction{
+	L.Push(modules.FuncTable(L, map[string]glua.LGFunction{
 		"mem":       m.mem,
 		"snapshot":  m.snapshot,
 		"holders":   m.holders,
@@ -65,7 +65,7 @@ func (m *mod) mem(L *glua.LState) int {
 
 func (m *mod) snapshot(L *glua.LState) int {
 	s := m.fetch(L, "gpu.snapshot")
-	t := L.NewTable()
+	t := L.CreateTable(0, 8)
 	t.RawSetString("hostname", glua.LString(s.Hostname))
 	t.RawSetString("boot_id", glua.LString(s.BootID))
 	t.RawSetString("smi", glua.LBool(s.SMI))
@@ -418,8 +418,11 @@ func checkIdentity(L *glua.LState, n int, t *glua.LTable, fn, what string) helpe
 	return id
 }
 
+// killResultTable is one kill result; its table is sized for its fields
+// and gpu.free's stage (L.NewTable reserves 32 array and 32 hash slots, ~2.8
+// KiB, which every result of every host kept).
 func killResultTable(L *glua.LState, r helper.KillResult) *glua.LTable {
-	rt := L.NewTable()
+	rt := L.CreateTable(0, 11)
 	rt.RawSetString("pid", glua.LNumber(r.PID))
 	rt.RawSetString("start_time", glua.LNumber(r.StartTime))
 	rt.RawSetString("boot_id", glua.LString(r.BootID))
@@ -440,7 +443,7 @@ func killTable(L *glua.LState, resp helper.KillResponse) *glua.LTable {
 		counts[r.Outcome]++
 		list.Append(killResultTable(L, r))
 	}
-	t := L.NewTable()
+	t := L.CreateTable(0, 8)
 	t.RawSetString("ok", glua.LBool(counts[helper.OutcomeSurvived] == 0))
 	t.RawSetString("results", list)
 	t.RawSetString("supervisors", supervisorList(L, resp.Supervisors))
@@ -479,7 +482,7 @@ func (m *mod) waitFree(L *glua.LState) int {
 	} else {
 		resp, _ = m.callWait(L, fn, req, settle)
 	}
-	t := L.NewTable()
+	t := L.CreateTable(0, 10)
 	t.RawSetString("ok", glua.LBool(resp.OK))
 	t.RawSetString("outcome", glua.LString(resp.Outcome))
 	luaconv.SetStr(t, "reason", waitReason(resp))
@@ -628,7 +631,18 @@ func gpuList(L *glua.LState, gpus []helper.GPU) *glua.LTable {
 // HolderTable converts a holder to the table docs/lua-api.md describes
 // (cmdline joined into one string).
 func HolderTable(L *glua.LState, h helper.Holder) *glua.LTable {
-	t := L.CreateTable(0, 20)
+	// Sized for the fields it gets: 20 always, the others when not empty.
+	n := 20
+	for _, s := range []string{h.OwnerWhy, h.Suspicious, h.Unit, h.Container, h.ContainerID, h.ContainerName, h.Runtime,
+		h.Pod, h.Namespace, h.PodUID, h.PodQoS, h.ProtectedWhy} {
+		if s != "" {
+			n++
+		}
+	}
+	if Where(h) != "" {
+		n++
+	}
+	t := L.CreateTable(0, n)
 	t.RawSetString("pid", glua.LNumber(h.PID))
 	t.RawSetString("start_time", glua.LNumber(h.StartTime))
 	t.RawSetString("boot_id", glua.LString(h.BootID))

@@ -78,7 +78,7 @@ func (m *mod) run(L *glua.LState) int {
 		}
 	}
 	o.Done()
-	t := L.NewTable()
+	t := L.CreateTable(0, 4)
 	if m.h.Check() {
 		t.RawSetString("ok", glua.LTrue)
 		t.RawSetString("would", glua.LTrue)

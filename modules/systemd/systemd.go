@@ -152,8 +152,10 @@ func noteRestart(h modules.Host, r helper.UnitResponse) {
 		Why: fmt.Sprintf("unit %s has Restart=%s: it may start again", r.Unit, r.Restart)})
 }
 
+// unitTable is one unit's result, its tables sized for their fields (see
+// modules.FuncTable); result may add 2 to it.
 func unitTable(L *glua.LState, r helper.UnitResponse) *glua.LTable {
-	t := L.NewTable()
+	t := L.CreateTable(0, 14)
 	t.RawSetString("ok", glua.LBool(r.OK))
 	t.RawSetString("unit", glua.LString(r.Unit))
 	t.RawSetString("action", glua.LString(r.Action))
@@ -166,7 +168,7 @@ func unitTable(L *glua.LState, r helper.UnitResponse) *glua.LTable {
 	luaconv.SetStr(t, "reason", r.Reason)
 	rem := L.CreateTable(len(r.Remaining), 0)
 	for _, p := range r.Remaining {
-		pt := L.NewTable()
+		pt := L.CreateTable(0, 6)
 		pt.RawSetString("pid", glua.LNumber(p.PID))
 		pt.RawSetString("start_time", glua.LNumber(p.StartTime))
 		pt.RawSetString("boot_id", glua.LString(p.BootID))
