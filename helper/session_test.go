@@ -136,6 +136,16 @@ func smiLog(t testing.TB, h *host) (Config, func() (oneShots, apps int, streams 
 	}
 }
 
+// slowSession keeps a session's stream and listing for a minute and gives
+// its stream time to start: what is tested is the reuse, not the bounds.
+func slowSession(t testing.TB) {
+	setLinger(t, time.Minute)
+	slowStall(t)
+	old := listingReuse
+	listingReuse = time.Minute
+	t.Cleanup(func() { listingReuse = old })
+}
+
 func setLinger(t testing.TB, d time.Duration) {
 	old := streamLinger
 	streamLinger = d
@@ -534,13 +544,9 @@ func TestSessionSnapshotReusesListing(t *testing.T) {
 	if !(procFS{dir: "/proc"}).inHostPIDNamespace() {
 		t.Skip("the test runs outside the host's PID namespace: no listing is reused there")
 	}
-	setLinger(t, time.Minute)
-	slowStall(t)
 	// Snapshots come seconds apart on a loaded machine: the age bound is
 	// tested at the end.
-	oldReuse := listingReuse
-	listingReuse = time.Minute
-	t.Cleanup(func() { listingReuse = oldReuse })
+	slowSession(t)
 	h := newHost(t, 3)
 	cfg, runs := smiLog(t, h)
 	w0 := h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"), "--mem-mib", "5000")
@@ -623,11 +629,7 @@ func TestSessionDrainNeedsNoListing(t *testing.T) {
 	if !(procFS{dir: "/proc"}).inHostPIDNamespace() {
 		t.Skip("the test runs outside the host's PID namespace")
 	}
-	setLinger(t, time.Minute)
-	slowStall(t)
-	oldReuse := listingReuse
-	listingReuse = time.Minute
-	t.Cleanup(func() { listingReuse = oldReuse })
+	slowSession(t)
 	h := newHost(t, 2)
 	h.fake.ReleaseDelay = "400ms"
 	h.save()

@@ -17,15 +17,7 @@ import (
 )
 
 func TestSourceGivesAStaticLinuxHelper(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		if _, ok := Embedded(runtime.GOARCH); !ok {
-			t.Skip("no embedded helper and no go toolchain")
-		}
-	}
-	b, err := Source("amd64")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := amd64Source(t)
 	f, err := elf.NewFile(bytes.NewReader(b))
 	if err != nil {
 		t.Fatalf("not an ELF binary: %v", err)
@@ -75,15 +67,7 @@ func TestSourceRefusesOtherArches(t *testing.T) {
 // the digest of the very bytes Source would upload, and the embedded
 // helper's streamed digest that of Embedded's bytes.
 func TestDigestMatchesTheBytes(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		if _, ok := Embedded(runtime.GOARCH); !ok {
-			t.Skip("no embedded helper and no go toolchain")
-		}
-	}
-	b, err := Source("amd64")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := amd64Source(t)
 	sum, n, err := Digest("amd64")
 	want := sha256.Sum256(b)
 	if err != nil || sum != hex.EncodeToString(want[:]) || n != int64(len(b)) {
@@ -108,4 +92,20 @@ func TestDigestMatchesTheBytes(t *testing.T) {
 			t.Fatalf("%s = %s, %d, %v, %v; want the sha256 of the %d embedded bytes %x", what, sum, n, ok, err, len(emb), want)
 		}
 	}
+}
+
+// amd64Source is Source("amd64"), the test skipped where there is neither
+// an embedded helper nor a go toolchain to build one.
+func amd64Source(t *testing.T) []byte {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		if _, ok := Embedded(runtime.GOARCH); !ok {
+			t.Skip("no embedded helper and no go toolchain")
+		}
+	}
+	b, err := Source("amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
