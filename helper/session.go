@@ -268,7 +268,7 @@ func listingKey(cfg Config, smiPath string) string {
 }
 
 // recordListing keeps what a snapshot's listing, started at at, said of
-// each holder, and the GPUs and ghosts it was read with.
+// each holder, the GPUs it was read with and what it charged where.
 func (ss *session) recordListing(key string, at time.Time, gs gpuState) {
 	if ss == nil {
 		return

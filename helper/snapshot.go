@@ -465,14 +465,6 @@ func mergeApps(holders []Holder, gpus []GPU, apps []computeApp, hostPIDs bool, e
 	for i := range holders {
 		byPID[holders[i].PID] = &holders[i]
 	}
-	gpuOf := func(a computeApp) (int, bool) {
-		for _, g := range gpus {
-			if a.GPUUUID != "" && g.UUID == a.GPUUUID || a.BusID != "" && g.BusID != "" && normBusID(g.BusID) == normBusID(a.BusID) {
-				return g.Index, true
-			}
-		}
-		return 0, false
-	}
 	listed := map[int]bool{}
 	for _, a := range apps {
 		listed[a.PID] = true
@@ -480,7 +472,7 @@ func mergeApps(holders []Holder, gpus []GPU, apps []computeApp, hostPIDs bool, e
 	var ghosts []Ghost
 	var warns []string
 	for _, a := range apps {
-		idx, idxOK := gpuOf(a)
+		idx, idxOK := appGPU(gpus, a)
 		h, ok := byPID[a.PID]
 		if !ok {
 			switch {
@@ -667,6 +659,16 @@ func (s *scanner) readApps(ctx context.Context, gs *gpuState) error {
 	return nil
 }
 
+// appGPU is the index of the GPU a listed app runs on, by its uuid or bus id.
+func appGPU(gpus []GPU, a computeApp) (int, bool) {
+	for _, g := range gpus {
+		if a.GPUUUID != "" && g.UUID == a.GPUUUID || a.BusID != "" && g.BusID != "" && normBusID(g.BusID) == normBusID(a.BusID) {
+			return g.Index, true
+		}
+	}
+	return 0, false
+}
+
 // chargedElsewhere sums, per GPU, the memory apps charge to pids that no
 // holder is (see gpuState.elsewhereMiB).
 func chargedElsewhere(holders []Holder, gpus []GPU, apps []computeApp) (map[int]int64, bool) {
@@ -680,14 +682,11 @@ func chargedElsewhere(holders []Holder, gpus []GPU, apps []computeApp) (map[int]
 		if held[a.PID] {
 			continue
 		}
-		idx := slices.IndexFunc(gpus, func(g GPU) bool {
-			return a.GPUUUID != "" && g.UUID == a.GPUUUID || a.BusID != "" && g.BusID != "" && normBusID(g.BusID) == normBusID(a.BusID)
-		})
-		if idx < 0 {
+		g, ok := appGPU(gpus, a)
+		if !ok {
 			unplaced = true
 			continue
 		}
-		g := gpus[idx].Index
 		switch {
 		case a.MemMiB < 0 || out[g] < 0:
 			out[g] = -1
