@@ -136,6 +136,22 @@ func smiLog(t testing.TB, h *host) (Config, func() (oneShots, apps int, streams 
 	}
 }
 
+// snapshotSeesNewWorker takes a snapshot in l while a 5000 MiB worker of
+// GPU 0 starts as it begins, and fails unless the snapshot reads it.
+func snapshotSeesNewWorker(t *testing.T, l *inLoop, h *host, cfg Config) (*Snapshot, *holder) {
+	t.Helper()
+	var worker *holder
+	snapshotStartHook = func() { worker = h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "5000") }
+	t.Cleanup(func() { snapshotStartHook = nil })
+	var s Snapshot
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	snapshotStartHook = nil
+	if len(s.GPUs) != 1 || s.GPUs[0].MemUsedMiB != 5000 || findHolder(&s, worker.pid) == nil {
+		t.Fatalf("snapshot gpus %+v holders %+v: want GPU 0 at 5000 MiB held by pid %d", s.GPUs, s.Holders, worker.pid)
+	}
+	return &s, worker
+}
+
 // slowSession keeps a session's stream and listing for a minute and gives
 // its stream time to start: what is tested is the reuse, not the bounds.
 func slowSession(t testing.TB) {
@@ -217,15 +233,7 @@ func TestSessionSnapshotIsFresh(t *testing.T) {
 	if w.Outcome != WaitFreed {
 		t.Fatalf("wait: outcome %s reason %q", w.Outcome, w.Reason)
 	}
-	var worker *holder
-	snapshotStartHook = func() { worker = h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "5000") }
-	t.Cleanup(func() { snapshotStartHook = nil })
-	var s Snapshot
-	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
-	snapshotStartHook = nil
-	if len(s.GPUs) != 1 || s.GPUs[0].MemUsedMiB != 5000 || findHolder(&s, worker.pid) == nil {
-		t.Fatalf("snapshot gpus %+v holders %+v: want GPU 0 at 5000 MiB held by pid %d", s.GPUs, s.Holders, worker.pid)
-	}
+	snapshotSeesNewWorker(t, l, h, cfg)
 	if one, _, streams := runs(); one != 0 || len(streams) != 1 {
 		t.Errorf("%d --query-gpu, %d streams: want the snapshot served by the wait's stream", one, len(streams))
 	}
@@ -240,15 +248,7 @@ func TestSessionFirstSnapshotStartsStream(t *testing.T) {
 	h := newHost(t, 1)
 	cfg, runs := smiLog(t, h)
 	l := startInLoop(t)
-	var worker *holder
-	snapshotStartHook = func() { worker = h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "5000") }
-	t.Cleanup(func() { snapshotStartHook = nil })
-	var s Snapshot
-	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
-	snapshotStartHook = nil
-	if len(s.GPUs) != 1 || s.GPUs[0].MemUsedMiB != 5000 || findHolder(&s, worker.pid) == nil {
-		t.Fatalf("snapshot gpus %+v holders %+v: want GPU 0 at 5000 MiB held by pid %d", s.GPUs, s.Holders, worker.pid)
-	}
+	s, worker := snapshotSeesNewWorker(t, l, h, cfg)
 	one, _, streams := runs()
 	if one != 0 || len(streams) != 1 {
 		t.Fatalf("first snapshot: %d --query-gpu, streams %v: want one stream and no one-shot", one, streams)
@@ -256,7 +256,7 @@ func TestSessionFirstSnapshotStartsStream(t *testing.T) {
 	syscall.Kill(worker.pid, syscall.SIGKILL)
 	var w WaitFreeResponse
 	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second)}, &w)
-	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, s)
 	if one, _, now := runs(); w.Outcome != WaitFreed || one != 0 || len(now) != 1 || len(s.GPUs) != 1 || s.GPUs[0].MemUsedMiB != 0 {
 		t.Errorf("wait %s (%q) and snapshot %+v: %d --query-gpu, streams %v: want GPU 0 freed, read from stream %d", w.Outcome, w.Reason, s.GPUs, one, now, streams[0])
 	}
