@@ -211,7 +211,7 @@ func EndLeftovers(dir string, serverPID int, procs []Proc, wait time.Duration) (
 			}
 		}
 	}
-	if pid := labSSHD(dir); pid > 0 && killSSHD(pid, dir) {
+	if pid := labSSHD(dir); pid > 0 && killSSHD(pid, dir, wait) {
 		killed++
 	}
 	seen := map[int]bool{}
@@ -236,14 +236,31 @@ func EndLeftovers(dir string, serverPID int, procs []Proc, wait time.Duration) (
 	return killed, errors.Join(errs...)
 }
 
-// killSSHD KILLs pid while it is dir's sshd (checked after pinning it).
-func killSSHD(pid int, dir string) bool {
+// killSSHD KILLs pid while it is dir's sshd (checked after pinning it)
+// and waits up to wait for it to exit: a KILL is delivered asynchronously,
+// and down must not return while the old sshd still holds its port.
+func killSSHD(pid int, dir string, wait time.Duration) bool {
 	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
 		return false
 	}
 	defer unix.Close(fd)
-	return isLabSSHD(pid, dir) && unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) == nil
+	if !isLabSSHD(pid, dir) || unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) != nil {
+		return false
+	}
+	// The pidfd reads as ready once the process has exited (a zombie too).
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for end := time.Now().Add(wait); ; {
+		left := time.Until(end)
+		if left <= 0 {
+			break
+		}
+		n, err := unix.Poll(fds, int(left.Milliseconds())+1)
+		if n > 0 || err != nil && err != unix.EINTR {
+			break
+		}
+	}
+	return true
 }
 
 // killExeUnder KILLs pid only while its executable lies under dir: the
