@@ -159,7 +159,7 @@ func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error)
 		}
 		clients = append(clients, c)
 		if t.isHop {
-			go unasked.serve()
+			pollUnasked(&unaskedWatch{chans: unasked.chans, reqs: unasked.reqs, onEnd: func() {}})
 		} else {
 			finalUnasked = unasked
 		}
@@ -373,38 +373,6 @@ func dialOne(ctx context.Context, t target, via string, dial func(context.Contex
 	o.Logger.Debug("connected", "host", t.name, "addr", addr, "via", via, "user", t.user,
 		"server", string(conn.ServerVersion()))
 	return &ssh.Client{Conn: conn}, unasked{chans, reqs}, wc, nil
-}
-
-// unasked is what the server sends without being asked: global requests
-// (OpenSSH's hostkeys-00, keepalives) and channel opens. ssh.NewClient
-// answers them on two goroutines and waits for the end on a third, for
-// every connection (and its port forwards, which gpush has none of); serve
-// answers both on one, the way those do: "no" to a request, "unknown
-// channel type" to a channel.
-type unasked struct {
-	chans <-chan ssh.NewChannel
-	reqs  <-chan *ssh.Request
-}
-
-// serve answers until the connection ends (x/crypto closes both).
-func (u unasked) serve() {
-	chans, reqs := u.chans, u.reqs
-	for chans != nil || reqs != nil {
-		select {
-		case r, ok := <-reqs:
-			if !ok {
-				reqs = nil
-				continue
-			}
-			r.Reply(false, nil)
-		case ch, ok := <-chans:
-			if !ok {
-				chans = nil
-				continue
-			}
-			ch.Reject(ssh.UnknownChannelType, fmt.Sprintf("unknown channel type: %v", ch.ChannelType()))
-		}
-	}
 }
 
 // classify turns a handshake error into the stage that failed and an

@@ -3,6 +3,7 @@ package remote
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/gpush/gpush/helper"
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/sys/unix"
 )
 
 // One SSH session per host per run: the first helper call of a Conn starts
@@ -36,13 +38,31 @@ const serveExitWait = 5 * time.Second
 const serveStartupMax = probeMaxOutput
 
 // serveSession is one running `gpush-helper serve` on its own channel.
+//
+// The channel is driven bare, without x/crypto's Session: that runs a
+// goroutine for the channel's requests and one copying stderr, for the
+// whole session, and each cost every concurrent host its stack
+// (BenchmarkLabMemory). The poller takes the requests (the exit status,
+// sshd's keepalives), and stderr is read when the session ends: the helper
+// writes to it only as it fails, and sudo or a login shell a few lines
+// before it starts, well within the channel's window (2 MiB), which stderr
+// shares with stdout.
 type serveSession struct {
 	c      *sshConn
-	sess   *ssh.Session
-	stdin  io.WriteCloser
+	ch     ssh.Channel
+	reqs   *unaskedWatch // the channel's requests, on the poller
+	stdin  io.Writer
 	path   string // the helper's path on the host, for messages
 	pid    int    // the helper's pid there (its hello), for tests
 	stderr *tailBuffer
+	// stderrOnce starts the reading of stderr, when it is first wanted;
+	// stderrDone closes when stderr ended.
+	stderrOnce sync.Once
+	stderrDone chan struct{}
+
+	exitMu     sync.Mutex
+	exitStatus int // -1 until sshd sends one
+	exitSignal string
 
 	wmu sync.Mutex // one line at a time on stdin
 
@@ -51,9 +71,9 @@ type serveSession struct {
 	pending map[uint64]chan helper.ServeReply
 	ended   bool
 
-	done   chan struct{} // closed when the session ended
-	endErr error         // why; set before done closes
-	exit   string        // "exit status 2", "killed by signal KILL", ...
+	done     chan struct{} // closed when the session ended
+	endErr   error         // why; set before done closes
+	exitText string        // "exit status 2", "killed by signal KILL", ...
 }
 
 // Helper runs one helper request over the Conn's serve session, starting
@@ -158,30 +178,28 @@ type warmRefusal struct {
 // what names the step in errors; before says what preceded it and how
 // long each part took, for the error of a session that could not open.
 func (c *sshConn) openServe(ctx context.Context, verb, what, before, cmdline, token, path string, warm bool) (*serveSession, warmRefusal, error) {
-	sess, err := c.newSessionFor(ctx, what+"; "+before)
+	sc, err := c.newChannelFor(ctx, what+"; "+before)
 	if err != nil {
 		return nil, warmRefusal{}, err
 	}
-	s := &serveSession{c: c, sess: sess, path: path, stderr: &tailBuffer{max: serveStderrMax},
+	s := &serveSession{c: c, ch: sc.ch, stdin: sc.ch, path: path, stderr: &tailBuffer{max: serveStderrMax},
+		stderrDone: make(chan struct{}), exitStatus: -1,
 		pending: map[uint64]chan helper.ServeReply{}, done: make(chan struct{})}
-	sess.Stderr = s.stderr
-	stdout, err := sess.StdoutPipe()
-	if err == nil {
-		s.stdin, err = sess.StdinPipe()
-	}
-	if err != nil {
-		sess.Close()
-		return nil, warmRefusal{}, c.lost("start "+what, err)
-	}
+	s.reqs = &unaskedWatch{reqs: sc.reqs, onReq: s.onRequest, onEnd: func() {}}
+	pollUnasked(s.reqs)
 	c.log.Debug("serve session", "warm", warm)
 	started := time.Now()
-	if err := sess.Start(cmdline); err != nil {
-		sess.Close()
+	ok, err := sc.ch.SendRequest("exec", true, ssh.Marshal(&struct{ Command string }{cmdline}))
+	if err == nil && !ok {
+		err = errors.New("sshd refused to run the command")
+	}
+	if err != nil {
+		sc.ch.Close()
 		return nil, warmRefusal{}, c.lost("start "+what, err)
 	}
 	// readLine copies each line out anyway: the buffer only sets how much
 	// one read takes, and every host keeps it for its whole run.
-	br := bufio.NewReaderSize(stdout, 1024)
+	br := bufio.NewReaderSize(sc.ch, 1024)
 	type startup struct {
 		hello  bool
 		reason string
@@ -241,32 +259,37 @@ func (c *sshConn) openServe(ctx context.Context, verb, what, before, cmdline, to
 	select {
 	case st = <-ch:
 	case <-ctx.Done():
-		sess.Close()
+		sc.ch.Close()
 		// The login shell and its startup files run before the command:
 		// a ~/.bashrc waiting on a lock (pyenv rehash) stalls every session.
 		return nil, warmRefusal{}, fmt.Errorf("%s: helper %s: %s: no hello from the helper in %s (%s; the login shell's "+
 			"startup files run first; stdout ended %.200q, stderr %.200q): %w", c.host.Name, verb, what,
-			time.Since(started).Round(time.Millisecond), before, seenOut.Bytes(), tail(s.stderr.Bytes(), 200), ctx.Err())
+			time.Since(started).Round(time.Millisecond), before, seenOut.Bytes(), tail(s.stderrTail(serveStderrWait), 200), ctx.Err())
 	}
 	switch {
 	case st.hello:
 		go s.read(br)
 		return s, warmRefusal{}, nil
 	case st.reason != "":
-		sess.Close()
+		sc.ch.Close()
 		return nil, warmRefusal{reason: st.reason, probe: st.probe}, nil
 	}
 	// Ended before its hello: sudo refused, a noexec mount, a missing
 	// sudo... decodeHelper words these as for a one-shot call.
-	waitErr := sess.Wait()
-	sess.Close()
-	res := &Result{Stdout: st.out, Stderr: s.stderr.Bytes()}
-	var ee *ssh.ExitError
+	exited := s.reqs.finish(serveExitWait)
+	sc.ch.Close()
+	res := &Result{Stdout: st.out, Stderr: s.stderrTail(serveStderrWait)}
+	status, signal := s.exit()
 	switch {
-	case errors.As(waitErr, &ee):
-		res.ExitCode = ee.ExitStatus()
-	case waitErr != nil:
-		return nil, warmRefusal{}, c.lost(what+" (ended before its hello)", waitErr)
+	case status >= 0:
+		res.ExitCode = status
+	case signal != "":
+		// As a shell and x/crypto's Session report it: 128 + the number.
+		res.ExitCode = 128 + int(unix.SignalNum("SIG"+signal))
+	case !exited:
+		return nil, warmRefusal{}, c.lost(what+" (ended before its hello)", errors.New("no exit status from sshd"))
+	default:
+		return nil, warmRefusal{}, c.lost(what+" (ended before its hello)", &ssh.ExitMissingError{})
 	}
 	if st.err != nil && !errors.Is(st.err, io.EOF) {
 		return nil, warmRefusal{}, fmt.Errorf("%s: helper %s: %s: %w (stderr %.200q)", c.host.Name, verb, what, st.err, res.Stderr)
@@ -322,26 +345,73 @@ func (s *serveSession) end(why error) {
 	s.mu.Unlock()
 	// Closing the channel ends the helper's stdin; closing stdin here
 	// would race with a writer blocked on the window.
-	s.sess.Close()
+	s.ch.Close()
 	// The exit status, when sshd sent one before the channel closed (a
 	// peer that stopped answering sends nothing: do not wait for it).
-	waited := make(chan error, 1)
-	go func() { waited <- s.sess.Wait() }()
-	var err error
-	select {
-	case err = <-waited:
-	case <-time.After(serveExitWait):
-	}
-	var ee *ssh.ExitError
-	if errors.As(err, &ee) {
-		if sig := ee.Signal(); sig != "" {
-			s.exit = "killed by signal " + sig
-		} else {
-			s.exit = fmt.Sprintf("exit status %d", ee.ExitStatus())
-		}
+	s.reqs.finish(serveExitWait)
+	switch status, signal := s.exit(); {
+	case signal != "":
+		s.exitText = "killed by signal " + signal
+	case status >= 0:
+		s.exitText = fmt.Sprintf("exit status %d", status)
 	}
 	s.endErr = why
 	close(s.done)
+}
+
+// onRequest takes a request sshd sent on the session's channel: its exit
+// status or signal, or a keepalive (refused, as x/crypto's Session does).
+func (s *serveSession) onRequest(r *ssh.Request) {
+	switch r.Type {
+	case "exit-status":
+		if len(r.Payload) >= 4 {
+			s.exitMu.Lock()
+			s.exitStatus = int(binary.BigEndian.Uint32(r.Payload))
+			s.exitMu.Unlock()
+		}
+	case "exit-signal":
+		var sig struct {
+			Signal     string
+			CoreDumped bool
+			Error      string
+			Lang       string
+		}
+		if ssh.Unmarshal(r.Payload, &sig) == nil {
+			s.exitMu.Lock()
+			s.exitSignal = sig.Signal
+			s.exitMu.Unlock()
+		}
+	}
+	refuse(r)
+}
+
+// exit is the exit status (-1: none) and signal sshd sent so far.
+func (s *serveSession) exit() (int, string) {
+	s.exitMu.Lock()
+	defer s.exitMu.Unlock()
+	return s.exitStatus, s.exitSignal
+}
+
+// serveStderrWait bounds reading stderr after the session: what sshd has
+// sent is there at once; a channel closed by gpush ends when sshd answers.
+const serveStderrWait = time.Second
+
+// stderrTail reads the session's stderr (once, on a goroutine that ends
+// with the channel) for up to wait, and returns what came so far.
+func (s *serveSession) stderrTail(wait time.Duration) []byte {
+	s.stderrOnce.Do(func() {
+		go func() {
+			defer close(s.stderrDone)
+			io.Copy(s.stderr, s.ch.Stderr())
+		}()
+	})
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-s.stderrDone:
+	case <-t.C:
+	}
+	return s.stderr.Bytes()
 }
 
 func (s *serveSession) isEnded() bool {
@@ -443,12 +513,12 @@ func (s *serveSession) lostErr(verb string) error {
 	if why := s.c.deadCause(s.endErr); why != nil {
 		return s.c.lost(what, s.endErr)
 	}
-	exit := s.exit
+	exit := s.exitText
 	if exit == "" {
 		exit = "no exit status"
 	}
 	return fmt.Errorf("%s: %s: helper %s, %v; stderr: %s", s.c.host.Name, what, exit, s.endErr,
-		strings.TrimSpace(string(s.stderr.Bytes())))
+		strings.TrimSpace(string(s.stderrTail(serveStderrWait))))
 }
 
 // readLine returns the next line without its newline, holding at most max
@@ -493,10 +563,8 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// ReadFrom is what x/crypto's copier of the serve session's stderr calls
-// (io.Copy prefers it): a small buffer instead of io.Copy's 32 KiB, which
-// every host kept for its whole run (BenchmarkLabMemory) for a stream that
-// is mostly silent.
+// ReadFrom is what io.Copy into a tailBuffer calls (it prefers it): a small
+// buffer instead of io.Copy's 32 KiB, for streams that are mostly silent.
 func (t *tailBuffer) ReadFrom(r io.Reader) (int64, error) {
 	return copySmall(t, r, 512)
 }

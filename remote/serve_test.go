@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,14 +23,21 @@ import (
 // started) and waits until the conn has seen it end.
 func killServe(t *testing.T, c *sshConn) {
 	t.Helper()
+	signalServe(t, c, syscall.SIGKILL)
+}
+
+// signalServe sends sig to the conn's serve helper and waits until the
+// conn has seen it end.
+func signalServe(t *testing.T, c *sshConn, sig syscall.Signal) {
+	t.Helper()
 	c.serveLock <- struct{}{}
 	s := c.serve
 	<-c.serveLock
 	if s == nil || s.pid <= 0 {
 		t.Fatal("no serve session running")
 	}
-	if err := syscall.Kill(s.pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("kill serve helper %d: %v", s.pid, err)
+	if err := syscall.Kill(s.pid, sig); err != nil {
+		t.Fatalf("signal serve helper %d: %v", s.pid, err)
 	}
 	select {
 	case <-s.done:
@@ -355,6 +363,54 @@ func TestServeHelperKilledMidCallNotRetried(t *testing.T) {
 
 // A login shell that prints before the command (and even prints a hello
 // with another token) does not disturb the hello.
+// A helper that dies mid-call on its own (SIGQUIT: the Go runtime dumps
+// its goroutines to stderr and exits 2) is explained by its exit status and
+// its stderr, read once the session ended; while it ran, the session cost
+// the connection one goroutine (its reader), the poller taking the
+// channel's requests and stderr waiting for the end.
+func TestServeHelperDeathKeepsItsStderr(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t, sshd.Options{})
+	// A first connection deploys the helper (its SFTP client keeps two
+	// goroutines for the connection's life): the measured one is warm.
+	first := e.dial(t)
+	if err := first.Helper(context.Background(), helper.VerbSnapshot, snapReq, nil); err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	time.Sleep(200 * time.Millisecond) // its goroutines ending
+	before := runtime.NumGoroutine()
+	c := e.dial(t)
+	if err := c.Helper(context.Background(), helper.VerbSnapshot, snapReq, nil); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	for i := 0; i < 100; i++ { // the dial's and the call's own goroutines finishing
+		if n = runtime.NumGoroutine() - before; n <= 4 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n > 4 {
+		buf := make([]byte, 1<<16)
+		t.Errorf("a connection with its serve session runs %d goroutines, want 4 (x/crypto's 3, the reader):\n%s",
+			n, buf[:runtime.Stack(buf, true)])
+	}
+	cfg, pids := slowSMI(t)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- c.Helper(context.Background(), helper.VerbWaitFree, helper.WaitFreeRequest{Config: cfg, Timeout: helper.Duration(5 * time.Minute)}, nil)
+	}()
+	smi := waitPids(t, pids)[0]
+	t.Cleanup(func() { syscall.Kill(smi, syscall.SIGKILL) })
+	signalServe(t, c, syscall.SIGQUIT)
+	err := <-errc
+	if err == nil {
+		t.Fatal("the call survived its helper's death")
+	}
+	mustContain(t, err.Error(), "wait-free", "not retried", "exit status 2", "SIGQUIT", "goroutine")
+}
+
 func TestServeSkipsShellNoise(t *testing.T) {
 	requireRoot(t)
 	if _, err := execOut("sh", "-c", "command -v useradd && command -v userdel"); err != nil {

@@ -59,10 +59,9 @@ func newSSHConn(h inventory.Host, client *ssh.Client, u unasked, hops []*ssh.Cli
 	if o.KeepaliveInterval > 0 {
 		c.keepalive = startKeepalive(c, o.KeepaliveInterval, o.KeepaliveCountMax, heard)
 	}
-	// One goroutine answers the server and then notes the end: it ends
-	// when x/crypto closes u's channels, as the connection ends.
-	go func() {
-		u.serve()
+	// The poller answers the server and notes the end: when x/crypto
+	// closes u's channels, as the connection ends.
+	pollUnasked(&unaskedWatch{chans: u.chans, reqs: u.reqs, onEnd: func() {
 		err := client.Wait()
 		if err == nil {
 			err = errors.New("the server closed the connection")
@@ -79,7 +78,7 @@ func newSSHConn(h inventory.Host, client *ssh.Client, u unasked, hops []*ssh.Cli
 		for i := len(hops) - 1; i >= 0; i-- {
 			hops[i].Close()
 		}
-	}()
+	}})
 	return c
 }
 
@@ -138,37 +137,64 @@ func (c *sshConn) newSession(ctx context.Context) (*ssh.Session, error) {
 // whether ctx was spent before asking, so that a hung open and a budget
 // eaten by earlier steps read differently.
 func (c *sshConn) newSessionFor(ctx context.Context, what string) (*ssh.Session, error) {
+	return openFor(c, ctx, what, c.client.NewSession, func(s *ssh.Session) { s.Close() })
+}
+
+// sessionChannel is a session channel without x/crypto's Session around
+// it: the serve session drives its own (serve.go).
+type sessionChannel struct {
+	ch   ssh.Channel
+	reqs <-chan *ssh.Request
+}
+
+// newChannelFor is newSessionFor for a bare session channel.
+func (c *sshConn) newChannelFor(ctx context.Context, what string) (sessionChannel, error) {
+	return openFor(c, ctx, what, func() (sessionChannel, error) {
+		ch, reqs, err := c.client.OpenChannel("session", nil)
+		return sessionChannel{ch, reqs}, err
+	}, func(sc sessionChannel) {
+		if sc.ch != nil {
+			sc.ch.Close()
+			go ssh.DiscardRequests(sc.reqs)
+		}
+	})
+}
+
+// openFor runs open (a session's or channel's open) for the step what,
+// giving up when ctx ends; discard closes what an abandoned open returns.
+func openFor[T any](c *sshConn, ctx context.Context, what string, open func() (T, error), discard func(T)) (T, error) {
+	var zero T
 	step := "open session"
 	if what != "" {
 		step += " (" + what + ")"
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %s: not asked, the call had already ended: %w", c.host.Name, step, err)
+		return zero, fmt.Errorf("%s: %s: not asked, the call had already ended: %w", c.host.Name, step, err)
 	}
 	type res struct {
-		s   *ssh.Session
+		s   T
 		err error
 	}
 	ch := make(chan res, 1)
 	c.sessions.Add(1)
 	start := time.Now()
 	go func() {
-		s, err := c.client.NewSession()
+		s, err := open()
 		ch <- res{s, err}
 	}()
 	select {
 	case r := <-ch:
 		if r.err != nil {
-			return nil, c.lost(step, r.err)
+			return zero, c.lost(step, r.err)
 		}
 		return r.s, nil
 	case <-ctx.Done():
 		go func() {
-			if r := <-ch; r.s != nil {
-				r.s.Close()
+			if r := <-ch; r.err == nil {
+				discard(r.s)
 			}
 		}()
-		return nil, fmt.Errorf("%s: %s: no answer from sshd in %s: %w", c.host.Name, step,
+		return zero, fmt.Errorf("%s: %s: no answer from sshd in %s: %w", c.host.Name, step,
 			time.Since(start).Round(time.Millisecond), ctx.Err())
 	}
 }
