@@ -26,11 +26,12 @@ const exitQuit = 130
 // gcPercent is the collector's target gpush runs with unless GOGC sets
 // one. A run keeps every host's connection, Lua state and goroutines live
 // for as long as the host runs, and a free keeps all of them live at once
-// (its waits): Go's default of 100 let the heap grow to twice that live
-// data before a collection, which set the peak RSS. free_gpus.lua on 1000
-// lab hosts: 306 MiB at 100, 251 at 50 (+0.7 s of controller CPU, 4.8 s
-// in all), 231 at 25 (+1.9 s); see bench/README.md.
-const gcPercent = 50
+// (its waits): the heap grows to live data x (1 + GOGC/100) before a
+// collection, which sets the peak RSS. free_gpus.lua on 1000 lab hosts
+// (bench/README.md): 306 MiB at 100, 251 at 50 before the stacks and
+// goroutines per host were cut; after, 217-227 at 50 and 187 at 25, for
+// 1.3 s more controller CPU (6.7 s in all, 1.3 ms a host).
+const gcPercent = 25
 
 func main() {
 	if _, set := os.LookupEnv("GOGC"); !set {
