@@ -128,11 +128,15 @@ func describeNil(c chain, v, parent glua.LValue) string {
 	out := c.String() + " is nil"
 	var names []string
 	if t, ok := parent.(*glua.LTable); ok {
-		t.ForEach(func(k, _ glua.LValue) {
+		add := func(k, _ glua.LValue) {
 			if s, ok := k.(glua.LString); ok {
 				names = append(names, string(s))
 			}
-		})
+		}
+		t.ForEach(add)
+		if lib := sharedBehind(t); lib != nil {
+			lib.ForEach(add)
+		}
 	}
 	if near := Closest(c[len(c)-1], names); near != "" {
 		out += fmt.Sprintf("; did you mean %s?", append(append(chain{}, c[:len(c)-1]...), near))
@@ -160,10 +164,11 @@ func lookup(L *glua.LState, s site, c chain) (v, parent glua.LValue, ok bool) {
 		c = c[1:]
 	}
 	for i, k := range c {
-		if mt, isTable := t.Metatable.(*glua.LTable); isTable && mt.RawGetString("__index") != glua.LNil {
+		shared := sharedBehind(t) != nil // a library's view reads the shared one: no Lua runs
+		if mt, isTable := t.Metatable.(*glua.LTable); isTable && !shared && mt.RawGetString("__index") != glua.LNil {
 			return nil, nil, false
 		}
-		v = t.RawGetString(k)
+		v = rawOrShared(t, k)
 		if i == len(c)-1 {
 			return v, t, true
 		}

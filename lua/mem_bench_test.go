@@ -347,7 +347,7 @@ func measureHosts(b *testing.B, n int, once bool, run func(measured bool, onResu
 		memBarrier.mu.Unlock()
 	}
 	check(run(false, nil))
-	var heap, stack, rss, peakHeap, peakRSS, goroutines, hosts float64
+	var heap, stack, stackUsed, rss, peakHeap, peakRSS, goroutines, hosts float64
 	iter := 0
 	for b.Loop() {
 		if iter++; once && iter > 1 {
@@ -390,6 +390,7 @@ func measureHosts(b *testing.B, n int, once bool, run func(measured bool, onResu
 		check(<-done)
 		heap += float64(at.heap-before.heap) / float64(live)
 		stack += float64(at.stack-before.stack) / float64(live)
+		stackUsed += float64(at.stackUsed-before.stackUsed) / float64(live)
 		rss += float64(at.rss-before.rss) / float64(live)
 		peakHeap += float64(peak-before.heap) / float64(live)
 		peakRSS += float64(hwm-before.rss) / float64(live)
@@ -399,6 +400,7 @@ func measureHosts(b *testing.B, n int, once bool, run func(measured bool, onResu
 	k := float64(b.N) * 1024
 	b.ReportMetric(heap/k, "heap-KiB/host")
 	b.ReportMetric(stack/k, "stack-KiB/host")
+	b.ReportMetric(stackUsed/k, "stack-used-KiB/host")
 	b.ReportMetric(rss/k, "rss-KiB/host")
 	b.ReportMetric(peakHeap/k, "peak-heap-KiB/host")
 	b.ReportMetric(peakRSS/k, "peak-rss-KiB/host")
@@ -441,7 +443,10 @@ func resetPeakRSS(b *testing.B) {
 
 type memReading struct {
 	heap, stack, rss int64
-	goroutines       int
+	// stackUsed is the stack the last collection scanned: what the
+	// goroutines use of stack, where stack is what they hold.
+	stackUsed  int64
+	goroutines int
 }
 
 // settle collects garbage until the heap profile is current: it publishes
@@ -457,8 +462,10 @@ func settle() {
 func readMem(b *testing.B) memReading {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	scan := []metrics.Sample{{Name: "/gc/scan/stack:bytes"}}
+	metrics.Read(scan)
 	return memReading{heap: int64(ms.HeapAlloc), stack: int64(ms.StackInuse), rss: vmRSS(b),
-		goroutines: runtime.NumGoroutine()}
+		stackUsed: int64(scan[0].Value.Uint64()), goroutines: runtime.NumGoroutine()}
 }
 
 // vmRSS is this process's resident set (VmRSS of /proc/self/status), in bytes.

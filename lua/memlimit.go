@@ -182,7 +182,6 @@ func newMemGuard(L *glua.LState, limit int64, onTrip func(string)) *memGuard {
 	g := &memGuard{limit: limit, main: L, onTrip: onTrip}
 	g.lastAllocs.Store(allocated())
 	g.enter()
-	g.guardBuiltins(L)
 	watchdog.add(g)
 	return g
 }
@@ -249,62 +248,82 @@ func (g *memGuard) reserve(L *glua.LState, n int64, what string) {
 	}
 }
 
-func (g *memGuard) guardBuiltins(L *glua.LState) {
-	str := L.GetGlobal("string").(*glua.LTable)
+// guardStdLibs puts guarded builtins into the template's libraries (every
+// state shares them): string.rep and table.concat reserve what they are
+// about to make, coroutine.create and coroutine.wrap give the new thread a
+// measuring context too (a loop inside it would go unseen). Each finds
+// the calling state's guard through its context; without one they are the
+// builtins.
+func guardStdLibs(T *glua.LState) {
+	str := T.GetGlobal("string").(*glua.LTable)
 	rep := str.RawGetString("rep").(*glua.LFunction)
-	str.RawSetString("rep", L.NewFunction(func(L *glua.LState) int {
-		s, n := L.CheckString(1), L.CheckInt(2)
-		if n > 0 && len(s) > 0 {
-			size := int64(math.MaxInt64)
-			if int64(n) <= math.MaxInt64/int64(len(s)) {
-				size = int64(n) * int64(len(s))
+	str.RawSetString("rep", T.NewFunction(func(L *glua.LState) int {
+		if g := guardOf(L); g != nil {
+			s, n := L.CheckString(1), L.CheckInt(2)
+			if n > 0 && len(s) > 0 {
+				size := int64(math.MaxInt64)
+				if int64(n) <= math.MaxInt64/int64(len(s)) {
+					size = int64(n) * int64(len(s))
+				}
+				g.reserve(L, size, "string.rep")
 			}
-			g.reserve(L, size, "string.rep")
 		}
 		return callOrig(L, rep)
 	}))
-	tbl := L.GetGlobal("table").(*glua.LTable)
+	tbl := T.GetGlobal("table").(*glua.LTable)
 	concat := tbl.RawGetString("concat").(*glua.LFunction)
-	tbl.RawSetString("concat", L.NewFunction(func(L *glua.LState) int {
-		t := L.CheckTable(1)
-		sep := int64(len(L.OptString(2, "")))
-		i, j := L.OptInt(3, 1), L.OptInt(4, t.Len())
-		i, j = max(i, 1), min(j, t.Len())
-		var size int64
-		for k := i; k <= j && size <= g.limit; k++ {
-			switch v := t.RawGetInt(k).(type) {
-			case glua.LString:
-				size += int64(len(v)) + sep
-			case glua.LNumber:
-				size += 24 + sep
+	tbl.RawSetString("concat", T.NewFunction(func(L *glua.LState) int {
+		if g := guardOf(L); g != nil {
+			t := L.CheckTable(1)
+			sep := int64(len(L.OptString(2, "")))
+			i, j := L.OptInt(3, 1), L.OptInt(4, t.Len())
+			i, j = max(i, 1), min(j, t.Len())
+			var size int64
+			for k := i; k <= j && size <= g.limit; k++ {
+				switch v := t.RawGetInt(k).(type) {
+				case glua.LString:
+					size += int64(len(v)) + sep
+				case glua.LNumber:
+					size += 24 + sep
+				}
 			}
+			g.reserve(L, size, "table.concat")
 		}
-		g.reserve(L, size, "table.concat")
 		return callOrig(L, concat)
 	}))
-	// A coroutine is a thread of its own with a context derived from ours:
-	// give it a measuring one too, or a loop inside it would go unseen.
-	co := L.GetGlobal("coroutine").(*glua.LTable)
+	co := T.GetGlobal("coroutine").(*glua.LTable)
 	create := co.RawGetString("create").(*glua.LFunction)
-	co.RawSetString("create", L.NewFunction(func(L *glua.LState) int {
+	co.RawSetString("create", T.NewFunction(func(L *glua.LState) int {
 		n := callOrig(L, create)
-		if th, ok := L.Get(-1).(*glua.LState); ok {
-			g.measureThread(th)
+		if g := guardOf(L); g != nil {
+			if th, ok := L.Get(-1).(*glua.LState); ok {
+				g.measureThread(th)
+			}
 		}
 		return n
 	}))
 	wrap := co.RawGetString("wrap").(*glua.LFunction)
-	co.RawSetString("wrap", L.NewFunction(func(L *glua.LState) int {
+	co.RawSetString("wrap", T.NewFunction(func(L *glua.LState) int {
 		n := callOrig(L, wrap)
-		if fn, ok := L.Get(-1).(*glua.LFunction); ok {
-			for _, uv := range fn.Upvalues {
-				if th, ok := uv.Value().(*glua.LState); ok {
-					g.measureThread(th)
+		if g := guardOf(L); g != nil {
+			if fn, ok := L.Get(-1).(*glua.LFunction); ok {
+				for _, uv := range fn.Upvalues {
+					if th, ok := uv.Value().(*glua.LState); ok {
+						g.measureThread(th)
+					}
 				}
 			}
 		}
 		return n
 	}))
+}
+
+// guardOf is the guard of the calling state (or thread), or nil.
+func guardOf(L *glua.LState) *memGuard {
+	if c, ok := L.Context().(*vmCtx); ok {
+		return c.g
+	}
+	return nil
 }
 
 func (g *memGuard) measureThread(th *glua.LState) {

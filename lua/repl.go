@@ -82,7 +82,7 @@ func OpenFleet(ctx context.Context, hosts []inventory.Host, dir string, o Option
 func (f *Fleet) open(ctx context.Context, hosts []inventory.Host) []HostResult {
 	sessions := make([]*Session, len(hosts))
 	errs := make([]HostResult, len(hosts))
-	fanOut(ctx, len(hosts), f.forks, func(i int) {
+	fanOut(ctx, len(hosts), f.forks, func(i int, _ func()) {
 		h := hosts[i]
 		s, err := NewSession(h, f.dir, f.opts)
 		if err != nil {
@@ -234,7 +234,7 @@ func (f *Fleet) EvalEach(ctx context.Context, hosts []string, code string, each 
 	all := make(chan struct{})
 	go func() {
 		defer close(all)
-		fanOut(ctx, len(hosts), f.forks, func(i int) {
+		fanOut(ctx, len(hosts), f.forks, func(i int, _ func()) {
 			s := f.sessions[hosts[i]]
 			if s == nil {
 				set(i, nil, fmt.Errorf("host %s is not open in this REPL", hosts[i]))
@@ -418,12 +418,18 @@ func (s *Session) complete(prefix string) []string {
 			tbl = t
 		}
 	}
-	tbl.ForEach(func(k, _ glua.LValue) {
+	seen := map[string]bool{}
+	add := func(k, _ glua.LValue) {
 		ks, ok := k.(glua.LString)
-		if ok && strings.HasPrefix(string(ks), last) && !strings.HasPrefix(string(ks), "_") {
+		if ok && !seen[string(ks)] && strings.HasPrefix(string(ks), last) && !strings.HasPrefix(string(ks), "_") {
+			seen[string(ks)] = true
 			names = append(names, head+string(ks))
 		}
-	})
+	}
+	tbl.ForEach(add)
+	if lib := sharedBehind(tbl); lib != nil {
+		lib.ForEach(add) // a shared library's view lists only what the state set
+	}
 	sort.Strings(names)
 	return names
 }

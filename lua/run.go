@@ -126,8 +126,11 @@ func Run(ctx context.Context, s *Script, hosts []inventory.Host, o Options) []Ho
 		}
 		return results
 	}
-	fanOut(ctx, len(hosts), o.Forks, func(i int) {
-		results[i] = runHost(ctx, s, decls, hosts[i], o)
+	fanOut(ctx, len(hosts), o.Forks, func(i int, done func()) {
+		runHost(ctx, s, decls, &hosts[i], &o, func(r HostResult) {
+			results[i] = r
+			done()
+		})
 	}, func(i int) {
 		results[i] = HostResult{Host: hosts[i].Name, Status: StatusFailed, Error: "interrupted"}
 		if o.OnResult != nil {
@@ -156,172 +159,252 @@ func levelOf(status string) string {
 	return modules.LevelError
 }
 
-// runHost runs the script on one host. The script runs on a goroutine of
-// its own: when the host's time is up and it has not stopped after
-// StopGrace (a builtin cannot be interrupted), runHost returns without it,
-// the host failed "did not stop", and the goroutine cleans up whenever it
-// ends.
-func runHost(parent context.Context, s *Script, decls VarDecls, h inventory.Host, o Options) (res HostResult) {
-	start := time.Now()
+// runHost runs the script on one host, on the calling goroutine, and
+// reports its result once. When the host's time is up and the script has
+// not stopped after StopGrace (a builtin cannot be interrupted), a timer
+// reports the host failed "did not stop" without it, and the script's
+// goroutine cleans up whenever it ends: no goroutine waits beside every
+// host's script (its stack cost every concurrent host, BenchmarkLabMemory).
+func runHost(parent context.Context, s *Script, decls VarDecls, h *inventory.Host, o *Options, report func(HostResult)) {
+	hr := startHost(parent, s, h, o, report)
+	defer hr.cancel()
+	r := scriptOnHost(parent, hr.ctx, s, decls, h, hr.o, hr.setHS)
+	hr.end(r)
+}
+
+// hostRun is what runHost keeps of one host while its script runs.
+type hostRun struct {
+	parent context.Context
+	ctx    context.Context // the host's: parent with its timeout
+	cancel context.CancelFunc
+	h      *inventory.Host
+	// o is the run's options with this host's OnEvent, which says nothing
+	// once the host is abandoned (its lines would come after its result);
+	// outer has the run's own, for the result.
+	o, outer  *Options
+	report    func(HostResult)
+	start     time.Time
+	abandoned atomic.Bool
+	stopWatch func() bool
+
+	// mu decides who reports: the script's end or the abandoning timer.
+	mu       sync.Mutex
+	reported bool
+	hs       *hostState // for the stats of an abandoned host
+	timer    *time.Timer
+}
+
+func startHost(parent context.Context, s *Script, h *inventory.Host, o *Options, report func(HostResult)) *hostRun {
+	hr := &hostRun{parent: parent, h: h, outer: o, report: report, start: time.Now()}
+	own := *o
+	hr.o = &own
 	if o.OnEvent != nil {
-		o.OnEvent(Event{Host: h.Name, Time: start, Kind: modules.EventStart, Message: s.Name})
-	}
-	ctx := parent
-	if o.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(parent, o.Timeout)
-		defer cancel()
-	}
-	// An abandoned host says nothing more: its lines would come after its
-	// result.
-	var abandoned atomic.Bool
-	if inner := o.OnEvent; inner != nil {
-		o.OnEvent = func(e Event) {
-			if !abandoned.Load() {
+		o.OnEvent(Event{Host: h.Name, Time: hr.start, Kind: modules.EventStart, Message: s.Name})
+		inner := o.OnEvent
+		own.OnEvent = func(e Event) {
+			if !hr.abandoned.Load() {
 				inner(e)
 			}
 		}
 	}
-	type outcome struct {
-		res HostResult
-		hs  *hostState
-	}
-	done := make(chan outcome, 1)
-	var hsMu sync.Mutex
-	var hsNow *hostState // for the stats of an abandoned host
-	go func() {
-		var hs *hostState
-		r := scriptOnHost(parent, ctx, s, decls, h, o, func(x *hostState) {
-			hsMu.Lock()
-			hs, hsNow = x, x
-			hsMu.Unlock()
-		})
-		done <- outcome{r, hs}
-	}()
-	finish := func(r HostResult, hs *hostState) HostResult {
-		r.Host = h.Name
-		r.Elapsed = time.Since(start)
-		if hs != nil {
-			r.Stats = hs.stats.Snapshot()
-			r.Rows, r.Columns = hs.tableRows()
-		}
-		if o.OnResult != nil {
-			o.OnResult(r)
-		}
-		emitDone(o, r)
-		return r
-	}
-	var out outcome
-	select {
-	case out = <-done:
-		return finish(out.res, out.hs)
-	case <-ctx.Done():
+	// A context of the host's own, even without a timeout: the contexts
+	// of its calls hang on it, not all on the run's (1000 hosts queued on
+	// one context's lock for every call's timeout).
+	if o.Timeout > 0 {
+		hr.ctx, hr.cancel = context.WithTimeout(parent, o.Timeout)
+	} else {
+		hr.ctx, hr.cancel = context.WithCancel(parent)
 	}
 	grace := o.StopGrace
 	if grace <= 0 {
 		grace = DefaultStopGrace
 	}
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case out = <-done:
-		return finish(out.res, out.hs)
-	case <-t.C:
+	hr.stopWatch = context.AfterFunc(hr.ctx, func() {
+		hr.mu.Lock()
+		defer hr.mu.Unlock()
+		if !hr.reported {
+			hr.timer = time.AfterFunc(grace, hr.abandon)
+		}
+	})
+	return hr
+}
+
+func (hr *hostRun) setHS(hs *hostState) {
+	hr.mu.Lock()
+	hr.hs = hs
+	hr.mu.Unlock()
+}
+
+// end reports the script's result, unless the host was abandoned.
+func (hr *hostRun) end(r *HostResult) {
+	hr.stopWatch()
+	hr.mu.Lock()
+	defer hr.mu.Unlock()
+	if hr.timer != nil {
+		hr.timer.Stop()
 	}
-	res = HostResult{Status: StatusFailed, Error: "interrupted; did not stop: abandoned"}
-	if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		res.Error = fmt.Sprintf("did not stop: abandoned after --timeout %s", o.Timeout)
+	if !hr.reported {
+		hr.reported = true
+		hr.finish(r)
 	}
-	hsMu.Lock()
-	hs := hsNow
-	hsMu.Unlock()
-	res = finish(res, hs)
-	abandoned.Store(true)
+}
+
+// finish completes r and hands it over; mu is held.
+func (hr *hostRun) finish(r *HostResult) {
+	r.Host = hr.h.Name
+	r.Elapsed = time.Since(hr.start)
+	if hr.hs != nil {
+		r.Stats = hr.hs.stats.Snapshot()
+		r.Rows, r.Columns = hr.hs.tableRows()
+	}
+	if hr.outer.OnResult != nil {
+		hr.outer.OnResult(*r)
+	}
+	emitDone(*hr.outer, *r)
+	hr.report(*r)
+}
+
+// abandon reports a host whose script did not stop within its grace.
+func (hr *hostRun) abandon() {
+	hr.mu.Lock()
+	if hr.reported {
+		hr.mu.Unlock()
+		return
+	}
+	hr.reported = true
+	hs := hr.hs
+	res := &HostResult{Status: StatusFailed, Error: "interrupted; did not stop: abandoned"}
+	if hr.parent.Err() == nil && errors.Is(hr.ctx.Err(), context.DeadlineExceeded) {
+		res.Error = fmt.Sprintf("did not stop: abandoned after --timeout %s", hr.o.Timeout)
+	}
+	hr.abandoned.Store(true)
+	hr.finish(res)
+	hr.mu.Unlock()
 	if hs != nil {
-		// Closing the connection ends a helper call that ignores ctx; it
-		// may wait for a dial, so not here.
-		go func() {
-			if err := hs.close(); err != nil {
-				hs.logger.Debug("close", "err", err)
-			}
-		}()
+		// Closing the connection ends a helper call that ignores ctx
+		// (this is the timer's own goroutine).
+		if err := hs.close(); err != nil {
+			hs.logger.Debug("close", "err", err)
+		}
 	}
-	return res
 }
 
 // scriptOnHost connects and runs the script; setHS hands over the host's
 // state as soon as there is one. parent is the run's context, ctx the
 // host's (with its timeout).
-func scriptOnHost(parent, ctx context.Context, s *Script, decls VarDecls, h inventory.Host, o Options, setHS func(*hostState)) (res HostResult) {
-	var hs *hostState
-	defer func() {
-		if hs != nil {
-			if err := hs.close(); err != nil {
-				hs.logger.Debug("close", "err", err)
-			}
-		}
-	}()
-	// ended classifies an error that may come from ctx ending.
-	ended := func() bool {
-		switch {
-		case parent.Err() != nil:
-			res.Status, res.Error = StatusFailed, "interrupted"
-		case errors.Is(ctx.Err(), context.DeadlineExceeded):
-			res.Status, res.Error = StatusFailed, fmt.Sprintf("timed out after %s", o.Timeout)
-		default:
-			return false
-		}
-		return true
-	}
-	if ended() {
+//
+// What stays on the host's goroutine while the script runs is small: the
+// state lives in a scriptRun, and the setup and the result are built in
+// calls of their own, so their frames are gone while the script waits in a
+// builtin. A goroutine's stack shrinks only to four times what it uses
+// there, and every concurrent host keeps one (BenchmarkLabMemory).
+func scriptOnHost(parent, ctx context.Context, s *Script, decls VarDecls, h *inventory.Host, o *Options, setHS func(*hostState)) *HostResult {
+	run := &scriptRun{parent: parent, ctx: ctx, s: s, o: o}
+	defer run.close()
+	if res := run.prepare(decls, h, setHS); res != nil {
 		return res
 	}
-	var err error
-	if hs, err = newHostState(h, o, decls); err != nil {
+	run.L.Push(run.fn)
+	return run.conclude(run.L.PCall(0, 1, nil))
+}
+
+// scriptRun is one host's script run, from its connection to its result.
+type scriptRun struct {
+	parent, ctx context.Context
+	s           *Script
+	o           *Options
+	hs          *hostState
+	L           *glua.LState
+	guard       *memGuard
+	fn          *glua.LFunction
+}
+
+// close releases what prepare made, the last made first.
+func (r *scriptRun) close() {
+	if r.guard != nil {
+		r.guard.release()
+	}
+	if r.L != nil {
+		r.L.Close()
+	}
+	if r.hs != nil {
+		if err := r.hs.close(); err != nil {
+			r.hs.logger.Debug("close", "err", err)
+		}
+	}
+}
+
+// ended classifies an error that may come from ctx ending: it fills res
+// and says so when the run or the host's time is over.
+func (r *scriptRun) ended(res *HostResult) bool {
+	switch {
+	case r.parent.Err() != nil:
+		res.Status, res.Error = StatusFailed, "interrupted"
+	case errors.Is(r.ctx.Err(), context.DeadlineExceeded):
+		res.Status, res.Error = StatusFailed, fmt.Sprintf("timed out after %s", r.o.Timeout)
+	default:
+		return false
+	}
+	return true
+}
+
+// prepare connects and builds the Lua state with the script loaded; a
+// non-nil result is the host's when it cannot.
+func (r *scriptRun) prepare(decls VarDecls, h *inventory.Host, setHS func(*hostState)) *HostResult {
+	res := &HostResult{}
+	if r.ended(res) {
+		return res
+	}
+	hs, err := newHostState(*h, *r.o, decls)
+	if err != nil {
 		res.Status, res.Error = StatusFailed, err.Error()
 		return res
 	}
+	r.hs = hs
 	setHS(hs)
-	limit, err := hostMemoryLimit(hs.vars, o.MemoryLimit)
+	limit, err := hostMemoryLimit(hs.vars, r.o.MemoryLimit)
 	if err != nil {
 		res.Status, res.Error = StatusFailed, fmt.Sprintf("host %s: %v", h.Name, err)
 		return res
 	}
-	if _, err := hs.Conn(ctx); err != nil {
-		if !ended() {
+	if _, err := hs.Conn(r.ctx); err != nil {
+		if !r.ended(res) {
 			res.Status, res.Error = StatusUnreachable, err.Error()
 		}
 		return res
 	}
-	L, err := newLState(ctx, hs, s.Dir, s.FS)
+	L, err := newLState(r.ctx, hs, r.s.Dir, r.s.FS)
 	if err != nil {
 		res.Status, res.Error = StatusFailed, err.Error()
 		return res
 	}
-	defer L.Close()
-	guard := newMemGuard(L, limit, hs.setFailed)
-	defer guard.release()
-	L.SetContext(guard.wrap(ctx))
-	fn, err := loadShared(L, s.Source, s.Name)
-	if err != nil {
+	r.L = L
+	r.guard = newMemGuard(L, limit, hs.setFailed)
+	L.SetContext(r.guard.wrap(r.ctx))
+	if r.fn, err = loadShared(L, r.s.Source, r.s.Name); err != nil {
 		res.Status, res.Error = StatusFailed, err.Error()
 		return res
 	}
-	L.Push(fn)
-	callErr := L.PCall(0, 1, nil)
-	lastReading(ctx, hs)
+	return nil
+}
+
+// conclude is the host's result once the script returned (callErr: how).
+func (r *scriptRun) conclude(callErr error) *HostResult {
+	res := &HostResult{}
+	hs, L := r.hs, r.L
+	lastReading(r.ctx, hs)
 	if status, msg := hs.ending(); status != "" {
 		res.Status, res.Error = status, msg
 		return res
 	}
-	if ended() {
+	if r.ended(res) {
 		return res
 	}
 	if callErr != nil {
 		msg := callErr.Error()
 		var apiErr *glua.ApiError
 		if errors.As(callErr, &apiErr) {
-			msg = ExplainError(L, s.Name, s.Source, apiErr.Object.String())
+			msg = ExplainError(L, r.s.Name, r.s.Source, apiErr.Object.String())
 			hs.logger.Debug("script error", "err", msg, "trace", apiErr.StackTrace)
 		}
 		res.Status, res.Error = StatusFailed, msg
@@ -332,7 +415,7 @@ func scriptOnHost(parent, ctx context.Context, s *Script, decls VarDecls, h inve
 	}
 	v, err := luaconv.FromLua(L.Get(-1))
 	if err != nil {
-		res.Status, res.Error = StatusFailed, fmt.Sprintf("%s: return value: %v", s.Name, err)
+		res.Status, res.Error = StatusFailed, fmt.Sprintf("%s: return value: %v", r.s.Name, err)
 		return res
 	}
 	res.Status, res.Value = StatusOK, v

@@ -51,6 +51,7 @@ func newLState(ctx context.Context, h *hostState, dir string, fsys fs.FS) (*glua
 	})
 	openStdLibs(L)
 	L.SetContext(ctx)
+	modules.Bind(L, h)
 
 	setGlobals(L, h)
 	loaded := L.GetField(L.Get(glua.RegistryIndex), "_LOADED").(*glua.LTable)
@@ -70,6 +71,14 @@ func newLState(ctx context.Context, h *hostState, dir string, fsys fs.FS) (*glua
 	pkg := L.GetGlobal("package").(*glua.LTable)
 	pkg.RawSetString("path", glua.LString(""))
 	return L, nil
+}
+
+// wrapStdLibs puts gpush's own versions of some builtins into the template
+// (every state shares them): the protected calls that re-raise what ends a
+// host, and the builtins the memory limit guards.
+func wrapStdLibs(T *glua.LState) {
+	rethrowStdLibs(T)
+	guardStdLibs(T)
 }
 
 // stdLibs is the order the standard libraries open in (package first:
@@ -111,21 +120,70 @@ func openStdLibsFresh(L *glua.LState) {
 // no state of its own (it works on the calling state, and its upvalues
 // are other builtins), setfenv refuses a Go function, and getfenv of one
 // answers the caller's globals.
-var stdTemplate = sync.OnceValue(func() *glua.LState {
+//
+// The library tables of sharedLibs are not copied either: each state gets
+// an empty table of its own that reads the template's through a protected
+// metatable (every state reads them at once, which Go maps allow, and none
+// can write them). A script may still set a field: it lands in its own
+// table, in front of the shared one. What it loses is listing them: pairs
+// and next see only what it set. Their ~60 functions cost ~12 KiB per
+// concurrent host as copies (BenchmarkFakeMemory).
+var stdTemplate = sync.OnceValue(func() *stdShare {
 	T := glua.NewState(glua.Options{SkipOpenLibs: true})
 	openStdLibsFresh(T)
-	return T
+	wrapStdLibs(T)
+	sh := &stdShare{T: T, libs: map[*glua.LTable]*modules.SharedTable{}}
+	for _, name := range sharedLibs {
+		lib := T.GetGlobal(name).(*glua.LTable)
+		sh.libs[lib] = modules.ShareTable(lib)
+	}
+	return sh
 })
 
-// openStdLibs gives L the standard libraries as copies of stdTemplate's.
+// sharedLibs are the libraries every state reads from one table.
+var sharedLibs = []string{glua.StringLibName, glua.TabLibName, glua.MathLibName, glua.OsLibName, glua.CoroutineLibName}
+
+// stdShare is the template state and its shared libraries.
+type stdShare struct {
+	T    *glua.LState
+	libs map[*glua.LTable]*modules.SharedTable
+}
+
+// sharedBehind is the shared table t is a state's view of (a library or a
+// module), or nil.
+func sharedBehind(t *glua.LTable) *glua.LTable { return modules.Behind(t) }
+
+// rawOrShared is t's own field k, or the shared library's behind it.
+func rawOrShared(t *glua.LTable, k string) glua.LValue {
+	if v := t.RawGetString(k); v != glua.LNil {
+		return v
+	}
+	if lib := sharedBehind(t); lib != nil {
+		return lib.RawGetString(k)
+	}
+	return glua.LNil
+}
+
+// openStdLibs gives L the standard libraries as copies of stdTemplate's,
+// and views of its shared ones.
 func openStdLibs(L *glua.LState) {
-	T := stdTemplate()
+	sh := stdTemplate()
+	T := sh.T
 	// The registry holds _LOADED and _LOADERS: gopher-lua's has room for 32.
 	n := 0
 	T.G.Registry.ForEach(func(_, _ glua.LValue) { n++ })
 	L.G.Registry = L.CreateTable(0, n)
 	c := tableCopier{L: L, done: map[*glua.LTable]*glua.LTable{
 		T.G.Global: L.G.Global, T.G.Registry: L.G.Registry}, own: map[*glua.LFunction]bool{}}
+	for lib, shared := range sh.libs {
+		view := shared.View(L)
+		// string is its own __index, as the strings' metatable: a lookup
+		// of __index reads the table itself, not through its metatable.
+		if lib.RawGetString("__index") == lib {
+			view.RawSetString("__index", view)
+		}
+		c.done[lib] = view
+	}
 	// The searchers are the exception: the preload one reads
 	// package.preload through its own environment (EnvironIndex), which
 	// must be this state's globals.
@@ -307,10 +365,16 @@ func setGlobals(L *glua.LState, h *hostState) {
 			return 1
 		},
 	}))
-	// fail() and skip() end the host even inside pcall, and so do Ctrl-C and --timeout:
-	// the protected-call functions re-raise after the call returns.
+}
+
+// rethrowStdLibs makes the template's protected calls (pcall, xpcall,
+// coroutine.resume) re-raise, after the call returns, what must end the
+// host: fail() and skip() end it even inside pcall, and so do Ctrl-C and
+// --timeout. The functions are shared: they take the host from the
+// calling state (modules.BoundHost).
+func rethrowStdLibs(T *glua.LState) {
 	rethrowing := func(orig glua.LValue) *glua.LFunction {
-		return L.NewFunction(func(L *glua.LState) int {
+		return T.NewFunction(func(L *glua.LState) int {
 			n := L.GetTop()
 			args := make([]glua.LValue, n)
 			for i := range args {
@@ -322,8 +386,12 @@ func setGlobals(L *glua.LState, h *hostState) {
 				L.Push(a)
 			}
 			L.Call(n, glua.MultRet)
-			if failed, msg := h.failure(false); failed {
-				L.Error(glua.LString(msg), 0)
+			if h, ok := modules.BoundHost(L); ok {
+				if hs, ok := h.(*hostState); ok {
+					if failed, msg := hs.failure(false); failed {
+						L.Error(glua.LString(msg), 0)
+					}
+				}
 			}
 			if err := modules.Ctx(L).Err(); err != nil {
 				L.RaiseError("%v", err)
@@ -331,9 +399,9 @@ func setGlobals(L *glua.LState, h *hostState) {
 			return L.GetTop()
 		})
 	}
-	L.SetGlobal("pcall", rethrowing(L.GetGlobal("pcall")))
-	L.SetGlobal("xpcall", rethrowing(L.GetGlobal("xpcall")))
-	co := L.GetGlobal("coroutine").(*glua.LTable)
+	T.SetGlobal("pcall", rethrowing(T.GetGlobal("pcall")))
+	T.SetGlobal("xpcall", rethrowing(T.GetGlobal("xpcall")))
+	co := T.GetGlobal("coroutine").(*glua.LTable)
 	co.RawSetString("resume", rethrowing(co.RawGetString("resume")))
 }
 

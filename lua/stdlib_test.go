@@ -22,6 +22,32 @@ func describeValue(v glua.LValue, path string, seen map[*glua.LTable]string, out
 			return
 		}
 		seen[x] = path
+		if lib := sharedBehind(x); lib != nil {
+			// A state's view of a shared library reads as the library,
+			// with what the state set in front.
+			seen[lib] = path
+			fmt.Fprintf(out, "%s = table\n", path)
+			var keys []glua.LValue
+			for k, _ := lib.Next(glua.LNil); k != glua.LNil; k, _ = lib.Next(k) {
+				keys = append(keys, k)
+			}
+			for k, _ := x.Next(glua.LNil); k != glua.LNil; k, _ = x.Next(k) {
+				if lib.RawGet(k) == glua.LNil {
+					keys = append(keys, k)
+				}
+			}
+			if sorted {
+				sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+			}
+			for _, k := range keys {
+				v := x.RawGet(k)
+				if v == glua.LNil {
+					v = lib.RawGet(k)
+				}
+				describeValue(v, path+"["+k.String()+"]", seen, out, sorted)
+			}
+			return
+		}
 		fmt.Fprintf(out, "%s = table\n", path)
 		var keys []glua.LValue
 		for k, _ := x.Next(glua.LNil); k != glua.LNil; k, _ = x.Next(k) {
@@ -77,13 +103,14 @@ func TestStdLibsAsOpenedAfresh(t *testing.T) {
 	fresh := glua.NewState(glua.Options{SkipOpenLibs: true})
 	defer fresh.Close()
 	openStdLibsFresh(fresh)
+	wrapStdLibs(fresh)
 	copied := glua.NewState(glua.Options{SkipOpenLibs: true})
 	defer copied.Close()
 	openStdLibs(copied)
 	// gopher-lua fills a library from a Go map, so pairs order differs
 	// from one fresh state to the next: the copy keeps the template's.
 	sameLines(t, "copied vs fresh", describeState(copied, true), describeState(fresh, true))
-	sameLines(t, "copied vs template", describeState(copied, false), describeState(stdTemplate(), false))
+	sameLines(t, "copied vs template", describeState(copied, false), describeState(stdTemplate().T, false))
 	want, got := describeState(fresh, true), describeState(copied, true)
 	for _, name := range []string{"string", "os", "math", "table", "coroutine", "package"} {
 		if !strings.Contains(want, "_G["+name+"] = ") {
@@ -95,10 +122,16 @@ func TestStdLibsAsOpenedAfresh(t *testing.T) {
 			t.Errorf("%s is there", gone)
 		}
 	}
-	// Each state has tables of its own: the template's are not handed out.
-	if copied.GetGlobal("string") == stdTemplate().GetGlobal("string") ||
+	// Each state has tables of its own: the template's are not handed out,
+	// a shared library is read through a view of the state's own.
+	if copied.GetGlobal("string") == stdTemplate().T.GetGlobal("string") ||
 		copied.GetGlobal("string") == fresh.GetGlobal("string") {
 		t.Error("the string library table is shared between states")
+	}
+	for _, name := range sharedLibs {
+		if sharedBehind(copied.GetGlobal(name).(*glua.LTable)) != stdTemplate().T.GetGlobal(name) {
+			t.Errorf("%s is not a view of the shared library", name)
+		}
 	}
 }
 
@@ -106,7 +139,10 @@ func TestStdLibsAsOpenedAfresh(t *testing.T) {
 // every library works as before in a real run.
 func TestStdLibsPerHost(t *testing.T) {
 	r, _ := one(t, `
-		string.upper = nil
+		-- A shared library's view: its metatable cannot be read or changed.
+		assert(getmetatable(string) == false and not pcall(setmetatable, math, {}))
+		string.upper = function() return "mine" end
+		assert(("x"):upper() == "mine" and rawget(string, "upper") and not rawget(string, "lower"))
 		math.pi = 3
 		table.insert = "gone"
 		package.loaded.os.clock = nil

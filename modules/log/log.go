@@ -20,18 +20,24 @@ var Module = modules.Module{Name: "log", Loader: Loader, Doc: doc}
 
 func init() { modules.Register(Module) }
 
-// Loader pushes the log table for host h.
+// Loader pushes the log table for host h: a view of the functions every
+// state shares (modules.SharedTable).
 func Loader(L *glua.LState, h modules.Host) int {
+	modules.Bind(L, h)
+	L.Push(shared().View(L))
+	return 1
+}
+
+var shared = modules.SharedFuncs(func() map[string]glua.LGFunction {
 	fns := map[string]glua.LGFunction{}
 	for _, lvl := range []string{modules.LevelDebug, modules.LevelInfo, modules.LevelWarn, modules.LevelError} {
 		fns[lvl] = func(L *glua.LState) int {
-			Emit(h, lvl, luaconv.Format(L, 1))
+			Emit(modules.HostOf(L), lvl, luaconv.Format(L, 1))
 			return 0
 		}
 	}
-	L.Push(modules.FuncTable(L, fns))
-	return 1
-}
+	return fns
+}())
 
 // Emit sends one log line of host h.
 func Emit(h modules.Host, level, msg string) {

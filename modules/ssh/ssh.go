@@ -25,18 +25,23 @@ var Module = modules.Module{Name: "ssh", Loader: Loader, Doc: doc}
 
 func init() { modules.Register(Module) }
 
-// Loader pushes the ssh table for host h.
+// Loader pushes the ssh table for host h: a view of the functions every
+// state shares (modules.SharedTable).
 func Loader(L *glua.LState, h modules.Host) int {
-	m := &mod{h: h}
-	L.Push(modules.FuncTable(L, map[string]glua.LGFunction{
-		"run": m.run,
-		"put": m.put,
-		"get": m.get,
-	}))
+	modules.Bind(L, h)
+	L.Push(shared().View(L))
 	return 1
 }
 
+var shared = modules.SharedFuncs(map[string]glua.LGFunction{
+	"run": func(L *glua.LState) int { return modOf(L).run(L) },
+	"put": func(L *glua.LState) int { return modOf(L).put(L) },
+	"get": func(L *glua.LState) int { return modOf(L).get(L) },
+})
+
 type mod struct{ h modules.Host }
+
+func modOf(L *glua.LState) *mod { return &mod{h: modules.HostOf(L)} }
 
 // checkArgv reads a command: an argv table, or a string the script author
 // wrote, run as {"sh", "-c", cmd}.

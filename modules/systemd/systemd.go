@@ -25,15 +25,21 @@ var Module = modules.Module{Name: "systemd", Loader: Loader, Doc: doc}
 
 func init() { modules.Register(Module) }
 
-// Loader pushes the systemd table for host h.
+// Loader pushes the systemd table for host h: a view of the functions
+// every state shares (modules.SharedTable).
 func Loader(L *glua.LState, h modules.Host) int {
-	fns := map[string]glua.LGFunction{}
-	for _, a := range []string{helper.UnitStop, helper.UnitStart, helper.UnitRestart, helper.UnitStatus} {
-		fns[a] = action(h, a)
-	}
-	L.Push(modules.FuncTable(L, fns))
+	modules.Bind(L, h)
+	L.Push(shared().View(L))
 	return 1
 }
+
+var shared = modules.SharedFuncs(func() map[string]glua.LGFunction {
+	fns := map[string]glua.LGFunction{}
+	for _, a := range []string{helper.UnitStop, helper.UnitStart, helper.UnitRestart, helper.UnitStatus} {
+		fns[a] = action(a)
+	}
+	return fns
+}())
 
 // unitName is what systemd accepts in a unit name (escapes included); a
 // leading '-' is refused so that a name can never read as an option.
@@ -88,9 +94,10 @@ func checkUnits(L *glua.LState, n int, fn string, list *glua.LTable) []string {
 	return units
 }
 
-func action(h modules.Host, act string) glua.LGFunction {
+func action(act string) glua.LGFunction {
 	fn := "systemd." + act
 	return func(L *glua.LState) int {
+		h := modules.HostOf(L)
 		req := helper.UnitRequest{Config: h.HelperConfig(), Action: act}
 		if list, ok := L.Get(1).(*glua.LTable); ok {
 			req.Units = checkUnits(L, 1, fn, list)
