@@ -4,7 +4,11 @@
 // Modules follow k6's design: each module package registers itself from its
 // init function, and the runtime (package lua) imports the module packages it
 // ships. A module reaches its host only through the Host interface, so it can
-// be tested against modulestest's fakes.
+// be tested against modulestest's fakes. Its functions are built once for
+// the process (SharedFuncs) and every Lua state reads them through a view
+// of its own: a function finds the host of the state that calls it with
+// HostOf, and keeps what it needs per host with Value; Loader binds the
+// state to its host (Bind) and pushes the view.
 package modules
 
 import (
