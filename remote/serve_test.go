@@ -361,8 +361,6 @@ func TestServeHelperKilledMidCallNotRetried(t *testing.T) {
 	}
 }
 
-// A login shell that prints before the command (and even prints a hello
-// with another token) does not disturb the hello.
 // A helper that dies mid-call on its own (SIGQUIT: the Go runtime dumps
 // its goroutines to stderr and exits 2) is explained by its exit status and
 // its stderr, read once the session ended; while it ran, the session cost
@@ -411,6 +409,8 @@ func TestServeHelperDeathKeepsItsStderr(t *testing.T) {
 	mustContain(t, err.Error(), "wait-free", "not retried", "exit status 2", "SIGQUIT", "goroutine")
 }
 
+// A login shell that prints before the command (and even prints a hello
+// with another token) does not disturb the hello.
 func TestServeSkipsShellNoise(t *testing.T) {
 	requireRoot(t)
 	if _, err := execOut("sh", "-c", "command -v useradd && command -v userdel"); err != nil {
