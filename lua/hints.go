@@ -12,6 +12,8 @@ import (
 	glua "github.com/yuin/gopher-lua"
 	"github.com/yuin/gopher-lua/ast"
 	"github.com/yuin/gopher-lua/parse"
+
+	"github.com/gpush/gpush/modules"
 )
 
 // This file turns gopher-lua's "attempt to call a non-function object" and
@@ -134,7 +136,7 @@ func describeNil(c chain, v, parent glua.LValue) string {
 			}
 		}
 		t.ForEach(add)
-		if lib := sharedBehind(t); lib != nil {
+		if lib := modules.Behind(t); lib != nil {
 			lib.ForEach(add)
 		}
 	}
@@ -164,7 +166,7 @@ func lookup(L *glua.LState, s site, c chain) (v, parent glua.LValue, ok bool) {
 		c = c[1:]
 	}
 	for i, k := range c {
-		shared := sharedBehind(t) != nil // a library's view reads the shared one: no Lua runs
+		shared := modules.Behind(t) != nil // a library's view reads the shared one: no Lua runs
 		if mt, isTable := t.Metatable.(*glua.LTable); isTable && !shared && mt.RawGetString("__index") != glua.LNil {
 			return nil, nil, false
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/yuin/gopher-lua/parse"
 
 	"github.com/gpush/gpush/inventory"
+	"github.com/gpush/gpush/modules"
 )
 
 // This file is the REPL engine behind `gpush repl`: a Fleet of Sessions
@@ -427,7 +428,7 @@ func (s *Session) complete(prefix string) []string {
 		}
 	}
 	tbl.ForEach(add)
-	if lib := sharedBehind(tbl); lib != nil {
+	if lib := modules.Behind(tbl); lib != nil {
 		lib.ForEach(add) // a shared library's view lists only what the state set
 	}
 	sort.Strings(names)

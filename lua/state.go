@@ -149,16 +149,13 @@ type stdShare struct {
 	libs map[*glua.LTable]*modules.SharedTable
 }
 
-// sharedBehind is the shared table t is a state's view of (a library or a
-// module), or nil.
-func sharedBehind(t *glua.LTable) *glua.LTable { return modules.Behind(t) }
-
-// rawOrShared is t's own field k, or the shared library's behind it.
+// rawOrShared is t's own field k, or that of the shared table behind it
+// (a library's or a module's view).
 func rawOrShared(t *glua.LTable, k string) glua.LValue {
 	if v := t.RawGetString(k); v != glua.LNil {
 		return v
 	}
-	if lib := sharedBehind(t); lib != nil {
+	if lib := modules.Behind(t); lib != nil {
 		return lib.RawGetString(k)
 	}
 	return glua.LNil

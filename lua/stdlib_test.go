@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	glua "github.com/yuin/gopher-lua"
+
+	"github.com/gpush/gpush/modules"
 )
 
 // describeValue writes what a script can see from v: tables key by key in
@@ -22,7 +24,7 @@ func describeValue(v glua.LValue, path string, seen map[*glua.LTable]string, out
 			return
 		}
 		seen[x] = path
-		if lib := sharedBehind(x); lib != nil {
+		if lib := modules.Behind(x); lib != nil {
 			// A state's view of a shared library reads as the library,
 			// with what the state set in front.
 			seen[lib] = path
@@ -129,7 +131,7 @@ func TestStdLibsAsOpenedAfresh(t *testing.T) {
 		t.Error("the string library table is shared between states")
 	}
 	for _, name := range sharedLibs {
-		if sharedBehind(copied.GetGlobal(name).(*glua.LTable)) != stdTemplate().T.GetGlobal(name) {
+		if modules.Behind(copied.GetGlobal(name).(*glua.LTable)) != stdTemplate().T.GetGlobal(name) {
 			t.Errorf("%s is not a view of the shared library", name)
 		}
 	}

@@ -19,14 +19,6 @@ type unasked struct {
 	reqs  <-chan *ssh.Request
 }
 
-// serve answers until the connection ends (x/crypto closes both), on the
-// calling goroutine: for a test's connection.
-func (u unasked) serve() {
-	done := make(chan struct{})
-	pollUnasked(&unaskedWatch{chans: u.chans, reqs: u.reqs, onEnd: func() { close(done) }})
-	<-done
-}
-
 // unaskedPoll is how often the poller looks for what servers sent unasked.
 // It is rare (one hostkeys-00 per connection, a keepalive per
 // ClientAliveInterval, an exit status per session) and can wait: x/crypto

@@ -14,8 +14,8 @@ import (
 )
 
 // What a server sends unasked gets the answers x/crypto's NewClient gave:
-// "no" to a global request, "unknown channel type" to a channel; serve
-// returns once the connection ends.
+// "no" to a global request, "unknown channel type" to a channel; the
+// poller ends the watch once the connection ends.
 func TestUnaskedAnswered(t *testing.T) {
 	_, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -70,7 +70,7 @@ func TestUnaskedAnswered(t *testing.T) {
 		t.Fatalf("server handshake: %v", srv.err)
 	}
 	served := make(chan struct{})
-	go func() { unasked{chans, reqs}.serve(); close(served) }()
+	pollUnasked(&unaskedWatch{chans: chans, reqs: reqs, onEnd: func() { close(served) }})
 
 	ok, _, err := srv.conn.SendRequest("keepalive@openssh.com", true, nil)
 	if ok || err != nil {
@@ -85,7 +85,7 @@ func TestUnaskedAnswered(t *testing.T) {
 	select {
 	case <-served:
 	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not return after the connection ended")
+		t.Fatal("the poller did not end the watch after the connection ended")
 	}
 }
 
