@@ -159,7 +159,7 @@ func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error)
 		}
 		clients = append(clients, c)
 		if t.isHop {
-			pollUnasked(&unaskedWatch{chans: unasked.chans, reqs: unasked.reqs, onEnd: func() {}})
+			pollUnasked(&unaskedWatch{chans: unasked.chans, reqs: unasked.reqs})
 		} else {
 			finalUnasked = unasked
 		}

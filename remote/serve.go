@@ -185,7 +185,7 @@ func (c *sshConn) openServe(ctx context.Context, verb, what, before, cmdline, to
 	s := &serveSession{c: c, ch: sc.ch, stdin: sc.ch, path: path, stderr: &tailBuffer{max: serveStderrMax},
 		stderrDone: make(chan struct{}), exitStatus: -1,
 		pending: map[uint64]chan helper.ServeReply{}, done: make(chan struct{})}
-	s.reqs = &unaskedWatch{reqs: sc.reqs, onReq: s.onRequest, onEnd: func() {}}
+	s.reqs = &unaskedWatch{reqs: sc.reqs, onReq: s.onRequest}
 	pollUnasked(s.reqs)
 	c.log.Debug("serve session", "warm", warm)
 	started := time.Now()

@@ -34,8 +34,8 @@ const unaskedPerPoll = 64
 
 // unaskedWatch is one source of unasked messages: a connection's global
 // requests and channel opens, or a session channel's requests. onReq sees
-// each request (nil: refuse it); onEnd runs, on a goroutine of its own,
-// once every channel of the watch is closed.
+// each request (nil: refuse it); onEnd, if set, runs on a goroutine of its
+// own once every channel of the watch is closed.
 type unaskedWatch struct {
 	// mu is held while the watch is drained: by the poller, or by the
 	// watch's owner waiting for its end (finish).
@@ -162,7 +162,9 @@ func pollOnce() {
 	p.mu.Lock()
 	for _, w := range ended {
 		delete(p.watches, w)
-		go w.onEnd()
+		if w.onEnd != nil {
+			go w.onEnd()
+		}
 	}
 	if len(p.watches) > 0 {
 		time.AfterFunc(unaskedPoll, pollOnce)
