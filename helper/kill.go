@@ -308,7 +308,7 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 	}
 
 	// Each victim's systemd service, read while it lives: a unit that
-	// restarts its process is a supervisor too (see unitSupervisors).
+	// restarts its process is a supervisor too (see unitManagers).
 	units := map[int]string{}
 	for _, v := range active {
 		if b, err := os.ReadFile(s.proc.path(v.res.PID, "cgroup")); err == nil {
@@ -380,7 +380,7 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 		}
 		resp.Results = append(resp.Results, v.res)
 	}
-	resp.Supervisors = append(s.supervisors(resp.Results), s.unitSupervisors(ctx, resp.Results, units)...)
+	resp.Managers = append(s.parentManagers(resp.Results), s.unitManagers(ctx, resp.Results, units)...)
 	resp.Elapsed = Duration(time.Since(start))
 	return resp, nil
 }
@@ -474,14 +474,14 @@ var systemReapers = []string{
 // supervisors are the live parents of the processes that exited or were
 // killed: what may start their workers again. Not pid <= 1, the helper or
 // its ancestors, a process this request signalled, or a system reaper.
-func (s *scanner) supervisors(results []KillResult) []Supervisor {
+func (s *scanner) parentManagers(results []KillResult) []Manager {
 	signalled := map[int]bool{}
 	for _, r := range results {
 		if r.Outcome == OutcomeExited || r.Outcome == OutcomeKilled || r.Outcome == OutcomeSurvived {
 			signalled[r.PID] = true
 		}
 	}
-	var out []Supervisor
+	var out []Manager
 	index := map[int]int{}
 	for _, r := range results {
 		if r.Outcome != OutcomeExited && r.Outcome != OutcomeKilled {
@@ -499,7 +499,7 @@ func (s *scanner) supervisors(results []KillResult) []Supervisor {
 		if err != nil || (st.State == "Z" || st.State == "X") && !s.proc.liveThreads(ppid) || s.isKernelThread(st) || isReaper(st.Comm) {
 			continue
 		}
-		sup := Supervisor{
+		sup := Manager{
 			Identity: Identity{PID: ppid, StartTime: st.StartTime, BootID: s.bootID},
 			Comm:     st.Comm, Cmdline: s.proc.cmdline(ppid), Children: []int{r.PID},
 		}
@@ -519,11 +519,11 @@ func (s *scanner) supervisors(results []KillResult) []Supervisor {
 // unitShowTimeout bounds each systemctl show of a killed process's unit.
 const unitShowTimeout = 5 * time.Second
 
-// unitSupervisors: a killed process's service that is still active with a
+// unitManagers: a killed process's service that is still active with a
 // Restart= other than "no" will start it again (its parent is systemd, not
 // a supervisor by pid). Without systemd, or when systemctl cannot tell, no
 // unit is named: the caller's settle then rests on the parents alone.
-func (s *scanner) unitSupervisors(ctx context.Context, results []KillResult, units map[int]string) []Supervisor {
+func (s *scanner) unitManagers(ctx context.Context, results []KillResult, units map[int]string) []Manager {
 	if len(units) == 0 {
 		return nil
 	}
@@ -556,7 +556,7 @@ func (s *scanner) unitSupervisors(ctx context.Context, results []KillResult, uni
 			all[i], _ = showUnit(ctx, systemctl, unitShowTimeout, u)
 		}
 	}
-	var out []Supervisor
+	var out []Manager
 	for i, u := range order {
 		props := all[i]
 		if props == nil {
@@ -566,7 +566,7 @@ func (s *scanner) unitSupervisors(ctx context.Context, results []KillResult, uni
 		if restart == "" || restart == "no" || state == "inactive" || state == "failed" {
 			continue
 		}
-		out = append(out, Supervisor{Unit: u, Restart: restart, Children: children[u],
+		out = append(out, Manager{Unit: u, Restart: restart, Children: children[u],
 			Why: fmt.Sprintf("unit %s (Restart=%s, %s) restarts what was killed: stop the unit", u, restart, state)})
 	}
 	return out

@@ -126,7 +126,7 @@ func argvBytes(resp any) int {
 			add(p.Cmdline)
 		}
 	case *KillResponse:
-		for _, sup := range r.Supervisors {
+		for _, sup := range r.Managers {
 			add(sup.Cmdline)
 		}
 	}
@@ -178,8 +178,8 @@ func trimResponse(resp any, step trimStep, size int) bool {
 		}
 	case *KillResponse:
 		// Results carry no command line, and there is no field for a note.
-		for i := range r.Supervisors {
-			r.Supervisors[i].Cmdline = argv(r.Supervisors[i].Cmdline)
+		for i := range r.Managers {
+			r.Managers[i].Cmdline = argv(r.Managers[i].Cmdline)
 		}
 	}
 	return cut
@@ -242,7 +242,7 @@ func responseCounts(resp any) string {
 	case *UnitResponse:
 		return fmt.Sprintf("%d processes left in the unit, %d GPU holders", len(r.Remaining), len(r.GPUHolders))
 	case *KillResponse:
-		return fmt.Sprintf("%d results, %d supervisors", len(r.Results), len(r.Supervisors))
+		return fmt.Sprintf("%d results, %d supervisors", len(r.Results), len(r.Managers))
 	}
 	return fmt.Sprintf("%T", resp)
 }

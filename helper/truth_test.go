@@ -378,14 +378,14 @@ func TestSupervisorAndSettle(t *testing.T) {
 	if res := result(t, r, w1); res.Outcome != OutcomeExited || res.PPID != sh {
 		t.Fatalf("worker: %+v (shell %d)", res, sh)
 	}
-	if len(r.Supervisors) != 1 || r.Supervisors[0].PID != sh || !slices.Equal(r.Supervisors[0].Children, []int{w1}) || r.Supervisors[0].StartTime == 0 {
-		t.Fatalf("supervisors %+v", r.Supervisors)
+	if len(r.Managers) != 1 || r.Managers[0].PID != sh || !slices.Equal(r.Managers[0].Children, []int{w1}) || r.Managers[0].StartTime == 0 {
+		t.Fatalf("supervisors %+v", r.Managers)
 	}
-	why := r.Supervisors[0].Why
+	why := r.Managers[0].Why
 	if !strings.HasPrefix(why, fmt.Sprintf("pid %d (sh -c while", sh)) || !strings.HasSuffix(why, "restarts its workers: stop it or its unit") {
 		t.Errorf("why %q", why)
 	}
-	wr := waitFree(t, WaitFreeRequest{Config: h.cfg, Timeout: Duration(20 * time.Second), Settle: Duration(10 * time.Second), Watch: r.Supervisors})
+	wr := waitFree(t, WaitFreeRequest{Config: h.cfg, Timeout: Duration(20 * time.Second), Settle: Duration(10 * time.Second), Watch: r.Managers})
 	w2 := <-workers
 	if wr.Outcome != WaitNewHolder || wr.OK || wr.Settled <= 0 || wr.Settled.D() >= 10*time.Second {
 		t.Fatalf("outcome %s ok %v settled %s reason %q", wr.Outcome, wr.OK, wr.Settled.D(), wr.Reason)
@@ -407,9 +407,9 @@ func TestSettleMonitorVsSupervised(t *testing.T) {
 	h := newHost(t, 1)
 	sh, workers := h.supervised("0.2", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"))
 	w1 := <-workers
-	watch := []Supervisor{{Identity: identity(t, sh)}}
+	watch := []Manager{{Identity: identity(t, sh)}}
 	r, err := Kill(context.Background(), KillRequest{Config: h.cfg, Targets: []Identity{identity(t, w1)}, Signal: "KILL"})
-	if err != nil || len(r.Supervisors) != 1 {
+	if err != nil || len(r.Managers) != 1 {
 		t.Fatalf("kill: %v %+v", err, r)
 	}
 	wr := waitFree(t, WaitFreeRequest{Config: h.cfg, Timeout: Duration(20 * time.Second), Settle: Duration(10 * time.Second), Watch: watch})
@@ -462,10 +462,10 @@ func TestKillSupervisors(t *testing.T) {
 	if res := result(t, r, plain.pid); res.PPID != os.Getpid() {
 		t.Errorf("plain: ppid %d, want the test (the helper) %d", res.PPID, os.Getpid())
 	}
-	if len(r.Supervisors) != 1 || r.Supervisors[0].PID != py.pid || !slices.Equal(r.Supervisors[0].Children, []int{py.child}) {
-		t.Fatalf("supervisors %+v: want only python3 %d (not tini %d, not the helper)", r.Supervisors, py.pid, tini.pid)
+	if len(r.Managers) != 1 || r.Managers[0].PID != py.pid || !slices.Equal(r.Managers[0].Children, []int{py.child}) {
+		t.Fatalf("supervisors %+v: want only python3 %d (not tini %d, not the helper)", r.Managers, py.pid, tini.pid)
 	}
-	if why := r.Supervisors[0].Why; !strings.HasPrefix(why, fmt.Sprintf("pid %d (python3 --dev ", py.pid)) || !strings.Contains(why, "restarts its workers: stop it or its unit") {
+	if why := r.Managers[0].Why; !strings.HasPrefix(why, fmt.Sprintf("pid %d (python3 --dev ", py.pid)) || !strings.Contains(why, "restarts its workers: stop it or its unit") {
 		t.Errorf("why %q", why)
 	}
 	// Parent and child killed together: nobody is left to restart.
@@ -474,7 +474,7 @@ func TestKillSupervisors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Results) != 2 || len(r.Supervisors) != 0 {
-		t.Errorf("tree kill: results %+v supervisors %+v", r.Results, r.Supervisors)
+	if len(r.Results) != 2 || len(r.Managers) != 0 {
+		t.Errorf("tree kill: results %+v supervisors %+v", r.Results, r.Managers)
 	}
 }

@@ -532,17 +532,17 @@ func TestRealSystemdRestartAlways(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sup *Supervisor
-	for i := range kr.Supervisors {
-		switch kr.Supervisors[i].Unit {
+	var sup *Manager
+	for i := range kr.Managers {
+		switch kr.Managers[i].Unit {
 		case name:
-			sup = &kr.Supervisors[i]
+			sup = &kr.Managers[i]
 		case other:
-			t.Errorf("%s (Restart=no) named as a supervisor: %+v", other, kr.Supervisors[i])
+			t.Errorf("%s (Restart=no) named as a supervisor: %+v", other, kr.Managers[i])
 		}
 	}
 	if sup == nil || sup.Restart != "always" || !slices.Contains(sup.Children, second) || !strings.Contains(sup.Why, "stop the unit") {
-		t.Errorf("kill of an active Restart=always unit's worker: supervisors %+v", kr.Supervisors)
+		t.Errorf("kill of an active Restart=always unit's worker: supervisors %+v", kr.Managers)
 	}
 	h.readyAfter(name, 2, 1)
 	r := h.unit(UnitStop, name)

@@ -708,7 +708,7 @@ func freshBlockers(status []GPUStatus, byPID map[int]Holder, initial map[Identit
 // cameBack judges a settle poll: per GPU index, why it is no longer free.
 // A GPU opened only by a holder that owns nothing and that no watched
 // supervisor started (a monitor) stays free.
-func (s *scanner) cameBack(status []GPUStatus, byPID map[int]Holder, atFree map[Identity]bool, watch []Supervisor, since time.Duration) map[int]string {
+func (s *scanner) cameBack(status []GPUStatus, byPID map[int]Holder, atFree map[Identity]bool, watch []Manager, since time.Duration) map[int]string {
 	out := map[int]string{}
 	after := since.Round(100 * time.Millisecond).String()
 	for _, st := range status {
@@ -724,7 +724,7 @@ func (s *scanner) cameBack(status []GPUStatus, byPID map[int]Holder, atFree map[
 			}
 			msg := "new holder " + Label(h.PID, h.Comm, h.Cmdline) + " " + after + " after it read free"
 			if sup != nil {
-				msg += "; " + supervisorWhy(*sup)
+				msg += "; " + managerWhy(*sup)
 			}
 			news = append(news, msg)
 		}
@@ -739,7 +739,7 @@ func (s *scanner) cameBack(status []GPUStatus, byPID map[int]Holder, atFree map[
 }
 
 // watchedAncestor returns the Watch supervisor h descends from, if any.
-func (s *scanner) watchedAncestor(h Holder, watch []Supervisor) *Supervisor {
+func (s *scanner) watchedAncestor(h Holder, watch []Manager) *Manager {
 	if len(watch) == 0 {
 		return nil
 	}
@@ -760,8 +760,8 @@ func (s *scanner) watchedAncestor(h Holder, watch []Supervisor) *Supervisor {
 	return nil
 }
 
-// supervisorWhy is the supervisor's report line.
-func supervisorWhy(sup Supervisor) string {
+// managerWhy is the supervisor's report line.
+func managerWhy(sup Manager) string {
 	if sup.Why != "" {
 		return sup.Why
 	}

@@ -129,7 +129,7 @@ func (g givenSet) reason(left []Holder, ghosts []Ghost) string {
 
 // respawned: after the given holders were gone, a holder that was not
 // there then and descends from a watched supervisor took their place.
-func (s *scanner) respawned(holders []Holder, atFree map[Identity]bool, watch []Supervisor, since time.Duration) string {
+func (s *scanner) respawned(holders []Holder, atFree map[Identity]bool, watch []Manager, since time.Duration) string {
 	var parts []string
 	for _, h := range holders {
 		if atFree[h.Identity] {
@@ -137,7 +137,7 @@ func (s *scanner) respawned(holders []Holder, atFree map[Identity]bool, watch []
 		}
 		if sup := s.watchedAncestor(h, watch); sup != nil {
 			parts = append(parts, fmt.Sprintf("new holder %s %s after the given holders were gone; %s",
-				Label(h.PID, h.Comm, h.Cmdline), since.Round(100*time.Millisecond), supervisorWhy(*sup)))
+				Label(h.PID, h.Comm, h.Cmdline), since.Round(100*time.Millisecond), managerWhy(*sup)))
 		}
 	}
 	return strings.Join(parts, "; ")

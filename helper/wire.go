@@ -21,6 +21,7 @@ const (
 	VerbKill     = "kill"
 	VerbWaitFree = "wait-free"
 	VerbUnit     = "unit"
+	VerbManagers = "managers"
 )
 
 // Duration is a time.Duration that travels as a Go duration string ("5s",
@@ -181,6 +182,9 @@ type Holder struct {
 	Cgroup        string `json:"cgroup,omitempty"`
 	NSpid         []int  `json:"nspid,omitempty"`
 	Protected     bool   `json:"protected"`
+	// Managers is the chain from the holder up to what would start it
+	// again, innermost first (see Manager); empty when nothing does.
+	Managers []Manager `json:"managers,omitempty"`
 	// ProtectedWhy says which rule protects it (a name, "pid 1", "ancestor of the helper").
 	ProtectedWhy string `json:"protected_why,omitempty"`
 }
@@ -253,22 +257,91 @@ type GPUStatus struct {
 	Waiting []int `json:"waiting,omitempty"`
 }
 
-// Supervisor is something that may restart a GPU worker gpush stopped or
-// killed: the live parent of a killed holder (not pid 1, not a system
-// reaper, not the helper's ancestors), or a unit with Restart=. A free is
-// verified only after the GPUs stayed free for a settle time while one remains.
-type Supervisor struct {
+// Manager kinds: what may start a GPU worker again after it is killed.
+const (
+	ManagerProcess   = "process"   // a live parent (supervisor, launcher, shell loop)
+	ManagerUnit      = "unit"      // a systemd service
+	ManagerContainer = "container" // a container runtime's restart policy
+	ManagerPod       = "pod"       // the kubelet, for a Kubernetes pod
+	ManagerSlurm     = "slurm"     // a Slurm job (its script, a requeue)
+)
+
+// What a manager does after its worker dies (Manager.Restarts).
+const (
+	RestartsYes   = "yes"   // it will (Restart=always, --restart=always, the kubelet, a requeue)
+	RestartsMaybe = "maybe" // it may, and nothing on the host says it will not (a live parent)
+	RestartsNo    = "no"    // it will not (Restart=no, --restart=no)
+)
+
+// Manager is one link of a holder's chain up to what would start it again:
+// a live parent process, its systemd unit, its container's runtime, its
+// Kubernetes pod, its Slurm job. Holder.Managers lists the chain innermost
+// first; a kill reports the managers of what it killed, and a GPU is freed
+// only when none that restarts is left alive (see VerbManagers).
+type Manager struct {
+	Kind string `json:"kind"`
+	// Identity, Comm and Cmdline name a process manager.
 	Identity
 	Comm    string   `json:"comm,omitempty"`
 	Cmdline []string `json:"cmdline,omitempty"`
-	Unit    string   `json:"unit,omitempty"`
-	// Restart is the unit's Restart= setting, for a unit supervisor.
-	Restart string `json:"restart,omitempty"`
-	// Children are the pids of killed holders it was the parent of.
+	// Unit is the systemd service (a unit manager, or the unit a process
+	// manager runs in); Restart its Restart=, RestartSec its RestartSec=,
+	// ActiveState and SubState systemd's.
+	Unit        string   `json:"unit,omitempty"`
+	Restart     string   `json:"restart,omitempty"`
+	RestartSec  Duration `json:"restart_sec,omitempty"`
+	ActiveState string   `json:"active_state,omitempty"`
+	SubState    string   `json:"sub_state,omitempty"`
+	// A container manager: its runtime (podman, docker, ...), id, name,
+	// restart policy and restart count, as the runtime's state says.
+	Runtime       string `json:"runtime,omitempty"`
+	ContainerID   string `json:"container_id,omitempty"`
+	ContainerName string `json:"container_name,omitempty"`
+	RestartPolicy string `json:"restart_policy,omitempty"`
+	RestartCount  int    `json:"restart_count,omitempty"`
+	// A pod manager: the pod's uid (from the cgroup), namespace and name
+	// (from the kubelet's files on the node, when it left them).
+	PodUID    string `json:"pod_uid,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Pod       string `json:"pod,omitempty"`
+	// A Slurm manager: the job, its user and the step the holder runs in;
+	// Requeue when the job is requeued after it ends.
+	JobID   string `json:"job_id,omitempty"`
+	JobUser string `json:"job_user,omitempty"`
+	Step    string `json:"step,omitempty"`
+	Requeue bool   `json:"requeue,omitempty"`
+	// Restarts says whether it starts the worker again (RestartsYes,
+	// RestartsMaybe, RestartsNo).
+	Restarts string `json:"restarts"`
+	// Delay is how long it waits before a restart, when its settings or
+	// state say (RestartSec, a runtime's or the kubelet's back-off);
+	// DelayKnown is false when nothing says.
+	Delay      Duration `json:"delay,omitempty"`
+	DelayKnown bool     `json:"delay_known,omitempty"`
+	// Stop is the command an operator runs to stop it ("systemctl stop
+	// sglang.service", "podman stop w1", "scancel 42", "kill 633"): shown,
+	// never run through a shell.
+	Stop []string `json:"stop,omitempty"`
+	// Children are the pids of killed holders it manages.
 	Children []int `json:"children,omitempty"`
 	// Why is one line for the report: "pid 633 (python3 train.py) restarts
-	// its workers: stop it or its unit".
+	// its workers: kill 633".
 	Why string `json:"why"`
+}
+
+// Key names a manager across readings: one process, unit, container, pod or job.
+func (m Manager) Key() string {
+	switch m.Kind {
+	case ManagerUnit:
+		return "unit:" + m.Unit
+	case ManagerContainer:
+		return "container:" + m.Runtime + ":" + m.ContainerID + m.ContainerName
+	case ManagerPod:
+		return "pod:" + m.PodUID
+	case ManagerSlurm:
+		return "slurm:" + m.JobID
+	}
+	return fmt.Sprintf("process:%d:%d", m.PID, m.StartTime)
 }
 
 // Kill outcomes.
@@ -315,9 +388,12 @@ type KillResult struct {
 type KillResponse struct {
 	Version string       `json:"version"`
 	Results []KillResult `json:"results"`
-	// Supervisors: what may restart the processes just killed.
-	Supervisors []Supervisor `json:"supervisors,omitempty"`
-	Elapsed     Duration     `json:"elapsed"`
+	// Managers: what may restart the processes just killed.
+	Managers []Manager `json:"managers,omitempty"`
+	// Since is the host's clock (ticks since boot, as Identity.StartTime)
+	// when the request began: a process started later is not one it saw.
+	Since   uint64   `json:"since,omitempty"`
+	Elapsed Duration `json:"elapsed"`
 }
 
 // Wait-free outcomes.
@@ -355,7 +431,7 @@ type WaitFreeRequest struct {
 	// that can restart a worker remains (Watch).
 	Settle Duration `json:"settle,omitempty"`
 	// Watch names what may restart a worker, for the reason when one comes back.
-	Watch []Supervisor `json:"watch,omitempty"`
+	Watch []Manager `json:"watch,omitempty"`
 	// Holders, when given, changes what is waited for: until these
 	// processes (by identity) no longer hold any NVIDIA device nor memory
 	// nvidia-smi charges to their pid, whoever else holds the GPUs. GPUs
@@ -363,6 +439,11 @@ type WaitFreeRequest struct {
 	// is released; a worker a Watch supervisor starts in their place
 	// during Settle ends it as new-holder.
 	Holders []Identity `json:"holders,omitempty"`
+	// NewSince (ticks since boot, as Identity.StartTime; a kill's Since):
+	// a holder started at or after it is new whenever it is first seen,
+	// the first poll included; an owner of a chosen GPU that is new this
+	// way ends the wait at once as new-holder (a worker already restarted).
+	NewSince uint64 `json:"new_since,omitempty"`
 }
 
 // Sample is one poll.
@@ -448,6 +529,61 @@ type UnitResponse struct {
 	GPUHolders []Holder `json:"gpu_holders,omitempty"`
 	// Units: the per-unit responses of a request with Units, in its order.
 	Units []UnitResponse `json:"units,omitempty"`
+}
+
+// Manager actions.
+const (
+	ManagersStatus = "status"
+	ManagersStop   = "stop"
+)
+
+// ManagersRequest reads the managers again (status) or stops them (stop):
+// a unit with systemctl stop, a container with its runtime's stop, a Slurm
+// job with scancel, a process with its tree (TERM, Grace, KILL). A pod is
+// never stopped: deleting Kubernetes objects is the cluster's business.
+type ManagersRequest struct {
+	Config
+	Action   string    `json:"action"`
+	Managers []Manager `json:"managers"`
+	// Grace is the TERM -> KILL grace of a process tree and the stop
+	// timeout given to a container runtime (default 5s).
+	Grace Duration `json:"grace,omitempty"`
+	// DryRun (stop): say what would be stopped, stop nothing.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// ManagerResult is one manager after the request.
+type ManagerResult struct {
+	// Manager as read now (its state, restart count and delay refreshed).
+	Manager Manager `json:"manager"`
+	// Alive: it is still there and may start a worker (a live process, an
+	// active or restarting unit, a running or restarting container, a pod
+	// whose cgroup is there, a job squeue still lists). Unknown reads as
+	// alive: what cannot be told is never "gone".
+	Alive bool `json:"alive"`
+	// State is what the reading said ("active (auto-restart)", "running",
+	// "RUNNING", "exited", "gone").
+	State string `json:"state,omitempty"`
+	// Outcome of a stop: stopped, would-stop, refused (a pod), failed;
+	// Reason says why for refused and failed.
+	Outcome string `json:"outcome,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// Outcomes of a manager stop.
+const (
+	StopStopped = "stopped"
+	StopWould   = "would-stop"
+	StopRefused = "refused"
+	StopFailed  = "failed"
+	StopAlready = "gone" // not there any more: nothing to stop
+)
+
+// ManagersResponse answers each manager of the request, in its order.
+type ManagersResponse struct {
+	Version string          `json:"version"`
+	Results []ManagerResult `json:"results"`
+	Elapsed Duration        `json:"elapsed"`
 }
 
 // ErrorResponse is written instead of a response when a request cannot be

@@ -26,7 +26,7 @@ type hostState struct {
 	logger  *slog.Logger
 	onEvent func(Event)
 	stats   modules.Stats
-	respawn modules.Respawners
+	respawn modules.Managers
 
 	mu      sync.Mutex
 	dialed  bool
@@ -157,7 +157,7 @@ func (h *hostState) HelperConfig() helper.Config     { return h.cfg }
 func (h *hostState) Check() bool                     { return h.check }
 func (h *hostState) Logger() *slog.Logger            { return h.logger }
 func (h *hostState) Stats() *modules.Stats           { return &h.stats }
-func (h *hostState) Respawners() *modules.Respawners { return &h.respawn }
+func (h *hostState) Managers() *modules.Managers { return &h.respawn }
 
 // Conn dials once; every later call gets the same connection or error.
 func (h *hostState) Conn(ctx context.Context) (remote.Conn, error) {

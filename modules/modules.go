@@ -48,8 +48,8 @@ type Host interface {
 	Emit(Event)
 	// Stats collects what the recap shows for this host.
 	Stats() *Stats
-	// Respawners is what may restart a worker on this host, for this run.
-	Respawners() *Respawners
+	// Managers is what may restart a worker on this host, for this run.
+	Managers() *Managers
 	// ConnFailed records that a call failed because the connection is gone,
 	// so that the runner reports the host unreachable rather than failed.
 	ConnFailed(err error)
@@ -131,19 +131,19 @@ func All() []Module {
 	return out
 }
 
-// Respawners records, for one host and one run, what may restart a GPU
+// Managers records, for one host and one run, what may restart a GPU
 // worker after gpush stopped or killed it: the live parent of a killed
 // holder, a stopped unit with Restart=. The systemd and gpu modules add to
 // it; gpu.wait_free keeps the GPUs watched for the settle time while it is
 // not empty, and names them when a worker comes back.
-type Respawners struct {
+type Managers struct {
 	mu   sync.Mutex
-	list []helper.Supervisor
+	list []helper.Manager
 }
 
 // Add records supervisors; one already recorded (same pid and start time,
 // or same unit) is not added twice.
-func (r *Respawners) Add(sups ...helper.Supervisor) {
+func (r *Managers) Add(sups ...helper.Manager) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, s := range sups {
@@ -161,10 +161,10 @@ func (r *Respawners) Add(sups ...helper.Supervisor) {
 }
 
 // List returns a copy of what is recorded.
-func (r *Respawners) List() []helper.Supervisor {
+func (r *Managers) List() []helper.Manager {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]helper.Supervisor(nil), r.list...)
+	return append([]helper.Manager(nil), r.list...)
 }
 
 // FuncTable is a module table of fns, sized for them: L.NewTable reserves

@@ -180,7 +180,7 @@ func (r *freeRun) run() {
 		}
 		if st.State == helper.GPUFree {
 			n, ok := r.m.settled[idx]
-			row.step, row.freed, row.settled = StepAlreadyFree, true, ok && n == len(r.m.h.Respawners().List())
+			row.step, row.freed, row.settled = StepAlreadyFree, true, ok && n == len(r.m.h.Managers().List())
 			if first, ok := firstReading[idx]; ok && first > st.ThresholdMiB {
 				row.step, row.before = StepReleased, first
 			}
@@ -358,7 +358,7 @@ func (r *freeRun) kill(stage string, targets map[int][]int, holders map[int]help
 	}
 	if r.o.killSups && !r.check {
 		var sups []helper.Identity
-		for _, s := range r.m.h.Respawners().List() {
+		for _, s := range r.m.h.Managers().List() {
 			if s.PID > 1 && !r.supKill[s.PID] {
 				r.supKill[s.PID] = true
 				sups = append(sups, s.Identity)
@@ -366,7 +366,7 @@ func (r *freeRun) kill(stage string, targets map[int][]int, holders map[int]help
 		}
 		resp := r.m.callKill(r.L, freeFn, helper.KillRequest{Config: r.m.h.HelperConfig(), Targets: sups,
 			Grace: helper.Duration(r.o.grace), Tree: true, Force: r.o.force})
-		r.record("supervisors", resp.Results)
+		r.record("managers", resp.Results)
 	}
 }
 
@@ -441,7 +441,7 @@ func (r *freeRun) notFreed(row *freeRow, why string) {
 		}
 	}
 	if len(row.killed) > 0 {
-		for _, s := range r.m.h.Respawners().List() {
+		for _, s := range r.m.h.Managers().List() {
 			for _, c := range s.Children {
 				if slices.Contains(row.killed, c) && s.Why != "" && !strings.Contains(why, s.Why) {
 					why += "; " + s.Why
@@ -457,7 +457,7 @@ func (r *freeRun) notFreed(row *freeRow, why string) {
 // freed only after it stayed free for the settle time; every freed GPU
 // not yet watched that long is watched once more, together.
 func (r *freeRun) settleFreed() {
-	if len(r.m.h.Respawners().List()) == 0 {
+	if len(r.m.h.Managers().List()) == 0 {
 		return
 	}
 	var need []int
@@ -550,7 +550,7 @@ func (r *freeRun) table() *glua.LTable {
 			why = append(why, fmt.Sprintf("GPU %d: %s", row.gpu, row.reason))
 		}
 	}
-	sups := r.m.h.Respawners().List()
+	sups := r.m.h.Managers().List()
 	reason := strings.Join(why, "; ")
 	if !ok {
 		// Name what restarts workers, unless it was killed here.
@@ -563,7 +563,7 @@ func (r *freeRun) table() *glua.LTable {
 	t.RawSetString("ok", glua.LBool(ok))
 	luaconv.SetStr(t, "reason", reason)
 	t.RawSetString("rows", rows)
-	t.RawSetString("supervisors", supervisorList(L, sups))
+	t.RawSetString("managers", managerList(L, sups))
 	killed := L.CreateTable(len(r.killed), 0)
 	for i, k := range r.killed {
 		kt := killResultTable(L, k)

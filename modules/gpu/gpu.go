@@ -381,7 +381,7 @@ func (m *mod) callKill(L *glua.LState, fn string, req helper.KillRequest) helper
 	}
 	modules.CallHelper(L, m.h, fn, helper.VerbKill, req, &resp)
 	m.h.Stats().AddKills(resp.Results)
-	m.h.Respawners().Add(resp.Supervisors...)
+	m.h.Managers().Add(resp.Managers...)
 	return resp
 }
 
@@ -454,7 +454,7 @@ func killTable(L *glua.LState, resp helper.KillResponse) *glua.LTable {
 	t := L.CreateTable(0, 8)
 	t.RawSetString("ok", glua.LBool(counts[helper.OutcomeSurvived] == 0))
 	t.RawSetString("results", list)
-	t.RawSetString("supervisors", supervisorList(L, resp.Supervisors))
+	t.RawSetString("managers", managerList(L, resp.Managers))
 	t.RawSetString("exited", glua.LNumber(counts[helper.OutcomeExited]))
 	t.RawSetString("killed", glua.LNumber(counts[helper.OutcomeKilled]))
 	t.RawSetString("survived", glua.LNumber(counts[helper.OutcomeSurvived]))
@@ -515,7 +515,7 @@ func (m *mod) waitFree(L *glua.LState) int {
 		}
 	}
 	t.RawSetString("status", status)
-	t.RawSetString("supervisors", supervisorList(L, m.h.Respawners().List()))
+	t.RawSetString("managers", managerList(L, m.h.Managers().List()))
 	L.Push(t)
 	return 1
 }
@@ -577,7 +577,7 @@ func (m *mod) callWait(L *glua.LState, fn string, req helper.WaitFreeRequest, se
 	if settle < 0 {
 		L.ArgError(1, fmt.Sprintf("%s: option settle: %s is negative", fn, settle))
 	}
-	if sups := m.h.Respawners().List(); len(sups) > 0 {
+	if sups := m.h.Managers().List(); len(sups) > 0 {
 		req.Watch = sups
 		if settle == 0 {
 			settle = DefaultSettle
@@ -793,7 +793,7 @@ func statusList(L *glua.LState, sts []helper.GPUStatus) *glua.LTable {
 }
 
 // SupervisorTable converts a supervisor to its Lua table.
-func SupervisorTable(L *glua.LState, s helper.Supervisor) *glua.LTable {
+func SupervisorTable(L *glua.LState, s helper.Manager) *glua.LTable {
 	t := L.CreateTable(0, 9)
 	t.RawSetString("pid", glua.LNumber(s.PID))
 	t.RawSetString("start_time", glua.LNumber(s.StartTime))
@@ -807,7 +807,7 @@ func SupervisorTable(L *glua.LState, s helper.Supervisor) *glua.LTable {
 	return t
 }
 
-func supervisorList(L *glua.LState, sups []helper.Supervisor) *glua.LTable {
+func managerList(L *glua.LState, sups []helper.Manager) *glua.LTable {
 	list := L.CreateTable(len(sups), 0)
 	for _, s := range sups {
 		list.Append(SupervisorTable(L, s))

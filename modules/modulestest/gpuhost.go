@@ -605,15 +605,15 @@ func (g *GPUHost) kill(req helper.KillRequest) helper.KillResponse {
 		consider(t, "target", true)
 	}
 	if !req.DryRun {
-		resp.Supervisors = g.supervisors(died)
+		resp.Managers = g.parentManagers(died)
 	}
 	return resp
 }
 
-// supervisors: the live parents of what died, except pid 1, reapers and
+// parentManagers: the live parents of what died, except pid 1, reapers and
 // what died in the same request.
-func (g *GPUHost) supervisors(died map[int]int) []helper.Supervisor {
-	byPID := map[int]*helper.Supervisor{}
+func (g *GPUHost) parentManagers(died map[int]int) []helper.Manager {
+	byPID := map[int]*helper.Manager{}
 	var order []int
 	pids := make([]int, 0, len(died))
 	for pid := range died {
@@ -643,14 +643,14 @@ func (g *GPUHost) supervisors(died map[int]int) []helper.Supervisor {
 		}
 		s, ok := byPID[ppid]
 		if !ok {
-			s = &helper.Supervisor{Identity: id, Comm: comm, Cmdline: cmd,
+			s = &helper.Manager{Identity: id, Comm: comm, Cmdline: cmd,
 				Why: helper.Label(id.PID, comm, cmd) + " restarts its workers: stop it or its unit"}
 			byPID[ppid] = s
 			order = append(order, ppid)
 		}
 		s.Children = append(s.Children, pid)
 	}
-	out := make([]helper.Supervisor, 0, len(order))
+	out := make([]helper.Manager, 0, len(order))
 	for _, pid := range order {
 		out = append(out, *byPID[pid])
 	}

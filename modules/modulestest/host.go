@@ -28,7 +28,7 @@ type Host struct {
 	dials   int
 	connErr error
 	stats   modules.Stats
-	respawn modules.Respawners
+	respawn modules.Managers
 }
 
 // NewHost returns a host named name served by model.
@@ -91,8 +91,8 @@ func (h *Host) Events() []modules.Event {
 // Stats implements modules.Host.
 func (h *Host) Stats() *modules.Stats { return &h.stats }
 
-// Respawners is what may restart a worker, for this test.
-func (h *Host) Respawners() *modules.Respawners { return &h.respawn }
+// Managers is what may restart a worker, for this test.
+func (h *Host) Managers() *modules.Managers { return &h.respawn }
 
 // ConnFailed records the connection error.
 func (h *Host) ConnFailed(err error) {

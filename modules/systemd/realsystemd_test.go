@@ -169,7 +169,7 @@ func (e *realEnv) lua(src string) {
 }
 
 func supervisorsJSON(h *localHost) string {
-	b, _ := json.Marshal(h.Respawners().List())
+	b, _ := json.Marshal(h.Managers().List())
 	return string(b)
 }
 
@@ -185,7 +185,7 @@ for _, act in ipairs({"stop", "start", "restart", "status"}) do
   assert(r.load_state == "not-found", act .. ": load_state " .. tostring(r.load_state))
   assert(r.reason == "unit vllm-embd.service not found", act .. ": reason " .. tostring(r.reason))
 end`)
-	if got := e.host.Respawners().List(); len(got) != 0 {
+	if got := e.host.Managers().List(); len(got) != 0 {
 		t.Errorf("respawners: %+v", got)
 	}
 }
@@ -210,7 +210,7 @@ local s = systemd.status("sglang-qwen.service")
 assert(s.ok and #s.remaining == 0 and #s.gpu_holders == 0, "status after the kill")
 `)
 	// gpu.kill may record the worker's parent; a Restart=no unit is not recorded.
-	for _, s := range e.host.Respawners().List() {
+	for _, s := range e.host.Managers().List() {
 		if s.Unit != "" {
 			t.Errorf("a Restart=no unit was recorded: %+v", s)
 		}
@@ -229,7 +229,7 @@ func TestRealSystemdRestartRecorded(t *testing.T) {
 	e.lua(`
 local r = systemd.stop("trainer.service")
 assert(r.would and r.active_state == "active", "check stop")`)
-	if got := e.host.Respawners().List(); len(got) != 0 {
+	if got := e.host.Managers().List(); len(got) != 0 {
 		t.Fatalf("check mode recorded respawners: %+v", got)
 	}
 	e.host.SetCheck(false)

@@ -155,7 +155,7 @@ func noteRestart(h modules.Host, r helper.UnitResponse) {
 	if !r.Systemd || r.LoadState == "not-found" || r.Restart == "" || r.Restart == "no" {
 		return
 	}
-	h.Respawners().Add(helper.Supervisor{Unit: r.Unit, Restart: r.Restart,
+	h.Managers().Add(helper.Manager{Unit: r.Unit, Restart: r.Restart,
 		Why: fmt.Sprintf("unit %s has Restart=%s: it may start again", r.Unit, r.Restart)})
 }
 

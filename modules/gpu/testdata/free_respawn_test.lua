@@ -6,7 +6,7 @@ assert.eq(r.ok, false, "a worker came back inside the settle: never freed")
 assert.eq(r.rows[1].step, "not-freed")
 assert.eq(r.rows[1].state, "new-holder")
 assert.match(r.rows[1].reason, "pid 633 %(python3 train.py%) restarts its workers: stop it or its unit")
-assert.eq(r.supervisors[1].pid, 633)
+assert.eq(r.managers[1].pid, 633)
 assert.eq(r.rows[2].step, "already-free", "GPU 1 stayed free through its own settle")
 local wf = fake.calls("wait-free")
 assert.eq(wf[#wf].gpus, {1})
@@ -26,7 +26,7 @@ local k = fake.calls("kill")
 assert.eq(k[#k].tree, true)
 assert.eq(k[#k].targets[1].pid, 633)
 local sawsup = false
-for _, x in ipairs(r.killed) do sawsup = sawsup or (x.pid == 633 and x.stage == "supervisors") end
+for _, x in ipairs(r.killed) do sawsup = sawsup or (x.pid == 633 and x.stage == "managers") end
 assert.truthy(sawsup, "the supervisor's kill is in killed")
 -- the waits settled and watched
 wf = fake.calls("wait-free")

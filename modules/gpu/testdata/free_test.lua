@@ -21,7 +21,7 @@ assert.eq(fake.alive(mon), true, "the NVML monitor holds no memory: never killed
 assert.len(r.killed, 1)
 assert.eq(r.killed[1].pid, 437)
 assert.eq(r.killed[1].stage, "stage 1")
-assert.eq(r.supervisors, {})
+assert.eq(r.managers, {})
 local k = fake.calls("kill")
 assert.len(k, 1)
 assert.eq(#k[1].targets, 1)

@@ -3,10 +3,10 @@ local sup = fake.add_proc{pid = 633, comm = "python3", cmdline = {"/usr/bin/pyth
 local w = fake.add_holder{mem = {[0] = 10240}, ppid = sup, respawn_after_polls = 20}
 local r = gpu.kill({w})
 assert.eq(r.exited, 1)
-assert.len(r.supervisors, 1)
-assert.eq(r.supervisors[1].pid, 633)
-assert.eq(r.supervisors[1].children, {w})
-assert.eq(r.supervisors[1].why, "pid 633 (python3 train.py) restarts its workers: stop it or its unit")
+assert.len(r.managers, 1)
+assert.eq(r.managers[1].pid, 633)
+assert.eq(r.managers[1].children, {w})
+assert.eq(r.managers[1].why, "pid 633 (python3 train.py) restarts its workers: stop it or its unit")
 assert.eq(r.results[1].ppid, 633)
 
 -- the GPU reads free at once; the respawned worker opens it 1.9s later, inside the settle
@@ -16,7 +16,7 @@ assert.eq(wf.outcome, "new-holder")
 assert.eq(wf.status[1].state, "new-holder")
 assert.match(wf.reason, "GPU 0: new holder pid %d+ %(python3 train.py%) appeared 1.9s after it read free")
 assert.match(wf.reason, "pid 633 %(python3 train.py%) restarts its workers")
-assert.eq(wf.supervisors[1].pid, 633)
+assert.eq(wf.managers[1].pid, 633)
 local req = fake.calls("wait-free")
 req = req[#req]
 assert.eq(req.settle, "5s")
@@ -30,4 +30,4 @@ assert.eq(req[#req].settle, "10s")
 
 -- a parent that is pid 1 is no supervisor
 local orphan = fake.add_holder{mem = {[1] = 100}}
-assert.eq(gpu.kill({orphan}).supervisors, {})
+assert.eq(gpu.kill({orphan}).managers, {})
