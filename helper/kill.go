@@ -173,6 +173,7 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 	if err != nil {
 		return nil, err
 	}
+	since := s.nowTicks()
 	for i, t := range req.Targets {
 		if t.PID <= 0 {
 			return nil, fmt.Errorf("target %d: pid %d is not a process id", i, t.PID)
@@ -307,15 +308,14 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 		}
 	}
 
-	// Each victim's systemd service, read while it lives: a unit that
-	// restarts its process is a supervisor too (see unitManagers).
-	units := map[int]string{}
-	for _, v := range active {
-		if b, err := os.ReadFile(s.proc.path(v.res.PID, "cgroup")); err == nil {
-			if u := parseCgroup(b).Unit; strings.HasSuffix(u, ".service") {
-				units[v.res.PID] = u
-			}
+	// Each victim's managers, read while it lives: what may start it again.
+	var chains map[int][]Manager
+	if len(active) > 0 {
+		pids := make([]int, len(active))
+		for i, v := range active {
+			pids[i] = v.res.PID
 		}
+		chains = s.managerReader(ctx).chains(pids)
 	}
 
 	// First signal.
@@ -371,7 +371,7 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 			}
 		}
 	}
-	resp := &KillResponse{Version: Version, Results: make([]KillResult, 0, len(victims))}
+	resp := &KillResponse{Version: Version, Results: make([]KillResult, 0, len(victims)), Since: since}
 	for _, v := range victims {
 		if v.res.PPID == 0 {
 			if st, ok := stats[v.res.PID]; ok {
@@ -380,7 +380,7 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 		}
 		resp.Results = append(resp.Results, v.res)
 	}
-	resp.Managers = append(s.parentManagers(resp.Results), s.unitManagers(ctx, resp.Results, units)...)
+	resp.Managers = s.killedManagers(ctx, chains, resp.Results)
 	resp.Elapsed = Duration(time.Since(start))
 	return resp, nil
 }
@@ -469,107 +469,6 @@ func (s *scanner) waitGone(ctx context.Context, vs []*victim, d time.Duration, o
 var systemReapers = []string{
 	"systemd", "init", "containerd-shim*", "conmon", "tini", "dumb-init", "catatonit",
 	"docker-init", "runc", "crun", "s6-svscan", "(sd-pam)", "kthreadd",
-}
-
-// supervisors are the live parents of the processes that exited or were
-// killed: what may start their workers again. Not pid <= 1, the helper or
-// its ancestors, a process this request signalled, or a system reaper.
-func (s *scanner) parentManagers(results []KillResult) []Manager {
-	signalled := map[int]bool{}
-	for _, r := range results {
-		if r.Outcome == OutcomeExited || r.Outcome == OutcomeKilled || r.Outcome == OutcomeSurvived {
-			signalled[r.PID] = true
-		}
-	}
-	var out []Manager
-	index := map[int]int{}
-	for _, r := range results {
-		if r.Outcome != OutcomeExited && r.Outcome != OutcomeKilled {
-			continue
-		}
-		ppid := r.PPID
-		if ppid <= 1 || ppid == s.self || s.guarded[ppid] || signalled[ppid] {
-			continue
-		}
-		if i, ok := index[ppid]; ok {
-			out[i].Children = append(out[i].Children, r.PID)
-			continue
-		}
-		st, err := s.proc.stat(ppid)
-		if err != nil || (st.State == "Z" || st.State == "X") && !s.proc.liveThreads(ppid) || s.isKernelThread(st) || isReaper(st.Comm) {
-			continue
-		}
-		sup := Manager{
-			Identity: Identity{PID: ppid, StartTime: st.StartTime, BootID: s.bootID},
-			Comm:     st.Comm, Cmdline: s.proc.cmdline(ppid), Children: []int{r.PID},
-		}
-		if b, err := os.ReadFile(s.proc.path(ppid, "cgroup")); err == nil {
-			sup.Unit = parseCgroup(b).Unit
-		}
-		sup.Why = Label(ppid, sup.Comm, sup.Cmdline) + " restarts its workers: stop it or its unit"
-		if strings.HasSuffix(sup.Unit, ".service") {
-			sup.Why = Label(ppid, sup.Comm, sup.Cmdline) + " restarts its workers: stop it or its unit " + sup.Unit
-		}
-		index[ppid] = len(out)
-		out = append(out, sup)
-	}
-	return out
-}
-
-// unitShowTimeout bounds each systemctl show of a killed process's unit.
-const unitShowTimeout = 5 * time.Second
-
-// unitManagers: a killed process's service that is still active with a
-// Restart= other than "no" will start it again (its parent is systemd, not
-// a supervisor by pid). Without systemd, or when systemctl cannot tell, no
-// unit is named: the caller's settle then rests on the parents alone.
-func (s *scanner) unitManagers(ctx context.Context, results []KillResult, units map[int]string) []Manager {
-	if len(units) == 0 {
-		return nil
-	}
-	systemctl, _ := findSystemd(s.cfg)
-	if systemctl == "" {
-		return nil
-	}
-	children := map[string][]int{}
-	var order []string
-	for _, r := range results {
-		u, ok := units[r.PID]
-		if !ok || r.Outcome != OutcomeExited && r.Outcome != OutcomeKilled {
-			continue
-		}
-		if _, seen := children[u]; !seen {
-			order = append(order, u)
-		}
-		children[u] = append(children[u], r.PID)
-	}
-	if len(order) == 0 {
-		return nil
-	}
-	// One show for every unit, as a unit stop does; when it fails (a
-	// unit name systemctl refuses) each is asked alone, so that one
-	// cannot hide the others.
-	all, err := showUnits(ctx, systemctl, unitShowTimeout, order)
-	if err != nil {
-		all = make([]map[string]string, len(order))
-		for i, u := range order {
-			all[i], _ = showUnit(ctx, systemctl, unitShowTimeout, u)
-		}
-	}
-	var out []Manager
-	for i, u := range order {
-		props := all[i]
-		if props == nil {
-			continue
-		}
-		restart, state := props["Restart"], props["ActiveState"]
-		if restart == "" || restart == "no" || state == "inactive" || state == "failed" {
-			continue
-		}
-		out = append(out, Manager{Unit: u, Restart: restart, Children: children[u],
-			Why: fmt.Sprintf("unit %s (Restart=%s, %s) restarts what was killed: stop the unit", u, restart, state)})
-	}
-	return out
 }
 
 func isReaper(comm string) bool {

@@ -113,6 +113,9 @@ func argvBytes(resp any) int {
 	holders := func(hs []Holder) {
 		for _, h := range hs {
 			add(h.Cmdline)
+			for _, m := range h.Managers {
+				add(m.Cmdline)
+			}
 		}
 	}
 	switch r := resp.(type) {
@@ -146,6 +149,9 @@ func trimResponse(resp any, step trimStep, size int) bool {
 	holders := func(hs []Holder) {
 		for i := range hs {
 			hs[i].Cmdline = argv(hs[i].Cmdline)
+			for j := range hs[i].Managers {
+				hs[i].Managers[j].Cmdline = argv(hs[i].Managers[j].Cmdline)
+			}
 			if step.detail && (hs[i].Cgroup != "" || hs[i].OwnerWhy != "") {
 				hs[i].Cgroup, hs[i].OwnerWhy, cut = "", "", true
 			}
@@ -300,6 +306,21 @@ func (r UnitRequest) Budget() time.Duration {
 	return unitTimeout(r) + unitAfterTimeout(r) + SnapshotRequest{Config: r.Config}.Budget()
 }
 
+// Budget is the longest a managers request may take: per manager, a
+// read and a stop (a unit's systemctl, a runtime's stop after its grace,
+// a process tree's kill), then the read after.
+func (r ManagersRequest) Budget() time.Duration {
+	g := r.Grace.D()
+	if g <= 0 {
+		g = DefaultGrace
+	}
+	per := 2*managerReadTimeout + g + 2*killWait + killSlack
+	if r.Action == ManagersStop {
+		per += DefaultUnitTimeout
+	}
+	return time.Duration(max(1, len(r.Managers))) * per
+}
+
 func serve(ctx context.Context, verb string, stdin io.Reader) (any, error) {
 	var cancels []context.CancelFunc
 	data, err := io.ReadAll(io.LimitReader(stdin, maxRequest+1))
@@ -346,8 +367,14 @@ func serve(ctx context.Context, verb string, stdin io.Reader) (any, error) {
 			return nil, err
 		}
 		return Unit(within(req.Budget()), req)
+	case VerbManagers:
+		var req ManagersRequest
+		if err := decode(data, &req); err != nil {
+			return nil, err
+		}
+		return Managers(within(req.Budget()), req)
 	}
-	return nil, fmt.Errorf("unknown verb %q (want %s, %s, %s or %s)", verb, VerbSnapshot, VerbKill, VerbWaitFree, VerbUnit)
+	return nil, fmt.Errorf("unknown verb %q (want %s, %s, %s, %s or %s)", verb, VerbSnapshot, VerbKill, VerbWaitFree, VerbUnit, VerbManagers)
 }
 
 // decode is strict: an unknown field is a typo or a version mismatch, and
@@ -431,6 +458,20 @@ Request fields:
   settle          once free, stay free this long (default 0)
   watch           supervisors from kill: a new holder they start fails the settle
   ignore_shared   holders of no GPU device (nvidiactl/nvidia-uvm only) do not block
+` + configHelp,
+	VerbManagers: `gpush-helper managers: read again, or stop, what restarts GPU workers.
+
+A manager is a live parent process, a systemd unit, a container's runtime,
+a Kubernetes pod or a Slurm job (as a holder's managers in a snapshot). Each
+is read again (alive, restart policy, restart count, delay); stop stops it:
+systemctl stop, the runtime's stop, scancel, or the process's tree by
+identity (TERM, grace, KILL). A pod is never stopped (refused).
+
+Request fields:
+  action    status | stop
+  managers  managers as a snapshot or a kill reports them
+  grace     a process tree's TERM -> KILL grace, a container's stop timeout (default "5s")
+  dry_run   stop: say what would be stopped
 ` + configHelp,
 	VerbUnit: `gpush-helper unit: stop, start, restart or report a systemd unit.
 

@@ -38,6 +38,9 @@ type scanner struct {
 	hostPIDs bool
 	// names: container and pod names, read when a container first asks.
 	names *containerNames
+	// noManagers: a snapshot that needs no holder's managers (the unit
+	// verb's look at what a stop left: the unit is their manager).
+	noManagers bool
 }
 
 func newScanner(cfg Config) (*scanner, error) {
@@ -936,6 +939,9 @@ func (s *scanner) snapshot(ctx context.Context) (*Snapshot, error) {
 	}
 	snap.Ghosts = gs.ghosts
 	snap.Warnings = gs.warns
+	if !s.noManagers {
+		s.fillManagers(ctx, snap.Holders)
+	}
 	snap.Status = Assess(snap.GPUs, snap.Holders, snap.Ghosts, nil)
 	return snap, nil
 }

@@ -382,7 +382,7 @@ func TestSupervisorAndSettle(t *testing.T) {
 		t.Fatalf("supervisors %+v", r.Managers)
 	}
 	why := r.Managers[0].Why
-	if !strings.HasPrefix(why, fmt.Sprintf("pid %d (sh -c while", sh)) || !strings.HasSuffix(why, "restarts its workers: stop it or its unit") {
+	if !strings.HasPrefix(why, fmt.Sprintf("pid %d (sh -c while", sh)) || !strings.HasSuffix(why, fmt.Sprintf("may restart its workers: kill %d", sh)) {
 		t.Errorf("why %q", why)
 	}
 	wr := waitFree(t, WaitFreeRequest{Config: h.cfg, Timeout: Duration(20 * time.Second), Settle: Duration(10 * time.Second), Watch: r.Managers})
@@ -465,7 +465,7 @@ func TestKillSupervisors(t *testing.T) {
 	if len(r.Managers) != 1 || r.Managers[0].PID != py.pid || !slices.Equal(r.Managers[0].Children, []int{py.child}) {
 		t.Fatalf("supervisors %+v: want only python3 %d (not tini %d, not the helper)", r.Managers, py.pid, tini.pid)
 	}
-	if why := r.Managers[0].Why; !strings.HasPrefix(why, fmt.Sprintf("pid %d (python3 --dev ", py.pid)) || !strings.Contains(why, "restarts its workers: stop it or its unit") {
+	if why := r.Managers[0].Why; !strings.HasPrefix(why, fmt.Sprintf("pid %d (python3 --dev ", py.pid)) || !strings.HasSuffix(why, fmt.Sprintf("may restart its workers: kill %d", py.pid)) {
 		t.Errorf("why %q", why)
 	}
 	// Parent and child killed together: nobody is left to restart.

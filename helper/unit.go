@@ -351,8 +351,13 @@ func showUnit(ctx context.Context, systemctl string, timeout time.Duration, name
 // blocks: systemctl prints one per unit, in the order given, separated by a
 // blank line.
 func showUnits(ctx context.Context, systemctl string, timeout time.Duration, names []string) ([]map[string]string, error) {
+	return showUnitProps(ctx, systemctl, timeout, names, showProps)
+}
+
+// showUnitProps is showUnits for the properties props (LoadState among them).
+func showUnitProps(ctx context.Context, systemctl string, timeout time.Duration, names, props []string) ([]map[string]string, error) {
 	argv := []string{systemctl, "show"}
-	for _, p := range showProps {
+	for _, p := range props {
 		argv = append(argv, "-p", p)
 	}
 	what := "unit " + names[0]
@@ -420,6 +425,7 @@ func fillUnitLeftovers(ctx context.Context, cfg Config, units []*UnitResponse) e
 	if err != nil {
 		return err
 	}
+	s.noManagers = true
 	for _, u := range units {
 		if u.ControlGroup == "" {
 			continue

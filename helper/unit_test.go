@@ -541,7 +541,7 @@ func TestRealSystemdRestartAlways(t *testing.T) {
 			t.Errorf("%s (Restart=no) named as a supervisor: %+v", other, kr.Managers[i])
 		}
 	}
-	if sup == nil || sup.Restart != "always" || !slices.Contains(sup.Children, second) || !strings.Contains(sup.Why, "stop the unit") {
+	if sup == nil || sup.Restart != "always" || !slices.Contains(sup.Children, second) || !strings.HasSuffix(sup.Why, "restarts its workers: systemctl stop "+name) || sup.Restarts != RestartsYes || !sup.DelayKnown {
 		t.Errorf("kill of an active Restart=always unit's worker: supervisors %+v", kr.Managers)
 	}
 	h.readyAfter(name, 2, 1)

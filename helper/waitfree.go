@@ -760,15 +760,15 @@ func (s *scanner) watchedAncestor(h Holder, watch []Manager) *Manager {
 	return nil
 }
 
-// managerWhy is the supervisor's report line.
-func managerWhy(sup Manager) string {
-	if sup.Why != "" {
-		return sup.Why
+// managerWhy is a manager's report line: its own, or one made from it.
+func managerWhy(m Manager) string {
+	if m.Why != "" {
+		return m.Why
 	}
-	if sup.PID > 0 {
-		return Label(sup.PID, sup.Comm, sup.Cmdline) + " restarts its workers: stop it or its unit"
+	if m.Kind == "" && m.PID == 0 {
+		m.Kind = ManagerUnit
 	}
-	return "unit " + sup.Unit + " (Restart=" + sup.Restart + ") restarts its workers: stop it"
+	return managerLine(m)
 }
 
 // markNew turns the state of GPUs a new holder took into new-holder.

@@ -304,6 +304,8 @@ type Manager struct {
 	PodUID    string `json:"pod_uid,omitempty"`
 	Namespace string `json:"namespace,omitempty"`
 	Pod       string `json:"pod,omitempty"`
+	// Cgroup is the pod's cgroup folder (a pod is there while it is).
+	Cgroup string `json:"cgroup,omitempty"`
 	// A Slurm manager: the job, its user and the step the holder runs in;
 	// Requeue when the job is requeued after it ends.
 	JobID   string `json:"job_id,omitempty"`
