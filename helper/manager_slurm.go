@@ -12,6 +12,17 @@ type slurmKind struct{}
 
 var slurmCgroupJob = regexp.MustCompile(`/job_([0-9]+)(?:/step_([a-z0-9_.]+))?`)
 
+// slurmJobOf is the job id a slurm cgroup path names, or "".
+func slurmJobOf(cgroup string) string {
+	if !strings.Contains(cgroup, "slurm") {
+		return ""
+	}
+	if mm := slurmCgroupJob.FindStringSubmatch(cgroup); mm != nil {
+		return mm[1]
+	}
+	return ""
+}
+
 func (slurmKind) find(r *managerReader, p procInfo) (Manager, bool) {
 	m := Manager{Kind: ManagerSlurm, Restarts: RestartsMaybe}
 	if mm := slurmCgroupJob.FindStringSubmatch(p.cg.Path); mm != nil && strings.Contains(p.cg.Path, "slurm") {

@@ -264,7 +264,9 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		byPID := map[int]Holder{}
 		for _, h := range gs.holders {
 			byPID[h.PID] = h
-			if resp.Polls == 1 {
+			// A holder started after the kill (NewSince) is new whenever it
+			// is first seen: a worker its manager restarted already.
+			if resp.Polls == 1 && (req.NewSince == 0 || h.StartTime < req.NewSince) {
 				initial[h.Identity] = true
 			}
 		}
@@ -347,6 +349,11 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 			if fresh := freshBlockers(status, byPID, initial); len(fresh) > 0 {
 				resp.Outcome = WaitNewHolder
 				resp.Reason = "new holder appeared: " + describeHolders(fresh)
+				for _, h := range fresh {
+					if m := s.watchedAncestor(h, req.Watch); m != nil && !strings.Contains(resp.Reason, ManagerWhy(*m)) {
+						resp.Reason += "; " + ManagerWhy(*m)
+					}
+				}
 				markNew(status, byPID, initial)
 			} else if stuck(status, len(chosen), gs.smiOK) || !time.Now().Before(deadline) {
 				resp.Outcome = finalOutcome(status, len(chosen), gs.smiOK)
@@ -724,7 +731,7 @@ func (s *scanner) cameBack(status []GPUStatus, byPID map[int]Holder, atFree map[
 			}
 			msg := "new holder " + Label(h.PID, h.Comm, h.Cmdline) + " " + after + " after it read free"
 			if sup != nil {
-				msg += "; " + managerWhy(*sup)
+				msg += "; " + ManagerWhy(*sup)
 			}
 			news = append(news, msg)
 		}
@@ -738,14 +745,52 @@ func (s *scanner) cameBack(status []GPUStatus, byPID map[int]Holder, atFree map[
 	return out
 }
 
-// watchedAncestor returns the Watch supervisor h descends from, if any.
+// watchedAncestor returns the Watch manager that started h, if any: a
+// live process it descends from, or the unit, container, pod or Slurm job
+// it runs in.
 func (s *scanner) watchedAncestor(h Holder, watch []Manager) *Manager {
 	if len(watch) == 0 {
 		return nil
 	}
-	anc := s.proc.ancestors(h.PPID)
+	var anc map[int]bool
 	for _, w := range watch {
-		if w.PID <= 0 || !anc[w.PID] {
+		switch w.Kind {
+		case ManagerUnit:
+			if h.Unit == w.Unit {
+				return &w
+			}
+			continue
+		case ManagerContainer:
+			if w.ContainerID != "" && h.ContainerID == w.ContainerID || w.ContainerID == "" && w.ContainerName != "" && h.ContainerName == w.ContainerName {
+				return &w
+			}
+			continue
+		case ManagerPod:
+			if h.PodUID == w.PodUID {
+				return &w
+			}
+			continue
+		case ManagerSlurm:
+			if w.JobID != "" && slurmJobOf(h.Cgroup) == w.JobID {
+				return &w
+			}
+			continue
+		case "":
+			if w.PID <= 0 {
+				// A unit recorded by a stop, before kinds were named.
+				if w.Unit != "" && h.Unit == w.Unit {
+					return &w
+				}
+				continue
+			}
+		}
+		if w.PID <= 0 {
+			continue
+		}
+		if anc == nil {
+			anc = s.proc.ancestors(h.PPID)
+		}
+		if !anc[w.PID] {
 			continue
 		}
 		st, err := s.proc.stat(w.PID)
@@ -760,8 +805,8 @@ func (s *scanner) watchedAncestor(h Holder, watch []Manager) *Manager {
 	return nil
 }
 
-// managerWhy is a manager's report line: its own, or one made from it.
-func managerWhy(m Manager) string {
+// ManagerWhy is a manager's report line: its own, or one made from it.
+func ManagerWhy(m Manager) string {
 	if m.Why != "" {
 		return m.Why
 	}

@@ -137,7 +137,7 @@ func (s *scanner) respawned(holders []Holder, atFree map[Identity]bool, watch []
 		}
 		if sup := s.watchedAncestor(h, watch); sup != nil {
 			parts = append(parts, fmt.Sprintf("new holder %s %s after the given holders were gone; %s",
-				Label(h.PID, h.Comm, h.Cmdline), since.Round(100*time.Millisecond), managerWhy(*sup)))
+				Label(h.PID, h.Comm, h.Cmdline), since.Round(100*time.Millisecond), ManagerWhy(*sup)))
 		}
 	}
 	return strings.Join(parts, "; ")

@@ -149,14 +149,14 @@ func toFloat(v any) float64 {
 	return math.NaN()
 }
 
-func (h *hostState) Name() string                    { return h.inv.Name }
-func (h *hostState) Address() string                 { return h.inv.Address }
-func (h *hostState) Groups() []string                { return h.inv.Groups }
-func (h *hostState) Vars() map[string]any            { return h.vars }
-func (h *hostState) HelperConfig() helper.Config     { return h.cfg }
-func (h *hostState) Check() bool                     { return h.check }
-func (h *hostState) Logger() *slog.Logger            { return h.logger }
-func (h *hostState) Stats() *modules.Stats           { return &h.stats }
+func (h *hostState) Name() string                { return h.inv.Name }
+func (h *hostState) Address() string             { return h.inv.Address }
+func (h *hostState) Groups() []string            { return h.inv.Groups }
+func (h *hostState) Vars() map[string]any        { return h.vars }
+func (h *hostState) HelperConfig() helper.Config { return h.cfg }
+func (h *hostState) Check() bool                 { return h.check }
+func (h *hostState) Logger() *slog.Logger        { return h.logger }
+func (h *hostState) Stats() *modules.Stats       { return &h.stats }
 func (h *hostState) Managers() *modules.Managers { return &h.respawn }
 
 // Conn dials once; every later call gets the same connection or error.

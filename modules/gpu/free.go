@@ -37,7 +37,11 @@ type freeOpts struct {
 	gpus                   []int
 	grace, timeout, settle time.Duration
 	threshold              *int64
-	force, group, killSups bool
+	force, group           bool
+	// stopRestarters: stop what would start the workers again (their
+	// units, containers, jobs, supervisor processes) before the kills;
+	// accept: a restarter left alive does not keep a GPU from "freed".
+	stopRestarters, accept bool
 	// users narrows what may be signalled (globs); empty: anyone's.
 	users []string
 }
@@ -54,6 +58,11 @@ type freeRow struct {
 	// settled: its last verification kept it watched for the settle time
 	// (or none was needed then).
 	settled bool
+	// restarters: what may start its workers again, alive at the end
+	// (labels); note: what the row adds to "freed" (an accepted
+	// restarter, a settle that could not know the restart delay).
+	restarters []string
+	note       string
 }
 
 // freeRun is one gpu.free call.
@@ -68,7 +77,14 @@ type freeRun struct {
 	stages []string // stage of each killed entry
 	// outcome of every pid signalled so far, for the reasons.
 	outcome map[int]helper.KillResult
-	supKill map[int]bool // supervisors already killed
+	// stops: what stop_restarters stopped (or would), by manager key.
+	stops   []helper.ManagerResult
+	stopped map[string]bool
+	// since: the host's clock when this stage's kill began (new holders
+	// are those started later).
+	since uint64
+	// final: every manager recorded for the host, read again at the end.
+	final []helper.ManagerResult
 }
 
 const freeFn = "gpu.free"
@@ -78,7 +94,7 @@ func checkFreeOpts(L *glua.LState) freeOpts {
 	f := freeOpts{gpus: o.Ints("gpus"), grace: o.Duration("grace", DefaultFreeGrace),
 		timeout: o.Duration("timeout", DefaultFreeTimeout), settle: o.Duration("settle", 0),
 		threshold: o.IntPtr("threshold_mib"), force: o.Bool("force", false), group: o.Bool("group", false),
-		killSups: o.Bool("kill_supervisors", false), users: o.Strings("users")}
+		stopRestarters: o.Bool("stop_restarters", false), accept: o.Bool("accept_restarters", false), users: o.Strings("users")}
 	if o.Has("gpus") && len(f.gpus) == 0 {
 		L.ArgError(1, freeFn+": option gpus: empty list (leave it out to mean every GPU)")
 	}
@@ -115,7 +131,7 @@ func checkFreeOpts(L *glua.LState) freeOpts {
 // nothing is signalled: rows say what would be.
 func (m *mod) free(L *glua.LState) int {
 	r := &freeRun{m: m, L: L, o: checkFreeOpts(L), check: m.h.Check(), rows: map[int]*freeRow{},
-		outcome: map[int]helper.KillResult{}, supKill: map[int]bool{}}
+		outcome: map[int]helper.KillResult{}, stopped: map[string]bool{}}
 	r.run()
 	L.Push(r.table())
 	return 1
@@ -192,6 +208,9 @@ func (r *freeRun) run() {
 		}
 		pending = append(pending, idx)
 	}
+	if r.o.stopRestarters {
+		r.stopRestarters(pending, status, holders)
+	}
 	if r.check {
 		r.dryRun(pending, status, holders)
 		return
@@ -250,6 +269,7 @@ func (r *freeRun) run() {
 		}
 	}
 	r.settleFreed()
+	r.verifyManagers()
 }
 
 // hopeless says why waiting or killing cannot free a GPU, or "".
@@ -257,7 +277,9 @@ func (r *freeRun) hopeless(st helper.GPUStatus) string {
 	switch {
 	case st.State == helper.GPUProtected && !r.o.force:
 		return st.Reason
-	case st.State == helper.GPUSuspicious && !r.o.force:
+	case st.State == helper.GPUSuspicious && !r.o.force && len(st.Owners) == 0:
+		// Beside a suspicious holder, plain owners are still freed: the
+		// row then fails for the suspicious share alone.
 		return st.Reason
 	case st.State == helper.GPUUnknown && len(st.Owners) == 0:
 		// Killing monitors would not make the reading known.
@@ -349,6 +371,9 @@ func (r *freeRun) kill(stage string, targets map[int][]int, holders map[int]help
 	resp := r.m.callKill(r.L, freeFn, helper.KillRequest{Config: r.m.h.HelperConfig(), Targets: ids,
 		Grace: helper.Duration(r.o.grace), Group: r.o.group, Force: r.o.force, DryRun: r.check})
 	r.record(stage, resp.Results)
+	if resp.Since > 0 {
+		r.since = resp.Since
+	}
 	for idx, pids := range targets {
 		for _, pid := range pids {
 			if k, ok := r.outcome[pid]; ok && signalled(k) {
@@ -356,17 +381,10 @@ func (r *freeRun) kill(stage string, targets map[int][]int, holders map[int]help
 			}
 		}
 	}
-	if r.o.killSups && !r.check {
-		var sups []helper.Identity
-		for _, s := range r.m.h.Managers().List() {
-			if s.PID > 1 && !r.supKill[s.PID] {
-				r.supKill[s.PID] = true
-				sups = append(sups, s.Identity)
-			}
-		}
-		resp := r.m.callKill(r.L, freeFn, helper.KillRequest{Config: r.m.h.HelperConfig(), Targets: sups,
-			Grace: helper.Duration(r.o.grace), Tree: true, Force: r.o.force})
-		r.record("managers", resp.Results)
+	if r.o.stopRestarters && !r.check {
+		// What the kill found restarting its victims, that the chains
+		// read before it did not name (a parent that forked since).
+		r.stopManagers(resp.Managers)
 	}
 }
 
@@ -394,7 +412,7 @@ func (r *freeRun) wait(stage string, gpus []int) []int {
 		return nil
 	}
 	req := helper.WaitFreeRequest{Config: r.m.h.HelperConfig(), GPUs: gpus, ThresholdMiB: r.o.threshold,
-		Timeout: helper.Duration(r.o.timeout)}
+		Timeout: helper.Duration(r.o.timeout), NewSince: r.since}
 	resp, settle := r.m.callWait(r.L, freeFn, req, r.o.settle)
 	byIdx := map[int]helper.GPUStatus{}
 	for _, st := range resp.Status {
@@ -419,7 +437,7 @@ func (r *freeRun) wait(stage string, gpus []int) []int {
 		default:
 			why := st.Reason
 			for _, pid := range st.Owners {
-				if !row.first[pid] && st.State == helper.GPUHeld {
+				if !row.first[pid] && (st.State == helper.GPUHeld || st.State == helper.GPUNewHolder) {
 					// Not there at the first look: something restarted it.
 					why = "taken again after the kill: " + why
 					break
@@ -544,6 +562,8 @@ func (r *freeRun) table() *glua.LTable {
 			reason = "" // what held it is in killed; a freed GPU needs no excuse
 		}
 		rt.RawSetString("reason", glua.LString(reason))
+		rt.RawSetString("restarters", glua.LString(strings.Join(row.restarters, "; ")))
+		luaconv.SetStr(rt, "note", row.note)
 		rows.Append(rt)
 		if row.step == StepNotFreed {
 			ok = false
@@ -553,17 +573,27 @@ func (r *freeRun) table() *glua.LTable {
 	sups := r.m.h.Managers().List()
 	reason := strings.Join(why, "; ")
 	if !ok {
-		// Name what restarts workers, unless it was killed here.
-		for _, s := range sups {
-			if !r.supKill[s.PID] && s.Why != "" && !strings.Contains(reason, s.Why) {
-				reason += "; " + s.Why
+		// Name what restarts workers and is still there (or, unread, was
+		// not stopped here).
+		for _, s := range r.liveManagers(sups) {
+			if w := helper.ManagerWhy(s); !strings.Contains(reason, w) {
+				reason += "; " + w
 			}
 		}
 	}
 	t.RawSetString("ok", glua.LBool(ok))
 	luaconv.SetStr(t, "reason", reason)
 	t.RawSetString("rows", rows)
-	t.RawSetString("managers", managerList(L, sups))
+	t.RawSetString("managers", managerList(L, r.liveManagers(sups)))
+	stops := L.CreateTable(len(r.stops), 0)
+	for _, res := range r.stops {
+		st := ManagerTable(L, res.Manager)
+		st.RawSetString("outcome", glua.LString(res.Outcome))
+		luaconv.SetStr(st, "reason", res.Reason)
+		st.RawSetString("alive", glua.LBool(res.Alive))
+		stops.Append(st)
+	}
+	t.RawSetString("stopped", stops)
 	killed := L.CreateTable(len(r.killed), 0)
 	for i, k := range r.killed {
 		kt := killResultTable(L, k)
@@ -572,6 +602,28 @@ func (r *freeRun) table() *glua.LTable {
 	}
 	t.RawSetString("killed", killed)
 	return t
+}
+
+// liveManagers: the managers read alive at the end (every one of sups when
+// none was read: under check, or with nothing killed), less those this
+// call stopped.
+func (r *freeRun) liveManagers(sups []helper.Manager) []helper.Manager {
+	if r.final != nil {
+		var out []helper.Manager
+		for _, res := range r.final {
+			if res.Alive && res.Manager.Restarts != helper.RestartsNo {
+				out = append(out, res.Manager)
+			}
+		}
+		return out
+	}
+	var out []helper.Manager
+	for _, s := range sups {
+		if !r.stopped[s.Key()] {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func intsText(xs []int, sep string) string {

@@ -792,25 +792,50 @@ func statusList(L *glua.LState, sts []helper.GPUStatus) *glua.LTable {
 	return list
 }
 
-// SupervisorTable converts a supervisor to its Lua table.
-func SupervisorTable(L *glua.LState, s helper.Manager) *glua.LTable {
-	t := L.CreateTable(0, 9)
-	t.RawSetString("pid", glua.LNumber(s.PID))
-	t.RawSetString("start_time", glua.LNumber(s.StartTime))
-	t.RawSetString("boot_id", glua.LString(s.BootID))
-	luaconv.SetStr(t, "comm", s.Comm)
-	luaconv.SetStr(t, "cmdline", strings.Join(s.Cmdline, " "))
-	luaconv.SetStr(t, "unit", s.Unit)
-	luaconv.SetStr(t, "restart", s.Restart)
-	t.RawSetString("children", luaconv.ToLua(L, nonNil(s.Children)))
-	t.RawSetString("why", glua.LString(s.Why))
+// ManagerTable converts a manager to its Lua table: every field it has,
+// its label, whether it restarts, its restart delay and its stop command.
+func ManagerTable(L *glua.LState, m helper.Manager) *glua.LTable {
+	t := L.CreateTable(0, 24)
+	t.RawSetString("kind", glua.LString(m.Kind))
+	t.RawSetString("label", glua.LString(helper.ManagerLabel(m)))
+	t.RawSetString("restarts", glua.LString(m.Restarts))
+	t.RawSetString("stop", glua.LString(strings.Join(m.Stop, " ")))
+	if m.DelayKnown {
+		t.RawSetString("delay_s", glua.LNumber(m.Delay.D().Seconds()))
+	}
+	t.RawSetString("pid", glua.LNumber(m.PID))
+	t.RawSetString("start_time", glua.LNumber(m.StartTime))
+	t.RawSetString("boot_id", glua.LString(m.BootID))
+	luaconv.SetStr(t, "comm", m.Comm)
+	luaconv.SetStr(t, "cmdline", strings.Join(m.Cmdline, " "))
+	luaconv.SetStr(t, "unit", m.Unit)
+	luaconv.SetStr(t, "restart", m.Restart)
+	luaconv.SetStr(t, "active_state", m.ActiveState)
+	luaconv.SetStr(t, "runtime", m.Runtime)
+	luaconv.SetStr(t, "container_id", m.ContainerID)
+	luaconv.SetStr(t, "container_name", m.ContainerName)
+	luaconv.SetStr(t, "restart_policy", m.RestartPolicy)
+	if m.RestartCount > 0 {
+		t.RawSetString("restart_count", glua.LNumber(m.RestartCount))
+	}
+	luaconv.SetStr(t, "pod_uid", m.PodUID)
+	luaconv.SetStr(t, "namespace", m.Namespace)
+	luaconv.SetStr(t, "pod", m.Pod)
+	luaconv.SetStr(t, "job_id", m.JobID)
+	luaconv.SetStr(t, "job_user", m.JobUser)
+	luaconv.SetStr(t, "step", m.Step)
+	if m.Requeue {
+		t.RawSetString("requeue", glua.LTrue)
+	}
+	t.RawSetString("children", luaconv.ToLua(L, nonNil(m.Children)))
+	t.RawSetString("why", glua.LString(helper.ManagerWhy(m)))
 	return t
 }
 
 func managerList(L *glua.LState, sups []helper.Manager) *glua.LTable {
 	list := L.CreateTable(len(sups), 0)
 	for _, s := range sups {
-		list.Append(SupervisorTable(L, s))
+		list.Append(ManagerTable(L, s))
 	}
 	return list
 }

@@ -187,6 +187,10 @@ func (c *Conn) Helper(ctx context.Context, verb string, req, resp any) (err erro
 		var r helper.UnitRequest
 		err = decodeStrict(raw, &r)
 		decoded = r
+	case helper.VerbManagers:
+		var r helper.ManagersRequest
+		err = decodeStrict(raw, &r)
+		decoded = r
 	default:
 		err = fmt.Errorf("unknown verb %q", verb)
 	}
@@ -207,6 +211,8 @@ func (c *Conn) Helper(ctx context.Context, verb string, req, resp any) (err erro
 			return err
 		}
 		out = w
+	case helper.ManagersRequest:
+		out = c.Model.managers(r)
 	case helper.UnitRequest:
 		if len(r.Units) > 0 {
 			out = c.Model.unitBatch(r)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -643,8 +644,9 @@ func (g *GPUHost) parentManagers(died map[int]int) []helper.Manager {
 		}
 		s, ok := byPID[ppid]
 		if !ok {
-			s = &helper.Manager{Identity: id, Comm: comm, Cmdline: cmd,
-				Why: helper.Label(id.PID, comm, cmd) + " restarts its workers: stop it or its unit"}
+			s = &helper.Manager{Kind: helper.ManagerProcess, Identity: id, Comm: comm, Cmdline: cmd,
+				Restarts: helper.RestartsMaybe, Stop: []string{"kill", strconv.Itoa(id.PID)}}
+			s.Why = helper.ManagerWhy(*s)
 			byPID[ppid] = s
 			order = append(order, ppid)
 		}
@@ -655,6 +657,50 @@ func (g *GPUHost) parentManagers(died map[int]int) []helper.Manager {
 		out = append(out, *byPID[pid])
 	}
 	return out
+}
+
+// managers answers the managers verb from the model: a process manager is
+// alive while the model has it, a unit while the model's unit is active;
+// a stop kills a process manager's tree and stops a unit.
+func (g *GPUHost) managers(req helper.ManagersRequest) helper.ManagersResponse {
+	resp := helper.ManagersResponse{Results: []helper.ManagerResult{}}
+	alive := func(m helper.Manager) bool {
+		switch m.Kind {
+		case helper.ManagerProcess, "":
+			if m.PID > 0 {
+				return g.proc(m.PID) != nil || g.find(m.PID) != nil
+			}
+			u, ok := g.Unit(m.Unit)
+			return ok && u.Active
+		case helper.ManagerUnit:
+			u, ok := g.Unit(m.Unit)
+			return ok && u.Active
+		}
+		return true
+	}
+	for _, m := range req.Managers {
+		res := helper.ManagerResult{Manager: m, Alive: alive(m)}
+		if req.Action == helper.ManagersStop {
+			switch {
+			case !res.Alive:
+				res.Outcome = helper.StopAlready
+			case m.Kind == helper.ManagerPod:
+				res.Outcome, res.Reason = helper.StopRefused, "gpush never deletes Kubernetes objects"
+			case req.DryRun:
+				res.Outcome = helper.StopWould
+			case m.Kind == helper.ManagerProcess:
+				g.kill(helper.KillRequest{Targets: []helper.Identity{m.Identity}, Tree: true, Force: true})
+				res.Outcome, res.Alive = helper.StopStopped, alive(m)
+			case m.Kind == helper.ManagerUnit:
+				g.unit(helper.UnitRequest{Action: helper.UnitStop, Unit: m.Unit})
+				res.Outcome, res.Alive = helper.StopStopped, alive(m)
+			default:
+				res.Outcome, res.Reason = helper.StopFailed, "the model cannot stop a "+m.Kind
+			}
+		}
+		resp.Results = append(resp.Results, res)
+	}
+	return resp
 }
 
 // waitFree polls the model and judges each poll with helper.Assess. Time

@@ -237,7 +237,7 @@ assert(r.would and r.active_state == "active", "check stop")`)
 local r = systemd.stop("trainer.service")
 assert(r.ok and r.restart == "always" and r.active_state == "inactive", "stop: " .. tostring(r.reason))
 assert(systemd.stop("trainer.service").ok, "second stop")`)
-	want := `[{"pid":0,"start_time":0,"boot_id":"","unit":"trainer.service","restart":"always","why":"unit trainer.service has Restart=always: it may start again"}]`
+	want := `[{"kind":"unit","pid":0,"start_time":0,"boot_id":"","unit":"trainer.service","restart":"always","active_state":"inactive","sub_state":"dead","restarts":"yes","stop":["systemctl","stop","trainer.service"],"why":"unit trainer.service has Restart=always: it may start again"}]`
 	if got := supervisorsJSON(e.host); got != want {
 		t.Errorf("respawners:\n got %s\nwant %s", got, want)
 	}
@@ -266,7 +266,7 @@ assert(typo.reason == "unit vllm-embd.service not found", "typo reason " .. tost
 assert(tr.unit == "trainer.service" and tr.ok and tr.active_state == "inactive" and #tr.gpu_holders == 0, "trainer: " .. tostring(tr.reason))
 assert(gpu.kill(l.gpu_holders, {grace = "2s"}).exited == 1, "kill the worker")
 `)
-	want := `[{"pid":0,"start_time":0,"boot_id":"","unit":"trainer.service","restart":"always","why":"unit trainer.service has Restart=always: it may start again"}]`
+	want := `[{"kind":"unit","pid":0,"start_time":0,"boot_id":"","unit":"trainer.service","restart":"always","active_state":"inactive","sub_state":"dead","restarts":"yes","stop":["systemctl","stop","trainer.service"],"why":"unit trainer.service has Restart=always: it may start again"}]`
 	if got := supervisorsJSON(e.host); got != want {
 		t.Errorf("respawners:\n got %s\nwant %s", got, want)
 	}

@@ -155,8 +155,10 @@ func noteRestart(h modules.Host, r helper.UnitResponse) {
 	if !r.Systemd || r.LoadState == "not-found" || r.Restart == "" || r.Restart == "no" {
 		return
 	}
-	h.Managers().Add(helper.Manager{Unit: r.Unit, Restart: r.Restart,
-		Why: fmt.Sprintf("unit %s has Restart=%s: it may start again", r.Unit, r.Restart)})
+	m := helper.Manager{Kind: helper.ManagerUnit, Unit: r.Unit, Restart: r.Restart, Restarts: helper.RestartsYes,
+		ActiveState: r.ActiveState, SubState: r.SubState, Stop: []string{"systemctl", "stop", r.Unit}}
+	m.Why = fmt.Sprintf("unit %s has Restart=%s: it may start again", r.Unit, r.Restart)
+	h.Managers().Add(m)
 }
 
 // unitTable is one unit's result, its tables sized for their fields (see
