@@ -361,7 +361,7 @@ func TestRespawningSupervisor(t *testing.T) {
 		t.Errorf("exit %d, want 2 (a host failed)", r.code)
 	}
 	requireContains(t, r.stdout, "failed=1", "ERROR GPU 3 not freed: ",
-		fmt.Sprintf("pid %d (sh -c while", sup.PID), "restarts its workers: stop it or its unit")
+		fmt.Sprintf("pid %d (sh -c while", sup.PID), fmt.Sprintf("may restart its workers: kill %d", sup.PID))
 	if old := l.Find("lab01", lab.RoleRespawner); len(old) < 2 {
 		t.Errorf("respawners %v: the one killed should have come back", old)
 	}
@@ -369,13 +369,13 @@ func TestRespawningSupervisor(t *testing.T) {
 		t.Fatal("the supervisor must not be killed unless asked")
 	}
 
-	r = gpush(t, l, "run", "free_gpus.lua", "-e", "grace=1s", "-e", `{"settle": "3s", "timeout": "3s", "kill_supervisors": true}`)
+	r = gpush(t, l, "run", "free_gpus.lua", "-e", "grace=1s", "-e", `{"settle": "3s", "timeout": "3s", "stop_restarters": true}`)
 	if r.code != 0 {
 		t.Errorf("exit %d, want 0", r.code)
 	}
 	requireRowHas(t, r.stdout, "lab01", 3, "3 stage 1 true free")
 	if n, live := alive(l, "lab01", lab.RoleSupervisor); live != 0 {
-		t.Errorf("supervisor: %d of %d alive after kill_supervisors", live, n)
+		t.Errorf("supervisor: %d of %d alive after stop_restarters", live, n)
 	}
 	if n, live := alive(l, "lab01", lab.RoleRespawner); live != 0 {
 		t.Errorf("respawner: %d of %d alive", live, n)

@@ -61,9 +61,13 @@ func Assess(gpus []GPU, holders []Holder, ghosts []Ghost, threshold map[int]int6
 			st.State = GPUSuspicious
 			parts := make([]string, 0, len(st.Suspicious))
 			for _, pid := range st.Suspicious {
-				parts = append(parts, Label(byPID[pid].PID, byPID[pid].Comm, byPID[pid].Cmdline)+": "+byPID[pid].Suspicious)
+				parts = append(parts, label([]int{pid})+": "+byPID[pid].Suspicious)
 			}
 			st.Reason = "suspicious holder " + strings.Join(parts, "; ") + " (not killed without force)"
+			if len(st.Owners) > 0 {
+				// Each share named: the owners beside it are freed apart.
+				st.Reason += "; beside it, owned by " + label(st.Owners)
+			}
 		case len(st.Owners) > 0:
 			st.State = GPUHeld
 			st.Reason = "held by " + label(st.Owners)

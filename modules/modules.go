@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -141,22 +142,25 @@ type Managers struct {
 	list []helper.Manager
 }
 
-// Add records supervisors; one already recorded (same pid and start time,
-// or same unit) is not added twice.
-func (r *Managers) Add(sups ...helper.Manager) {
+// Add records managers; one already recorded (same Key) is refreshed with
+// the newer reading, and its children are merged.
+func (r *Managers) Add(ms ...helper.Manager) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, s := range sups {
-		dup := false
-		for _, o := range r.list {
-			if s.Unit != "" && s.PID == 0 && o.Unit == s.Unit && o.PID == 0 || s.PID != 0 && o.Identity == s.Identity {
-				dup = true
-				break
+	for _, m := range ms {
+		i := slices.IndexFunc(r.list, func(o helper.Manager) bool { return o.Key() == m.Key() })
+		if i < 0 {
+			r.list = append(r.list, m)
+			continue
+		}
+		children := r.list[i].Children
+		for _, c := range m.Children {
+			if !slices.Contains(children, c) {
+				children = append(children, c)
 			}
 		}
-		if !dup {
-			r.list = append(r.list, s)
-		}
+		r.list[i] = m
+		r.list[i].Children = children
 	}
 }
 

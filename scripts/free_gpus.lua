@@ -4,11 +4,15 @@
 -- stage 2, only where memory stays held, the other holders of that GPU (a
 -- forked child keeping a dead parent's memory). Monitors (nvidia-smi, dcgm,
 -- pynvml probes) are left alone; protected processes are never killed without
--- force. While something that restarts workers remains, a GPU counts as freed
--- only after it stayed free for the settle time. One row per GPU says which
--- stage freed it, or why not; the host fails when one is not freed, and
--- keeps its rows in the fleet table.
--- Under --check nothing is stopped or killed.
+-- force. "freed" means nothing that would start the workers again is alive:
+-- a unit with Restart=, a container's runtime, a Kubernetes pod, a Slurm job,
+-- a supervisor process. Such a manager left alive fails the GPU, naming it and
+-- the command that stops it, unless stop_restarters stops it first or
+-- accept_restarters accepts it (the row then says so). Freed GPUs must stay
+-- free for the settle, which covers the managers' known restart delays.
+-- One row per GPU says which stage freed it, or why not; the host fails when
+-- one is not freed, and keeps its rows in the fleet table.
+-- Under --check nothing is stopped or killed: the rows and the log say what would be.
 --
 -- vars:
 -- @var services list systemd units to stop first
@@ -16,11 +20,12 @@
 -- @var release_timeout duration wait for the services' GPUs after the stops (default: 10s)
 -- @var grace duration TERM -> KILL grace period (default: 5s)
 -- @var timeout duration wait for release after each stage of kills (default: 15s)
--- @var settle duration how long freed GPUs must stay free while a supervisor remains; gpush's default when left out
+-- @var settle duration how long freed GPUs must stay free while a manager may restart a worker; from the managers' restart delays when left out
 -- @var threshold_mib int used MiB that counts as free; the idle baseline when left out
 -- @var force bool also kill protected and suspicious holders (default: false)
 -- @var group bool also signal each holder's process group (default: false)
--- @var kill_supervisors bool kill what restarts the workers, its tree from the top (default: false)
+-- @var stop_restarters bool stop what would start the workers again (unit, container, Slurm job, supervisor tree) before the kills; never a Kubernetes pod (default: false)
+-- @var accept_restarters bool a restarter left alive does not fail the GPU; the row notes it (default: false)
 -- @var users list only signal these users' processes (globs); leave it out for every user
 --
 -- example: gpush run free_gpus.lua -i ct129 -e services=sglang-qwen.service -e grace=10s
@@ -56,12 +61,12 @@ if #release > 0 and not check then
 end
 
 local r = gpu.free{gpus = vars.gpus, grace = vars.grace, timeout = vars.timeout, settle = vars.settle,
-  threshold_mib = vars.threshold_mib, force = vars.force, group = vars.group, kill_supervisors = vars.kill_supervisors,
-  users = vars.users}
+  threshold_mib = vars.threshold_mib, force = vars.force, group = vars.group,
+  stop_restarters = vars.stop_restarters, accept_restarters = vars.accept_restarters, users = vars.users}
 for _, row in ipairs(r.rows) do
   if row.step == "already-free" then log.info("GPU %d already free: %d MiB used", row.gpu, row.after_mib)
-  elseif row.freed then log.info("GPU %d freed (%s): %d -> %d MiB%s", row.gpu, row.step, row.before_mib, row.after_mib,
-      row.killed ~= "" and ", killed " .. row.killed or "")
+  elseif row.freed then log.info("GPU %d freed (%s): %d -> %d MiB%s%s", row.gpu, row.step, row.before_mib, row.after_mib,
+      row.killed ~= "" and ", killed " .. row.killed or "", row.note and "; " .. row.note or "")
   elseif row.step == "would-kill" then log.info("GPU %d would kill %s: %s", row.gpu, row.killed, row.reason)
   else log.error("GPU %d not freed: %s", row.gpu, row.reason) end
 end

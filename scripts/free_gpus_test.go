@@ -208,7 +208,7 @@ func TestFreeGPUsNotFreedReasons(t *testing.T) {
 		t.Fatal("the host must fail")
 	}
 	for _, want := range []string{"GPU 0: held by pid", "survived KILL", "GPU 1: 2048 MiB used (threshold 64 MiB) with no holder left",
-		"GPU 2: new holder pid", "GPU 3: 500 MiB used (threshold 64 MiB): held by protected pid", "(not killed)"} {
+		"GPU 2: taken again after the kill: new holder pid", "GPU 3: 500 MiB used (threshold 64 MiB): held by protected pid", "(not killed)"} {
 		if !strings.Contains(r.err.Error(), want) {
 			t.Errorf("error lacks %q: %v", want, r.err)
 		}
@@ -226,11 +226,11 @@ func TestFreeGPUsRespawningSupervisor(t *testing.T) {
 	m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{PPID: sup.PID}, MemByGPU: map[int]int64{0: 10240}, RespawnAfterPolls: 30})
 	vars := map[string]any{"grace": "10ms", "timeout": "1s", "settle": "5s"}
 	r := runScript(t, m, "free_gpus.lua", false, vars)
-	if r.err == nil || !strings.Contains(r.err.Error(), "restarts its workers: stop it or its unit") ||
-		!strings.Contains(r.err.Error(), "GPU 0: new holder") {
+	if r.err == nil || !strings.Contains(r.err.Error(), "may restart its workers: kill ") ||
+		!strings.Contains(r.err.Error(), "GPU 0: taken again after the kill: new holder") {
 		t.Fatalf("error %v", r.err)
 	}
-	vars["kill_supervisors"] = true
+	vars["stop_restarters"] = true
 	r = runScript(t, m, "free_gpus.lua", false, vars)
 	if r.err != nil {
 		t.Fatal(r.err)

@@ -4,7 +4,9 @@
 -- /proc, so orphaned workers nvidia-smi does not list are included) and per
 -- GPU it holds: mem_mib is its memory on that GPU (a worker on GPUs 0 and 2
 -- has two rows, each with its own figure); where is its unit, container
--- ("docker vllm-web") or pod ("pod ml/trainer-7f9c"); kind is owner (owns
+-- ("docker vllm-web") or pod ("pod ml/trainer-7f9c"); manager is what would
+-- start it again ("unit sglang.service", "pod ml/trainer-7f9c", "slurm job
+-- 4711", "pid 880 (torchrun)"); kind is owner (owns
 -- memory or a compute context: what a free kills first), monitor (only has
 -- the device open) or suspicious; age is how long it has run. Holders of
 -- only nvidiactl/nvidia-uvm are one row with gpu "-" unless shared=false.
@@ -34,6 +36,7 @@ for _, h in ipairs(gpu.holders{users = vars.users, units = vars.units, shared = 
     mem_mib = h.mem_mib,
     state = h.state,
     where = h.where or "",
+    manager = h.manager or "",
     kind = h.suspicious and "suspicious" or h.owner and "owner" or "monitor",
     age = util.format_duration(h.age_s or 0),
     protected = h.protected,

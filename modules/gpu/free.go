@@ -230,15 +230,23 @@ func (r *freeRun) run() {
 	}
 	r.kill(StepStage1, targets, holders)
 	// A GPU an owner outside the users filter holds cannot be freed: its
-	// filtered owners were signalled, but nothing waits for it.
+	// filtered owners were signalled, but nothing waits for it. A GPU where
+	// a protected or suspicious share stays beside the owners cannot read
+	// free: what is waited for there is the release of the owners killed.
 	waitFor := pending[:0:0]
+	var beside []int
 	for _, idx := range pending {
-		if why, ok := foreign[idx]; ok {
+		st := status[idx]
+		switch why, ok := foreign[idx]; {
+		case ok:
 			r.notFreed(r.rows[idx], why)
-			continue
+		case !r.o.force && len(st.Suspicious)+len(st.Protected) > 0:
+			beside = append(beside, idx)
+		default:
+			waitFor = append(waitFor, idx)
 		}
-		waitFor = append(waitFor, idx)
 	}
+	r.waitBeside(beside, holders)
 	stay := r.wait(StepStage1, waitFor)
 
 	// Stage 2: the rest of the holders, only where memory stays held.
@@ -447,6 +455,45 @@ func (r *freeRun) wait(stage string, gpus []int) []int {
 		}
 	}
 	return stay
+}
+
+// waitBeside waits for the release of what stage 1 killed on gpus, where a
+// protected or suspicious holder stays: each is then freed if it reads
+// free, else not freed for what is left, named with its share.
+func (r *freeRun) waitBeside(gpus []int, holders map[int]helper.Holder) {
+	var ids []helper.Identity
+	for _, idx := range gpus {
+		for _, pid := range r.rows[idx].killed {
+			if h, ok := holders[pid]; ok && !slices.Contains(ids, h.Identity) {
+				ids = append(ids, h.Identity)
+			}
+		}
+	}
+	released := true
+	if len(ids) > 0 {
+		req := helper.WaitFreeRequest{Config: r.m.h.HelperConfig(), GPUs: gpus, ThresholdMiB: r.o.threshold,
+			Timeout: helper.Duration(r.o.timeout), Holders: ids, NewSince: r.since}
+		resp, _ := r.m.callWait(r.L, freeFn, req, r.o.settle)
+		if !resp.OK {
+			released = false
+			for _, idx := range gpus {
+				r.notFreed(r.rows[idx], waitReason(resp))
+			}
+		}
+	}
+	if !released || len(gpus) == 0 {
+		return
+	}
+	status, _, _ := r.look()
+	for _, idx := range gpus {
+		row, st := r.rows[idx], status[idx]
+		row.state, row.after = st.State, st.UsedMiB
+		if st.State == helper.GPUFree {
+			row.step, row.freed = StepStage1, true
+			continue
+		}
+		r.notFreed(row, st.Reason)
+	}
 }
 
 // notFreed ends a row, naming holders that survived KILL and, when an

@@ -571,8 +571,9 @@ func (m *mod) checkGiven(L *glua.LState, fn string) []helper.Identity {
 
 // callWait sends a wait-free. While something that may restart a worker
 // is recorded for this host, the GPUs must also stay free for a settle time
-// (settle, or DefaultSettle when not given) and those supervisors are
-// watched, so that a worker coming back is named, not missed.
+// (settle, or SettleFor the managers' known restart delays when not given)
+// and those managers are watched, so that a worker coming back is named,
+// not missed.
 func (m *mod) callWait(L *glua.LState, fn string, req helper.WaitFreeRequest, settle time.Duration) (helper.WaitFreeResponse, time.Duration) {
 	if settle < 0 {
 		L.ArgError(1, fmt.Sprintf("%s: option settle: %s is negative", fn, settle))
@@ -580,7 +581,7 @@ func (m *mod) callWait(L *glua.LState, fn string, req helper.WaitFreeRequest, se
 	if sups := m.h.Managers().List(); len(sups) > 0 {
 		req.Watch = sups
 		if settle == 0 {
-			settle = DefaultSettle
+			settle, _ = SettleFor(sups)
 		}
 	}
 	req.Settle = helper.Duration(settle)
@@ -650,6 +651,9 @@ func HolderTable(L *glua.LState, h helper.Holder) *glua.LTable {
 	if Where(h) != "" {
 		n++
 	}
+	if len(h.Managers) > 0 {
+		n += 2
+	}
 	t := L.CreateTable(0, n)
 	t.RawSetString("pid", glua.LNumber(h.PID))
 	t.RawSetString("start_time", glua.LNumber(h.StartTime))
@@ -688,7 +692,23 @@ func HolderTable(L *glua.LState, h helper.Holder) *glua.LTable {
 	t.RawSetString("age_s", glua.LNumber(h.AgeSeconds))
 	t.RawSetString("protected", glua.LBool(h.Protected))
 	luaconv.SetStr(t, "protected_why", h.ProtectedWhy)
+	if len(h.Managers) > 0 {
+		t.RawSetString("managers", managerList(L, h.Managers))
+		luaconv.SetStr(t, "manager", ManagerOf(h))
+	}
 	return t
+}
+
+// ManagerOf names, for a report, what would start h again and is to be
+// stopped to keep it from returning: the outermost manager of its chain
+// that restarts or may ("" when none does).
+func ManagerOf(h helper.Holder) string {
+	for i := len(h.Managers) - 1; i >= 0; i-- {
+		if m := h.Managers[i]; m.Restarts != helper.RestartsNo {
+			return helper.ManagerLabel(m)
+		}
+	}
+	return ""
 }
 
 // Where names the place a holder runs in, for a report: "pod NS/POD" (or

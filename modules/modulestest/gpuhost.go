@@ -405,6 +405,10 @@ func (g *GPUHost) holderList() []helper.Holder {
 		if c.AgeSeconds == 0 {
 			c.AgeSeconds = float64(c.StartTime) / 100
 		}
+		c.Managers = nil
+		if m, ok := g.parentManager(c.PPID); ok {
+			c.Managers = []helper.Manager{m}
+		}
 		out = append(out, c)
 	}
 	return out
@@ -623,30 +627,16 @@ func (g *GPUHost) parentManagers(died map[int]int) []helper.Manager {
 	sort.Ints(pids)
 	for _, pid := range pids {
 		ppid := died[pid]
-		if ppid <= 1 {
-			continue
-		}
 		if _, gone := died[ppid]; gone {
-			continue
-		}
-		var id helper.Identity
-		var comm string
-		var cmd []string
-		if p := g.proc(ppid); p != nil {
-			id, comm, cmd = p.Identity, p.Comm, p.Cmdline
-		} else if h := g.find(ppid); h != nil {
-			id, comm, cmd = h.Identity, h.Comm, h.Cmdline
-		} else {
-			continue
-		}
-		if reapers[comm] {
 			continue
 		}
 		s, ok := byPID[ppid]
 		if !ok {
-			s = &helper.Manager{Kind: helper.ManagerProcess, Identity: id, Comm: comm, Cmdline: cmd,
-				Restarts: helper.RestartsMaybe, Stop: []string{"kill", strconv.Itoa(id.PID)}}
-			s.Why = helper.ManagerWhy(*s)
+			m, found := g.parentManager(ppid)
+			if !found {
+				continue
+			}
+			s = &m
 			byPID[ppid] = s
 			order = append(order, ppid)
 		}
@@ -657,6 +647,32 @@ func (g *GPUHost) parentManagers(died map[int]int) []helper.Manager {
 		out = append(out, *byPID[pid])
 	}
 	return out
+}
+
+// parentManager is the process manager a live parent ppid is, as the
+// helper's chains name it; none for pid 1, reapers and what the model
+// does not have.
+func (g *GPUHost) parentManager(ppid int) (helper.Manager, bool) {
+	if ppid <= 1 {
+		return helper.Manager{}, false
+	}
+	var id helper.Identity
+	var comm string
+	var cmd []string
+	if p := g.proc(ppid); p != nil {
+		id, comm, cmd = p.Identity, p.Comm, p.Cmdline
+	} else if h := g.find(ppid); h != nil {
+		id, comm, cmd = h.Identity, h.Comm, h.Cmdline
+	} else {
+		return helper.Manager{}, false
+	}
+	if reapers[comm] {
+		return helper.Manager{}, false
+	}
+	m := helper.Manager{Kind: helper.ManagerProcess, Identity: id, Comm: comm, Cmdline: cmd,
+		Restarts: helper.RestartsMaybe, Stop: []string{"kill", strconv.Itoa(id.PID)}}
+	m.Why = helper.ManagerWhy(m)
+	return m, true
 }
 
 // managers answers the managers verb from the model: a process manager is

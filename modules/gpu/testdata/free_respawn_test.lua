@@ -5,7 +5,7 @@ local r = gpu.free{grace = "10ms", timeout = "1s", settle = "5s"}
 assert.eq(r.ok, false, "a worker came back inside the settle: never freed")
 assert.eq(r.rows[1].step, "not-freed")
 assert.eq(r.rows[1].state, "new-holder")
-assert.match(r.rows[1].reason, "pid 633 %(python3 train.py%) restarts its workers: stop it or its unit")
+assert.match(r.rows[1].reason, "pid 633 %(python3 train.py%) may restart its workers: kill 633")
 assert.eq(r.managers[1].pid, 633)
 assert.eq(r.rows[2].step, "already-free", "GPU 1 stayed free through its own settle")
 local wf = fake.calls("wait-free")
@@ -15,22 +15,55 @@ assert.eq(fake.alive(sup), true)
 local back = fake.holders_of(0)
 assert.len(back, 1)
 
--- kill_supervisors: the supervisor's tree from the top, then the settle holds
-r = gpu.free{grace = "10ms", timeout = "1s", settle = "5s", kill_supervisors = true}
+-- stop_restarters: the supervisor is stopped (its tree from the top) before the kill, then
+-- the GPU frees and stays free
+local calls = #fake.calls("managers")
+r = gpu.free{grace = "10ms", timeout = "1s", settle = "5s", stop_restarters = true}
 assert.eq(r.ok, true, r.reason)
 assert.eq(r.rows[1].step, "stage 1")
+assert.eq(r.rows[1].restarters, "")
 assert.eq(r.rows[2].step, "already-free")
 assert.eq(fake.alive(sup), false)
 assert.eq(fake.alive(back[1]), false)
-local k = fake.calls("kill")
-assert.eq(k[#k].tree, true)
-assert.eq(k[#k].targets[1].pid, 633)
-local sawsup = false
-for _, x in ipairs(r.killed) do sawsup = sawsup or (x.pid == 633 and x.stage == "managers") end
-assert.truthy(sawsup, "the supervisor's kill is in killed")
+local m = fake.calls("managers")
+assert.eq(m[calls + 1].action, "stop")
+assert.eq(m[calls + 1].managers[1].pid, 633)
+assert.eq(r.stopped[1].pid, 633)
+assert.eq(r.stopped[1].outcome, "stopped")
+assert.eq(m[#m].action, "status", "the end reads the managers again")
+assert.len(r.managers, 0, "nothing alive restarts the workers")
 -- the waits settled and watched
 wf = fake.calls("wait-free")
 assert.eq(wf[#wf].settle, "5s")
+
+-- a live supervisor after the settle keeps the GPU from freed, unless accepted
+local sup4 = fake.add_proc{comm = "python3", cmdline = {"/usr/bin/python3", "supervise.py"}}
+fake.add_holder{mem = {[0] = 300}, ppid = sup4}
+r = gpu.free{gpus = {0}, grace = "10ms", timeout = "1s", settle = "200ms"}
+assert.eq(r.ok, false)
+assert.eq(r.rows[1].freed, false)
+assert.eq(r.rows[1].step, "not-freed")
+assert.match(r.rows[1].reason, "^free now, but pid " .. sup4 .. " %(python3 supervise.py%) may restart its workers: kill " .. sup4)
+assert.match(r.rows[1].reason, "stop_restarters=true stops it")
+assert.match(r.rows[1].restarters, "pid " .. sup4)
+assert.eq(r.managers[1].pid, sup4)
+assert.eq(r.managers[1].kind, "process")
+fake.add_holder{mem = {[0] = 300}, ppid = sup4}
+r = gpu.free{gpus = {0}, grace = "10ms", timeout = "1s", settle = "200ms", accept_restarters = true}
+assert.eq(r.ok, true, r.reason)
+assert.eq(r.rows[1].freed, true)
+assert.match(r.rows[1].note, "^free now; pid " .. sup4 .. " %(python3 supervise.py%) may restart it %(accepted%)")
+assert.eq(fake.alive(sup4), true, "accepted: left alone")
+-- under check, stop_restarters says what it would stop and stops nothing
+fake.add_holder{mem = {[0] = 300}, ppid = sup4}
+fake.check(true)
+r = gpu.free{gpus = {0}, stop_restarters = true}
+fake.check(false)
+assert.eq(r.rows[1].step, "would-kill")
+assert.eq(r.stopped[1].outcome, "would-stop")
+assert.eq(fake.alive(sup4), true)
+gpu.free{gpus = {0}, grace = "10ms", settle = "200ms", stop_restarters = true}
+assert.eq(fake.alive(sup4), false)
 
 -- a GPU a wait already kept free for the settle needs no second settle,
 -- until a new supervisor is recorded
@@ -51,16 +84,16 @@ local sup3 = fake.add_proc{comm = "bash", cmdline = {"/bin/bash", "run.sh"}}
 local w3 = fake.add_holder{mem = {[1] = 500}, ppid = sup3, respawn_after_polls = 1}
 r = gpu.free{gpus = {1}, grace = "10ms", timeout = "1s", settle = "1s"}
 assert.eq(r.rows[1].step, "not-freed")
-assert.truthy(r.rows[1].reason:match("^new holder pid %d+") or r.rows[1].reason:match("^taken again after the kill: held by pid %d+"), r.rows[1].reason)
-assert.match(r.rows[1].reason, "pid " .. sup3 .. " %(bash run.sh%) restarts its workers")
+assert.truthy(r.rows[1].reason:match("^taken again after the kill: new holder pid %d+") or r.rows[1].reason:match("^taken again after the kill: held by pid %d+"), r.rows[1].reason)
+assert.match(r.rows[1].reason, "pid " .. sup3 .. " %(bash run.sh%) may restart its workers")
 assert.eq(r.rows[1].killed, tostring(w3))
 
 -- restarted before the wait even began: the GPU reads held, "taken again after the kill"
-assert.eq(gpu.free{gpus = {1}, grace = "10ms", settle = "1s", kill_supervisors = true}.ok, true)
+assert.eq(gpu.free{gpus = {1}, grace = "10ms", settle = "1s", stop_restarters = true}.ok, true)
 assert.eq(fake.alive(sup3), false)
 sup3 = fake.add_proc{comm = "bash", cmdline = {"/bin/bash", "run.sh"}}
 fake.add_holder{mem = {[1] = 500}, ppid = sup3, respawn_after_polls = -1}
 r = gpu.free{gpus = {1}, grace = "10ms", timeout = "300ms", settle = "1s"}
 assert.eq(r.rows[1].state, "held")
 assert.match(r.rows[1].reason, "^taken again after the kill: held by pid %d+ %(python3 train.py%) 500 MiB")
-assert.match(r.rows[1].reason, "pid " .. sup3 .. " %(bash run.sh%) restarts its workers")
+assert.match(r.rows[1].reason, "pid " .. sup3 .. " %(bash run.sh%) may restart its workers")
