@@ -307,11 +307,14 @@ type Manager struct {
 	// Cgroup is the pod's cgroup folder (a pod is there while it is).
 	Cgroup string `json:"cgroup,omitempty"`
 	// A Slurm manager: the job, its user and the step the holder runs in;
-	// Requeue when the job is requeued after it ends.
-	JobID   string `json:"job_id,omitempty"`
-	JobUser string `json:"job_user,omitempty"`
-	Step    string `json:"step,omitempty"`
-	Requeue bool   `json:"requeue,omitempty"`
+	// Requeue when the job is requeued after it ends; JobState Slurm's
+	// (RUNNING, PENDING, COMPLETING, CANCELLED, ...) and RestartCount its
+	// Restarts= (times requeued), as scontrol says.
+	JobID    string `json:"job_id,omitempty"`
+	JobUser  string `json:"job_user,omitempty"`
+	Step     string `json:"step,omitempty"`
+	Requeue  bool   `json:"requeue,omitempty"`
+	JobState string `json:"job_state,omitempty"`
 	// Restarts says whether it starts the worker again (RestartsYes,
 	// RestartsMaybe, RestartsNo).
 	Restarts string `json:"restarts"`
