@@ -72,6 +72,20 @@ func (p *procInfo) environ() map[string]string {
 	return p.env
 }
 
+// envVar is one variable of pid's environment, "" when unset or unreadable.
+func (s *scanner) envVar(pid int, key string) string {
+	b, err := os.ReadFile(s.proc.path(pid, "environ"))
+	if err != nil {
+		return ""
+	}
+	for _, kv := range strings.Split(string(b), "\x00") {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
 // managerReader resolves managers for one request; each kind reads the
 // host once for all of its managers (one systemctl show for every unit).
 type managerReader struct {

@@ -771,7 +771,9 @@ func (s *scanner) watchedAncestor(h Holder, watch []Manager) *Manager {
 			}
 			continue
 		case ManagerSlurm:
-			if w.JobID != "" && slurmJobOf(h.Cgroup) == w.JobID {
+			// The slurm cgroup, or the job's environment where proctrack
+			// keeps no cgroup (linuxproc).
+			if w.JobID != "" && (slurmJobOf(h.Cgroup) == w.JobID || s.envVar(h.PID, "SLURM_JOB_ID") == w.JobID) {
 				return &w
 			}
 			continue

@@ -5,7 +5,8 @@ usage: hold.py MODE GIB [CHILD_GIB]
   MODE ignore-term  holds GIB and ignores SIGTERM (needs SIGKILL)
   MODE parent       starts a child holding CHILD_GIB, then holds GIB itself;
                     when the parent dies the child lives on (the orphaned worker)
-Prints "ready <pid>" once the memory is really allocated.
+Prints "ready <pid>" once the memory is really allocated. With HOLD_COMM set, the process
+renames itself (its comm) first: a worker under a protected name.
 """
 import os
 import signal
@@ -18,6 +19,9 @@ import torch
 
 def main():
     mode, gib = sys.argv[1], float(sys.argv[2])
+    if os.environ.get("HOLD_COMM"):
+        import ctypes
+        ctypes.CDLL(None).prctl(15, os.environ["HOLD_COMM"].encode()[:15], 0, 0, 0)  # PR_SET_NAME
     if mode == "ignore-term":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if mode == "parent":

@@ -844,6 +844,7 @@ func ManagerTable(L *glua.LState, m helper.Manager) *glua.LTable {
 	luaconv.SetStr(t, "job_id", m.JobID)
 	luaconv.SetStr(t, "job_user", m.JobUser)
 	luaconv.SetStr(t, "step", m.Step)
+	luaconv.SetStr(t, "job_state", m.JobState)
 	if m.Requeue {
 		t.RawSetString("requeue", glua.LTrue)
 	}
