@@ -27,15 +27,17 @@ help:
 # collections the public inventories they compare on; gcc and libc6-dev
 # build the lab's C gpu-holder, statically; slurmd, slurmctld, slurm-client
 # and munge run the real Slurm cluster of the Slurm manager's tests:
-# lab/slurmlab).
+# lab/slurmlab; podman, runc and busybox-static the real containers of the
+# container manager's tests: lab/podmanlab).
 # Only when missing, so it is cheap.
-DEB_PACKAGES := openssh-server openssh-client sudo pdsh psmisc systemd util-linux mount clustershell python3 ansible-core ansible gcc libc6-dev slurmd slurmctld slurm-client munge
+DEB_PACKAGES := openssh-server openssh-client sudo pdsh psmisc systemd util-linux mount clustershell python3 ansible-core ansible gcc libc6-dev slurmd slurmctld slurm-client munge podman runc busybox-static
 deps:
 	@if ! command -v sshd >/dev/null && [ ! -x /usr/sbin/sshd ] || ! command -v pdsh >/dev/null || ! command -v sudo >/dev/null \
 		|| [ ! -x /lib/systemd/systemd ] || ! command -v systemctl >/dev/null || ! command -v nsenter >/dev/null || ! command -v mount >/dev/null || ! command -v nodeset >/dev/null || ! command -v fuser >/dev/null || ! command -v python3 >/dev/null \
 		|| ! command -v ansible-inventory >/dev/null || [ ! -d /usr/lib/python3/dist-packages/ansible_collections ] \
 		|| ! command -v cc >/dev/null || [ -z "$$(cc -print-file-name=libc.a | grep /)" ] \
-		|| [ ! -x /usr/sbin/slurmctld ] || [ ! -x /usr/sbin/slurmd ] || [ ! -x /usr/sbin/munged ] || ! command -v scontrol >/dev/null; then \
+		|| [ ! -x /usr/sbin/slurmctld ] || [ ! -x /usr/sbin/slurmd ] || [ ! -x /usr/sbin/munged ] || ! command -v scontrol >/dev/null \
+		|| ! command -v podman >/dev/null || { ! command -v runc >/dev/null && [ ! -x /usr/sbin/runc ]; } || ! dpkg -s busybox-static >/dev/null 2>&1; then \
 		if [ "$$(id -u)" != 0 ]; then echo "make deps: run as root (apt-get install $(DEB_PACKAGES))"; exit 1; fi; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEB_PACKAGES); \
 	fi
@@ -61,10 +63,11 @@ lint:
 	$(GO) vet ./...
 	$(GO) vet -tags scale ./e2e/
 
-# GPUSH_REQUIRE_SLURM: a machine without Slurm fails the Slurm tests
-# instead of skipping them (make deps installs it).
+# The Slurm and podman tests fail, not skip, where Slurm or podman is
+# missing (make deps installs them); REQUIRE_REAL= lets them skip.
+REQUIRE_REAL ?= 1
 test: lint
-	GPUSH_REQUIRE_SLURM=1 $(GO) test $(TESTFLAGS) ./...
+	GPUSH_REQUIRE_SLURM=$(REQUIRE_REAL) GPUSH_REQUIRE_PODMAN=$(REQUIRE_REAL) $(GO) test $(TESTFLAGS) ./...
 
 # test-scale runs the heavy suites (build tag scale: 300 lab hosts behind one
 # sshd) alone, after the others: on 2 cores they would starve the tests that

@@ -108,7 +108,10 @@ var knownSupervisors = []string{"supervisord", "torchrun", "torch.distributed.ru
 // managerReapers adopt or run processes but never start a worker again;
 // the walk up a holder's parents stops at them (the manager of what they
 // run is its unit, container or job).
-var managerReapers = append(slices.Clone(systemReapers), "slurmstepd", "sshd", "sudo", "su", "login", "tmux*", "screen", "containerd", "dockerd", "kubelet", "crio", "podman")
+var managerReapers = append(slices.Clone(systemReapers), "slurmstepd", "sshd", "sudo", "su", "login", "tmux*", "screen", "containerd", "dockerd", "kubelet", "crio", "podman",
+	// The runtimes' monitors, a container's process's parent: its runtime
+	// restarts it by policy (the container manager), they do not.
+	"conmon", "containerd-shim*")
 
 // chains returns the manager chain of each pid (innermost first), read
 // in one pass: the process parents, then a container or pod, the unit

@@ -304,7 +304,8 @@ type Manager struct {
 	PodUID    string `json:"pod_uid,omitempty"`
 	Namespace string `json:"namespace,omitempty"`
 	Pod       string `json:"pod,omitempty"`
-	// Cgroup is the pod's cgroup folder (a pod is there while it is).
+	// Cgroup is the pod's or the container's cgroup folder (a pod is there
+	// while it is; a container its runtime does not list is there while it is).
 	Cgroup string `json:"cgroup,omitempty"`
 	// A Slurm manager: the job, its user and the step the holder runs in;
 	// Requeue when the job is requeued after it ends; JobState Slurm's
@@ -340,7 +341,11 @@ func (m Manager) Key() string {
 	case ManagerUnit:
 		return "unit:" + m.Unit
 	case ManagerContainer:
-		return "container:" + m.Runtime + ":" + m.ContainerID + m.ContainerName
+		// The id when known: a reading fills in the name.
+		if m.ContainerID != "" {
+			return "container:" + m.Runtime + ":" + m.ContainerID
+		}
+		return "container:" + m.Runtime + ":" + m.ContainerName
 	case ManagerPod:
 		return "pod:" + m.PodUID
 	case ManagerSlurm:
