@@ -8,13 +8,14 @@ TESTFLAGS ?= -race -timeout 20m
 # Helper builds are static and stripped: they run on hosts we know nothing about.
 HELPER_BUILD = CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags '-s -w -X github.com/gpush/gpush/helper.Version=$(VERSION)'
 
-.PHONY: help deps build helpers gpush test test-scale lint fuzz demo bench clean
+.PHONY: help deps build helpers gpush test test-scale lint fuzz demo demo-restarters bench clean
 
 help:
 	@echo "make deps    install what the tests and the lab need (Debian, as root)"
 	@echo "make build   gpush-helper for linux/amd64+arm64, then bin/gpush embedding them"
 	@echo "make test    go vet + go test -race ./...;  make test-scale: the 300-host output test"
 	@echo "make demo    start a simulated GPU lab behind sshd and run free_gpus.lua on it"
+	@echo "make demo-restarters  the same on workers that restarters bring back (slow, backoff, kubelet stand-in, shell loop)"
 	@echo "make lint    gofmt + go vet;  make fuzz: every fuzz target for FUZZTIME"
 	@echo "make bench   gpush vs pdsh on 50 lab hosts"
 
@@ -85,6 +86,13 @@ fuzz:
 
 demo: build
 	$(GO) run ./lab/cmd/gpush-lab demo --gpush bin/gpush
+
+# demo-restarters: four lab hosts whose GPU 0 worker comes back when
+# killed, each by another restarter (lab.ScenarioRestarters): a free that
+# fails naming them (what restarts the worker, how to stop it) is the
+# intended outcome.
+demo-restarters: build
+	$(GO) run ./lab/cmd/gpush-lab demo --gpush bin/gpush --scenario restarters
 
 bench: build
 	bash bench/run.sh

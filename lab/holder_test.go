@@ -47,7 +47,7 @@ func buildHolders(t *testing.T, dir string) map[string]string {
 // when asked, under the same names, and refuses a kind it does not know.
 func TestBuildPicksKind(t *testing.T) {
 	dir := t.TempDir()
-	others := Binaries{FakeSMI: "x", FakeSystemctl: "x"}
+	others := Binaries{FakeSMI: "x", FakeSystemctl: "x", Restarter: "x"}
 	b := others
 	b, err := Build(context.Background(), filepath.Join(dir, "auto"), b)
 	if errors.Is(err, ErrNoCC) || (err == nil && strings.Contains(b.Note, ErrNoCC.Error())) {

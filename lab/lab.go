@@ -58,7 +58,54 @@ const (
 	// wrapper or torchrun's agent is) restarts whenever it dies, after
 	// RespawnDelay: a new holder keeps coming back until the supervisor goes.
 	ScenarioRespawn = "respawn"
+	// ScenarioRestarters: the protected daemon and the unrelated process,
+	// and GPU 0 held by a worker (python3, 8 GiB, nvidia-uvm open) that a
+	// restarter (lab/cmd/restarter) brings back whenever it dies. Each host
+	// gets one kind of restarter by its index, cycling through
+	// RestarterKinds: host 1 slow, 2 backoff, 3 kube, 4 loop, 5 slow, ...
+	// Options.RestartScale speeds them all up. The kube kind needs writable
+	// cgroups (Start fails without).
+	ScenarioRestarters = "restarters"
 )
+
+// Scenarios lists every scenario.
+var Scenarios = []string{ScenarioIdle, ScenarioLeftovers, ScenarioRespawn, ScenarioRestarters}
+
+// The restarters of ScenarioRestarters (Host.Restarter, Proc.Restarter).
+const (
+	// RestarterSlow: a supervisor process that restarts its worker 15 s
+	// after each death.
+	RestarterSlow = "slow"
+	// RestarterBackoff: a supervisor that restarts it after 1, 2, 4, 8,
+	// then 16 s each time.
+	RestarterBackoff = "backoff"
+	// RestarterKube: a stand-in for the kubelet (Kubernetes cannot run in
+	// the lab), named kubelet: the worker runs as a pod's container, in a
+	// cgroup shaped as the kubelet's (kubepods/besteffort/pod<uid>/<64-hex
+	// container id> in the host's cgroup, inside the lab's own subtree),
+	// restarted after the kubelet's back-off (10 s doubling to 5 min), with
+	// the kubelet's /var/log/pods and /var/log/containers files under the
+	// host's Host.RootDir (gpush_root_dir). The pod is PodNamespace/PodName
+	// with uid PodUID(host number), its container PodContainer.
+	RestarterKube = "kube"
+	// RestarterLoop: a shell loop, `while true; do worker; sleep 2; done`.
+	RestarterLoop = "loop"
+)
+
+// RestarterKinds is the order ScenarioRestarters hands them to hosts in.
+var RestarterKinds = []string{RestarterSlow, RestarterBackoff, RestarterKube, RestarterLoop}
+
+// The kube restarter's pod and container.
+const (
+	PodNamespace = "ml"
+	PodName      = "vllm-0"
+	PodContainer = "worker"
+)
+
+// PodUID is the uid of the kube restarter's pod on host number n (1-based).
+func PodUID(n int) string {
+	return fmt.Sprintf("1ab%05d-0000-4000-8000-%012d", n, 0)
+}
 
 // The lab's services (systemd units run by fake-systemctl).
 const (
@@ -88,6 +135,7 @@ type Binaries struct {
 	FakeSMI       string // lab/cmd/fake-nvidia-smi
 	FakeSystemctl string // lab/cmd/fake-systemctl
 	Init          string // lab/cmd/lab-init (Options.Isolate; its C build when cc is there)
+	Restarter     string // lab/cmd/restarter (ScenarioRestarters)
 	// Kind picks how Build makes Holder and Init, the programs every host
 	// runs many of: KindC, KindGo, or empty for C when a C compiler builds
 	// it, else Go. Build sets it to what it made (KindC, KindGo, "mixed")
@@ -138,6 +186,9 @@ type Options struct {
 	// reaching the sshd's own port see the machine's processes, as without
 	// Isolate. Start fails when namespaces cannot be made (needs root).
 	Isolate bool
+	// RestartScale multiplies every delay of ScenarioRestarters' restarters
+	// (0 means 1; 0.01 makes the kubelet stand-in's 10 s back-off 100 ms).
+	RestartScale float64
 	// Log receives progress lines (default: discard).
 	Log io.Writer
 }
@@ -154,6 +205,9 @@ type Proc struct {
 	HostPID int `json:"host_pid"`
 	// Unit is the service whose cgroup it was started in.
 	Unit string `json:"unit,omitempty"`
+	// Restarter is the kind of restarter (RestarterSlow, ...) a supervisor
+	// is, or that restarts a respawner (ScenarioRestarters).
+	Restarter string `json:"restarter,omitempty"`
 }
 
 // Host is one lab host.
@@ -166,6 +220,13 @@ type Host struct {
 	Systemctl string `json:"systemctl"`
 	// Services are the host's units (the inventory's `services`), started.
 	Services []string `json:"services,omitempty"`
+	// RootDir is the host's root for the files container runtimes and the
+	// kubelet leave (var/log/pods, ...: gpush_root_dir); empty but for
+	// what the kube restarter writes there.
+	RootDir string `json:"root_dir"`
+	// Restarter is the kind of restarter of its GPU 0 worker
+	// (ScenarioRestarters).
+	Restarter string `json:"restarter,omitempty"`
 	// Port is where the host's sshd answers: its latency proxy when it has
 	// one, else the sshd's own port.
 	Port int `json:"port"`
@@ -254,6 +315,12 @@ func Start(ctx context.Context, o Options) (l *Lab, err error) {
 	}
 	if o.Log == nil {
 		o.Log = io.Discard
+	}
+	if o.RestartScale < 0 {
+		return nil, fmt.Errorf("lab: RestartScale %v is negative", o.RestartScale)
+	}
+	if o.RestartScale == 0 {
+		o.RestartScale = 1
 	}
 	dir, err := filepath.Abs(o.Dir)
 	if err != nil {
@@ -400,6 +467,7 @@ func Build(ctx context.Context, binDir string, have Binaries) (Binaries, error) 
 	}{
 		{&b.FakeSMI, "github.com/gpush/gpush/lab/cmd/fake-nvidia-smi", "fake-nvidia-smi"},
 		{&b.FakeSystemctl, "github.com/gpush/gpush/lab/cmd/fake-systemctl", "fake-systemctl"},
+		{&b.Restarter, "github.com/gpush/gpush/lab/cmd/restarter", "restarter"},
 	} {
 		if *t.field != "" {
 			continue
@@ -418,20 +486,34 @@ func GoBuild(ctx context.Context, out, pkg string) error { return labbuild.Go(ct
 
 func (l *Lab) layoutHost(name, scenario string) (Host, error) {
 	switch scenario {
-	case ScenarioIdle, ScenarioLeftovers, ScenarioRespawn:
+	case ScenarioIdle, ScenarioLeftovers, ScenarioRespawn, ScenarioRestarters:
 	default:
-		return Host{}, fmt.Errorf("lab host %s: unknown scenario %q (want %s, %s or %s)", name, scenario, ScenarioIdle, ScenarioLeftovers, ScenarioRespawn)
+		return Host{}, fmt.Errorf("lab host %s: unknown scenario %q (want %s, %s, %s or %s)", name, scenario, ScenarioIdle, ScenarioLeftovers, ScenarioRespawn, ScenarioRestarters)
 	}
-	if scenario != ScenarioIdle && l.opts.GPUs < 4 {
+	if leftoversLike(scenario) && l.opts.GPUs < 4 {
 		return Host{}, fmt.Errorf("lab host %s: scenario %s needs 4 GPUs, have %d", name, scenario, l.opts.GPUs)
 	}
 	base := filepath.Join(l.Dir, "hosts", name)
-	h := Host{Name: name, Scenario: scenario, DevDir: filepath.Join(base, "dev"), SMI: filepath.Join(base, "smi", "nvidia-smi")}
+	h := Host{Name: name, Scenario: scenario, DevDir: filepath.Join(base, "dev"), SMI: filepath.Join(base, "smi", "nvidia-smi"),
+		RootDir: filepath.Join(base, "root")}
+	if scenario == ScenarioRestarters {
+		h.Restarter = RestarterKinds[len(l.Hosts)%len(RestarterKinds)]
+		if h.Restarter == RestarterKube && l.NoServices != "" {
+			return h, fmt.Errorf("lab host %s: the kube restarter runs its worker in a pod's cgroup: %s", name, l.NoServices)
+		}
+	}
 	if err := clearHostState(base); err != nil {
 		return h, fmt.Errorf("lab host %s: %w", name, err)
 	}
-	if err := os.MkdirAll(h.DevDir, 0o755); err != nil {
+	// The files an earlier kube restarter left (its pod's logs) are that
+	// lab's pod.
+	if err := os.RemoveAll(h.RootDir); err != nil {
 		return h, fmt.Errorf("lab host %s: %w", name, err)
+	}
+	for _, d := range []string{h.DevDir, h.RootDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return h, fmt.Errorf("lab host %s: %w", name, err)
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(h.SMI), 0o755); err != nil {
 		return h, fmt.Errorf("lab host %s: %w", name, err)
@@ -510,7 +592,7 @@ func clearHostState(base string) error {
 // hostUnits are the services of a host: none when idle or without cgroups.
 func (l *Lab) hostUnits(h Host) (map[string]labsystemd.Unit, error) {
 	units := map[string]labsystemd.Unit{}
-	if l.NoServices != "" || h.Scenario == ScenarioIdle {
+	if l.NoServices != "" || !leftoversLike(h.Scenario) {
 		return units, nil
 	}
 	py, err := l.holderAs("python3")
@@ -531,6 +613,12 @@ func (l *Lab) hostUnits(h Host) (map[string]labsystemd.Unit, error) {
 		}
 	}
 	return units, nil
+}
+
+// leftoversLike: the scenario runs the leftovers' processes and services
+// (ScenarioLeftovers, ScenarioRespawn).
+func leftoversLike(scenario string) bool {
+	return scenario == ScenarioLeftovers || scenario == ScenarioRespawn
 }
 
 // RespawnDelay is how long the lab's supervisor waits before it restarts
@@ -678,7 +766,10 @@ func linkOrCopy(src, dst string) error {
 // holderAs returns the holder binary under a process name (comm is taken
 // from the executed file's name): python3 for workers, nvidia-persistenced
 // for the protected daemon.
-func (l *Lab) holderAs(name string) (string, error) {
+func (l *Lab) holderAs(name string) (string, error) { return l.binAs(l.bin.Holder, name) }
+
+// binAs returns bin linked (or copied) under a process name in bin/as.
+func (l *Lab) binAs(bin, name string) (string, error) {
 	p := filepath.Join(l.Dir, "bin", "as", name)
 	if _, err := os.Stat(p); err == nil {
 		return p, nil
@@ -686,7 +777,7 @@ func (l *Lab) holderAs(name string) (string, error) {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return "", err
 	}
-	if err := linkOrCopy(l.bin.Holder, p); err != nil {
+	if err := linkOrCopy(bin, p); err != nil {
 		return "", err
 	}
 	return p, nil
@@ -705,10 +796,10 @@ func (l *Lab) startProcs(ctx context.Context, h Host) error {
 		{RoleUnrelated, "log-shipper", -1, []string{"--dev", filepath.Join(filepath.Dir(h.DevDir), "unrelated.log")}},
 	}
 	uvm := []string{"--dev", dev("nvidiactl"), "--dev", dev("nvidia-uvm")}
-	if h.Scenario != ScenarioIdle && len(h.Services) == 0 {
+	if leftoversLike(h.Scenario) && len(h.Services) == 0 {
 		specs = append(specs, spec{RoleWorker, "python3", 0, append([]string{"--dev", gpuDev(0), "--mem-mib", "10240"}, uvm...)})
 	}
-	if h.Scenario != ScenarioIdle {
+	if leftoversLike(h.Scenario) {
 		mon := []string{"--dev", dev("nvidiactl")}
 		for i := 0; i < l.opts.GPUs; i++ {
 			mon = append(mon, "--dev", gpuDev(i))
@@ -749,7 +840,14 @@ func (l *Lab) startProcs(ctx context.Context, h Host) error {
 		if err != nil {
 			return fmt.Errorf("lab host %s: %w", h.Name, err)
 		}
-		if err := l.startSupervisor(ctx, h, 3, bin, append([]string{"--dev", gpuDev(3), "--mem-mib", "2048"}, uvm...)); err != nil {
+		loop := `while :; do "$@"; sleep ` + RespawnDelay + `; done`
+		cmd := exec.Command("/bin/sh", append([]string{"-c", loop, "supervisor", bin, "--dev", gpuDev(3), "--mem-mib", "2048"}, uvm...)...)
+		if err := l.startSupervisor(ctx, h, 3, cmd); err != nil {
+			return fmt.Errorf("lab host %s: %w", h.Name, err)
+		}
+	}
+	if h.Scenario == ScenarioRestarters {
+		if err := l.startRestarter(ctx, h, append([]string{"--dev", gpuDev(0), "--mem-mib", "8192"}, uvm...)); err != nil {
 			return fmt.Errorf("lab host %s: %w", h.Name, err)
 		}
 	}
@@ -817,17 +915,62 @@ func startHolder(ctx context.Context, bin string, args []string, start func(*exe
 	}
 }
 
-// startSupervisor runs a shell loop that restarts a holder whenever it
-// exits, in its own process group, and records every holder it starts
-// (their "ready <pid>" lines) as a respawner. It returns once the first
-// one is ready.
-func (l *Lab) startSupervisor(ctx context.Context, h Host, gpu int, bin string, args []string) error {
+// startRestarter starts h's restarter (lab/cmd/restarter, of kind
+// h.Restarter) with a python3 gpu-holder of GPU 0 as its worker.
+func (l *Lab) startRestarter(ctx context.Context, h Host, workerArgs []string) error {
+	worker, err := l.holderAs("python3")
+	if err != nil {
+		return err
+	}
+	bin := l.bin.Restarter
+	args := []string{"-kind", h.Restarter, "-scale", strconv.FormatFloat(l.opts.RestartScale, 'g', -1, 64)}
+	if l.NoServices == "" {
+		// In the lab's cgroup subtree, with all it starts: Stop empties it.
+		var procs []string
+		for _, hier := range l.cgroups {
+			dir := filepath.Join(hier, l.cgroupBase, h.Name, "restarter")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("restarter cgroup: %w", err)
+			}
+			procs = append(procs, filepath.Join(dir, "cgroup.procs"))
+		}
+		args = append(args, "-join", strings.Join(procs, ","))
+	}
+	if h.Restarter == RestarterKube {
+		// comm kubelet, as the node's agent is named.
+		if bin, err = l.binAs(l.bin.Restarter, "kubelet"); err != nil {
+			return err
+		}
+		args = append(args, "-cgroup-parent", l.cgroupBase+"/"+h.Name, "-hierarchies", strings.Join(l.cgroups, ","),
+			"-root", h.RootDir, "-pod-uid", PodUID(l.hostNumber(h)), "-namespace", PodNamespace, "-pod", PodName, "-container", PodContainer)
+	}
+	cmd := exec.Command(bin, append(append(args, "--", worker), workerArgs...)...)
+	if err := l.startSupervisor(ctx, h, 0, cmd); err != nil {
+		return fmt.Errorf("%s restarter: %w", h.Restarter, err)
+	}
+	return nil
+}
+
+// hostNumber is h's 1-based place among the lab's hosts.
+func (l *Lab) hostNumber(h Host) int {
+	for i, o := range l.Hosts {
+		if o.Name == h.Name {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// startSupervisor starts cmd, a supervisor (a shell loop, a restarter)
+// that restarts a holder whenever it exits, in its own process group,
+// which its holders share, and records every holder it starts (their
+// "ready <pid>" lines on its stdout) as a respawner. It returns once the
+// first one is ready.
+func (l *Lab) startSupervisor(ctx context.Context, h Host, gpu int, cmd *exec.Cmd) error {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("supervisor: %w", err)
 	}
-	loop := `while :; do "$@"; sleep ` + RespawnDelay + `; done`
-	cmd := exec.Command("/bin/sh", append([]string{"-c", loop, "supervisor", bin}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Env = labEnv()
 	cmd.Stdout, cmd.Stderr = w, os.Stderr
@@ -837,7 +980,7 @@ func (l *Lab) startSupervisor(ctx context.Context, h Host, gpu int, bin string, 
 		r.Close()
 		return fmt.Errorf("supervisor: %w", err)
 	}
-	sup := &proc{Proc: Proc{Host: h.Name, Role: RoleSupervisor, GPU: -1, PID: cmd.Process.Pid}, exited: reap(cmd)}
+	sup := &proc{Proc: Proc{Host: h.Name, Role: RoleSupervisor, GPU: -1, PID: cmd.Process.Pid, Restarter: h.Restarter}, exited: reap(cmd)}
 	sup.StartTime, _ = StartTime(sup.PID)
 	l.add(sup)
 	ready := make(chan struct{})
@@ -851,7 +994,7 @@ func (l *Lab) startSupervisor(ctx context.Context, h Host, gpu int, bin string, 
 			if !ok {
 				continue
 			}
-			p := &proc{Proc: Proc{Host: h.Name, Role: RoleRespawner, GPU: gpu, PID: pid}}
+			p := &proc{Proc: Proc{Host: h.Name, Role: RoleRespawner, GPU: gpu, PID: pid, Restarter: h.Restarter}}
 			p.StartTime, _ = StartTime(pid)
 			l.add(p)
 			if first {
@@ -960,6 +1103,7 @@ func (l *Lab) writeFiles(unreachable int) error {
 			"gpush_dev_dir":    h.DevDir,
 			"gpush_nvidia_smi": h.SMI,
 			"gpush_systemctl":  h.Systemctl,
+			"gpush_root_dir":   h.RootDir,
 			"lab_scenario":     h.Scenario,
 		}
 		if h.Port != port {

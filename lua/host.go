@@ -96,6 +96,9 @@ func helperConfig(vars map[string]any) (helper.Config, error) {
 	if c.Systemctl, err = str("gpush_systemctl"); err != nil {
 		return c, err
 	}
+	if c.RootDir, err = str("gpush_root_dir"); err != nil {
+		return c, err
+	}
 	switch v := vars["gpush_protected"].(type) {
 	case nil:
 	case string: // "a,b" as -e gives it

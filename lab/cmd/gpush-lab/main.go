@@ -1,6 +1,7 @@
 // Command gpush-lab runs simulated GPU hosts behind a real sshd on loopback.
 //
 //	gpush-lab up -n 4 --dir /tmp/gpush-lab [--scenario leftovers]   # prints the inventory, stays up
+//	gpush-lab up -n 4 --dir /tmp/gpush-lab --scenario restarters     # a slow, backoff, kube (kubelet stand-in) and loop restarter
 //	gpush-lab down --dir /tmp/gpush-lab                              # also ends what a killed lab left
 //	gpush-lab demo [-n 4]                                            # up, gpush run free_gpus.lua, down
 package main
@@ -58,9 +59,9 @@ func main() {
 
 func usage() {
 	fmt.Fprint(os.Stderr, `usage:
-  gpush-lab up   -n N --dir DIR [--scenario idle|leftovers|respawn] [--unreachable K] [--isolate] [--build c|go]
+  gpush-lab up   -n N --dir DIR [--scenario idle|leftovers|respawn|restarters] [--restart-scale F] [--unreachable K] [--isolate] [--build c|go]
   gpush-lab down --dir DIR
-  gpush-lab demo [-n N] [--dir DIR] [--keep]
+  gpush-lab demo [-n N] [--dir DIR] [--scenario S] [--restart-scale F] [--keep]
 `)
 }
 
@@ -69,6 +70,7 @@ type labFlags struct {
 	dir, scenario  string
 	build          string
 	isolate        bool
+	restartScale   float64
 }
 
 func parseLab(name string, args []string, defDir string) (*flag.FlagSet, *labFlags, error) {
@@ -76,7 +78,8 @@ func parseLab(name string, args []string, defDir string) (*flag.FlagSet, *labFla
 	f := &labFlags{}
 	fs.IntVar(&f.n, "n", 4, "number of lab hosts")
 	fs.StringVar(&f.dir, "dir", defDir, "lab folder (sshd, keys, fake devices, inventory)")
-	fs.StringVar(&f.scenario, "scenario", lab.ScenarioLeftovers, "idle, leftovers or respawn")
+	fs.StringVar(&f.scenario, "scenario", lab.ScenarioLeftovers, strings.Join(lab.Scenarios, ", "))
+	fs.Float64Var(&f.restartScale, "restart-scale", 1, "multiplies every restarter delay of the restarters scenario")
 	fs.IntVar(&f.unreachable, "unreachable", 0, "extra inventory hosts on a closed port")
 	fs.StringVar(&f.build, "build", "", "how to build gpu-holder and lab-init: c, go, or empty for c when a C compiler is there (c costs a few pages per process, go ~0.6-1.2 MiB)")
 	fs.BoolVar(&f.isolate, "isolate", false, "give each host a process view of its own (a PID namespace with its own /proc), as a real host has")
@@ -177,7 +180,8 @@ func serve(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	l, err := lab.Start(ctx, lab.Options{Hosts: f.n, Dir: f.dir, Scenario: f.scenario, Unreachable: f.unreachable, Isolate: f.isolate, Log: os.Stderr, Bin: lab.Binaries{Kind: f.build}})
+	l, err := lab.Start(ctx, lab.Options{Hosts: f.n, Dir: f.dir, Scenario: f.scenario, Unreachable: f.unreachable, Isolate: f.isolate, RestartScale: f.restartScale,
+		Log: os.Stderr, Bin: lab.Binaries{Kind: f.build}})
 	if err != nil {
 		if l != nil {
 			l.Stop()
@@ -314,7 +318,7 @@ func demo(args []string) error {
 		}
 	}
 	fmt.Printf("== starting %d lab hosts (scenario %s) behind one sshd on loopback\n", f.n, f.scenario)
-	l, err := lab.Start(ctx, lab.Options{Hosts: f.n, Dir: f.dir, Scenario: f.scenario, Unreachable: f.unreachable, Isolate: f.isolate})
+	l, err := lab.Start(ctx, lab.Options{Hosts: f.n, Dir: f.dir, Scenario: f.scenario, Unreachable: f.unreachable, Isolate: f.isolate, RestartScale: f.restartScale})
 	if err != nil {
 		if l != nil {
 			l.Stop()
@@ -323,13 +327,17 @@ func demo(args []string) error {
 	}
 	defer l.Stop()
 	h0 := l.Hosts[0]
+	// The restarters differ by host: every host is shown.
+	shown := func(host string) bool { return host == h0.Name || f.scenario == lab.ScenarioRestarters }
 	for _, p := range l.Procs() {
-		if p.Host == h0.Name {
-			fmt.Printf("   %s pid %-7d %-14s gpu %s  %s\n", p.Host, p.PID, p.Role, gpuStr(p.GPU), p.Unit)
+		if shown(p.Host) {
+			fmt.Printf("   %s pid %-7d %-14s gpu %s  %s%s\n", p.Host, p.PID, p.Role, gpuStr(p.GPU), p.Unit, restarterStr(p))
 		}
 	}
 	units(h0)
-	fmt.Printf("   (same on the other hosts)\n")
+	if f.scenario != lab.ScenarioRestarters {
+		fmt.Printf("   (same on the other hosts)\n")
+	}
 	if l.NoServices != "" {
 		fmt.Printf("   no services: %s\n", l.NoServices)
 	}
@@ -348,8 +356,8 @@ func demo(args []string) error {
 		if lab.Alive(p) {
 			st = "alive"
 		}
-		if p.Host == h0.Name {
-			fmt.Printf("   %s pid %-7d %-14s %-5s  %s\n", p.Host, p.PID, p.Role, st, p.Unit)
+		if shown(p.Host) {
+			fmt.Printf("   %s pid %-7d %-14s %-5s  %s%s\n", p.Host, p.PID, p.Role, st, p.Unit, restarterStr(p))
 		}
 	}
 	units(h0)
@@ -380,6 +388,14 @@ func units(h lab.Host) {
 		}
 		fmt.Printf("   %s %-20s %s (%s)  main pid %s  cgroup %s\n", h.Name, u, v[2], v[3], v[0], cg)
 	}
+}
+
+// restarterStr names the restarter of a supervisor or its worker.
+func restarterStr(p lab.Proc) string {
+	if p.Restarter == "" {
+		return ""
+	}
+	return "restarter " + p.Restarter
 }
 
 func gpuStr(i int) string {
