@@ -20,7 +20,16 @@ func TestRestartersFreeGPUs(t *testing.T) {
 	for _, h := range []string{"lab01", "lab02", "lab03", "lab04"} {
 		sup[h] = l.Find(h, lab.RoleSupervisor)[0]
 	}
-	r := gpush(t, l, "run", "free_gpus.lua", "-e", "grace=1s", "--json")
+	// A settle shorter than the restart delay: free now, never "freed",
+	// and the recap counts it apart.
+	r := gpush(t, l, "run", "free_gpus.lua", "-l", "lab01", "-e", "grace=1s", "-e", "settle=500ms")
+	if r.code != 2 {
+		t.Errorf("exit %d, want 2", r.code)
+	}
+	requireContains(t, r.stdout, "free now, but pid", "freed 0/4 GPUs, 1 free with a restarter alive")
+	waitAlive(t, l, "lab01", lab.RoleRespawner, 15*time.Second)
+
+	r = gpush(t, l, "run", "free_gpus.lua", "-e", "grace=1s", "--json")
 	if r.code != 2 {
 		t.Errorf("exit %d, want 2: %s", r.code, r.stdout)
 	}
@@ -75,4 +84,15 @@ func hostLine(out, host string) string {
 		}
 	}
 	return ""
+}
+
+// waitAlive waits until one of host's processes of role is alive.
+func waitAlive(t *testing.T, l *lab.Lab, host, role string, timeout time.Duration) {
+	t.Helper()
+	for end := time.Now().Add(timeout); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if _, live := alive(l, host, role); live > 0 {
+			return
+		}
+	}
+	t.Fatalf("%s: no %s alive after %s", host, role, timeout)
 }

@@ -61,6 +61,36 @@ func systemdBins(t *testing.T) {
 	}
 }
 
+// fakeGPUDir builds the lab binaries and a folder with one fake H200's
+// device files (dev/) and the lab's fake nvidia-smi (smi/) for it.
+func fakeGPUDir(t *testing.T) (dir, dev, smi string) {
+	t.Helper()
+	systemdBins(t)
+	dir = t.TempDir()
+	dev = filepath.Join(dir, "dev")
+	smiDir := filepath.Join(dir, "smi")
+	for _, d := range []string{dev, smiDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"nvidiactl", "nvidia-uvm", "nvidia0"} {
+		if err := os.WriteFile(filepath.Join(dev, n), nil, 0o666); err != nil {
+			t.Fatal(err)
+		}
+	}
+	smi = filepath.Join(smiDir, "nvidia-smi")
+	if err := os.Symlink(sdBins.smi, smi); err != nil {
+		t.Fatal(err)
+	}
+	cfg := labgpu.Config{DevDir: dev, GPUs: []labgpu.GPU{{Index: 0, UUID: "GPU-d7f963c5-cdb5-ba9d-c562-000000000000",
+		Name: "NVIDIA H200", BusID: "00000000:18:00.0", TotalMiB: 143771}}}
+	if err := cfg.Save(filepath.Join(smiDir, labgpu.ConfigName)); err != nil {
+		t.Fatal(err)
+	}
+	return dir, dev, smi
+}
+
 // sdHost is the local host with one fake GPU and a real systemd.
 type sdHost struct {
 	t   *testing.T
@@ -78,29 +108,8 @@ func newSDHost(t *testing.T) *sdHost {
 		}
 		t.Skip("skipping: " + why)
 	}
-	systemdBins(t)
-	h := &sdHost{t: t, dir: t.TempDir()}
-	h.dev = filepath.Join(h.dir, "dev")
-	smiDir := filepath.Join(h.dir, "smi")
-	for _, d := range []string{h.dev, smiDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, n := range []string{"nvidiactl", "nvidia-uvm", "nvidia0"} {
-		if err := os.WriteFile(filepath.Join(h.dev, n), nil, 0o666); err != nil {
-			t.Fatal(err)
-		}
-	}
-	h.smi = filepath.Join(smiDir, "nvidia-smi")
-	if err := os.Symlink(sdBins.smi, h.smi); err != nil {
-		t.Fatal(err)
-	}
-	cfg := labgpu.Config{DevDir: h.dev, GPUs: []labgpu.GPU{{Index: 0, UUID: "GPU-d7f963c5-cdb5-ba9d-c562-000000000000",
-		Name: "NVIDIA H200", BusID: "00000000:18:00.0", TotalMiB: 143771}}}
-	if err := cfg.Save(filepath.Join(smiDir, labgpu.ConfigName)); err != nil {
-		t.Fatal(err)
-	}
+	h := &sdHost{t: t}
+	h.dir, h.dev, h.smi = fakeGPUDir(t)
 	sd, err := nssystemd.Boot(context.Background(), nssystemd.Options{Dir: t.TempDir(), Share: []string{h.dir, sdBins.dir}})
 	if err != nil {
 		t.Fatal(err)
@@ -147,13 +156,16 @@ func (h *sdHost) unit(name, args string, n int, extra ...string) []int {
 // and services as host vars (no -e parsing involved).
 func (h *sdHost) inventory(services ...string) string {
 	h.t.Helper()
-	inv := map[string]any{"all": map[string]any{"hosts": map[string]any{"localhost": map[string]any{
+	vars := map[string]any{
 		"ansible_connection": "local",
 		"gpush_dev_dir":      h.dev,
 		"gpush_nvidia_smi":   h.smi,
 		"gpush_systemctl":    h.sd.Systemctl,
-		"services":           services,
-	}}}}
+	}
+	if len(services) > 0 {
+		vars["services"] = services
+	}
+	inv := map[string]any{"all": map[string]any{"hosts": map[string]any{"localhost": vars}}}
 	b, err := json.Marshal(inv) // JSON is YAML
 	if err != nil {
 		h.t.Fatal(err)
@@ -277,4 +289,35 @@ func (h *sdHost) requireFree() {
 		h.t.Errorf("gpu_status: exit %d", r.code)
 	}
 	requireRow(h.t, r.stdout, "localhost 0 NVIDIA H200 free 0 143771")
+}
+
+// A unit that restarts its worker 15 s after each death (Restart=always,
+// RestartSec=15s), not named in services: killing its worker frees the GPU
+// for 15 s only, so the free fails naming the unit and systemctl stop; with
+// stop_restarters the unit is stopped first and the GPU stays free.
+func TestSystemdFreeGPUsSlowRestart(t *testing.T) {
+	h := newSDHost(t)
+	pids := h.unit("trainer.service", "--mem-mib 4096", 1, "Restart=always", "RestartSec=15s")
+	inv := h.inventory()
+	r := h.gpush("run", "free_gpus.lua", "-i", inv, "-e", "grace=1s")
+	if r.code != 2 {
+		t.Errorf("exit %d, want 2", r.code)
+	}
+	requireContains(t, r.stdout, "unit trainer.service", "Restart=always", "systemctl stop trainer.service")
+	if strings.Contains(r.stdout, "GPU 0 freed") {
+		t.Errorf("GPU 0 said freed while trainer.service restarts its worker")
+	}
+	if pidAlive(pids[0]) {
+		t.Errorf("worker %d alive after the kill", pids[0])
+	}
+	r = h.gpush("run", "free_gpus.lua", "-i", inv, "-e", "grace=1s", "-e", "stop_restarters=true")
+	if r.code != 0 {
+		t.Errorf("exit %d, want 0 with stop_restarters", r.code)
+	}
+	requireContains(t, r.stdout, "stopped unit trainer.service")
+	if st := h.active("trainer.service"); st != "inactive" && st != "failed" {
+		t.Errorf("trainer.service %s after stop_restarters", st)
+	}
+	time.Sleep(20 * time.Second)
+	h.requireFree()
 }

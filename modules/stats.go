@@ -18,8 +18,11 @@ type GPUStat struct {
 	// gpu.wait_free; 0 until a wait_free reported one (idle H200s read 0 MiB).
 	ThresholdMiB int64 `json:"threshold_mib"`
 	// Freed: the first reading was above the threshold and the last is at
-	// or under it.
+	// or under it, and nothing alive would take it back (Restarting).
 	Freed bool `json:"freed"`
+	// Restarting: free at the last reading, but a manager that would start
+	// its workers again is alive (gpu.free's verdict): not freed.
+	Restarting bool `json:"restarting,omitempty"`
 }
 
 // KillStats counts kill outcomes over the whole run of one host.
@@ -49,8 +52,10 @@ type StatsSnapshot struct {
 	// have signalled, as their last reading said.
 	WouldKillMiB int64     `json:"would_kill_mib"`
 	Units        UnitStats `json:"units"`
-	// Freed lists the indices of the GPUs that went from used to free.
-	Freed []int `json:"freed,omitempty"`
+	// Freed lists the indices of the GPUs that went from used to free;
+	// Restarting those free now that a live manager would take back.
+	Freed      []int `json:"freed,omitempty"`
+	Restarting []int `json:"restarting,omitempty"`
 	// Stale: a kill or a unit action came after the last reading of some
 	// GPU, so its AfterMiB may no longer be true (see NeedsReading).
 	Stale bool `json:"stale,omitempty"`
@@ -68,6 +73,24 @@ type Stats struct {
 	// holders: each holder's GPU memory and GPUs at its last reading: what
 	// a dry-run kill would free, and which readings a kill makes stale.
 	holders map[procKey]holderSeen
+	// restarting: GPUs free now whose workers a live manager would start
+	// again (see SetRestarting).
+	restarting map[int]bool
+}
+
+// SetRestarting records gpu.free's verdict on GPU idx: free now, but a
+// live manager would start its workers again (on), or not (off).
+func (s *Stats) SetRestarting(idx int, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.restarting == nil {
+		s.restarting = map[int]bool{}
+	}
+	if on {
+		s.restarting[idx] = true
+	} else {
+		delete(s.restarting, idx)
+	}
 }
 
 // holderSeen is what the last reading said of one holder.
@@ -238,13 +261,17 @@ func (s *Stats) Snapshot() StatsSnapshot {
 	out := StatsSnapshot{Kills: s.kills, Units: s.units, WouldKillMiB: s.wouldKillMiB, Stale: len(s.stale) > 0}
 	for _, st := range s.gpus {
 		c := *st
-		c.Freed = c.BeforeMiB > c.ThresholdMiB && c.AfterMiB <= c.ThresholdMiB
+		c.Restarting = s.restarting[c.Index] && c.AfterMiB <= c.ThresholdMiB
+		c.Freed = c.BeforeMiB > c.ThresholdMiB && c.AfterMiB <= c.ThresholdMiB && !c.Restarting
 		out.GPUs = append(out.GPUs, c)
 	}
 	sort.Slice(out.GPUs, func(i, j int) bool { return out.GPUs[i].Index < out.GPUs[j].Index })
 	for _, g := range out.GPUs {
 		if g.Freed {
 			out.Freed = append(out.Freed, g.Index)
+		}
+		if g.Restarting {
+			out.Restarting = append(out.Restarting, g.Index)
 		}
 	}
 	return out

@@ -32,19 +32,21 @@ type jsonHost struct {
 
 // Totals add up the hosts' figures for the summary.
 type Totals struct {
-	GPUs         int   `json:"gpus"`
-	GPUsFreed    int   `json:"gpus_freed"`
-	MemBeforeMiB int64 `json:"mem_before_mib"`
-	MemAfterMiB  int64 `json:"mem_after_mib"`
-	Killed       int   `json:"killed"`
-	Survived     int   `json:"survived"`
-	UnitsStopped int   `json:"units_stopped"`
-	UnitsStarted int   `json:"units_started"`
-	WouldKill    int   `json:"would_kill"`
-	WouldKillMiB int64 `json:"would_kill_mib"`
-	WouldStop    int   `json:"would_stop"`
-	WouldStopMiB int64 `json:"would_stop_mib"`
-	Rows         int   `json:"rows"`
+	GPUs      int `json:"gpus"`
+	GPUsFreed int `json:"gpus_freed"`
+	// GPUsRestarting: free now, with a live manager that would take them back.
+	GPUsRestarting int   `json:"gpus_restarting"`
+	MemBeforeMiB   int64 `json:"mem_before_mib"`
+	MemAfterMiB    int64 `json:"mem_after_mib"`
+	Killed         int   `json:"killed"`
+	Survived       int   `json:"survived"`
+	UnitsStopped   int   `json:"units_stopped"`
+	UnitsStarted   int   `json:"units_started"`
+	WouldKill      int   `json:"would_kill"`
+	WouldKillMiB   int64 `json:"would_kill_mib"`
+	WouldStop      int   `json:"would_stop"`
+	WouldStopMiB   int64 `json:"would_stop_mib"`
+	Rows           int   `json:"rows"`
 }
 
 // jsonSummary is the last line of --json.
@@ -97,6 +99,7 @@ func (p *Printer) writeSummary(rs []Result) {
 		st, t := r.Stats, &s.Totals
 		t.GPUs += st.GPUs
 		t.GPUsFreed += st.GPUsFreed
+		t.GPUsRestarting += st.GPUsRestarting
 		t.MemBeforeMiB += st.MemBeforeMiB
 		t.MemAfterMiB += st.MemAfterMiB
 		t.Killed += st.Killed

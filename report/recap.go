@@ -146,12 +146,16 @@ func figureCells(st Stats) []string {
 	gpus, mem := "", ""
 	switch {
 	case !st.HaveMem:
-	case st.GPUsFreed == 0 && st.MemBeforeMiB == st.MemAfterMiB:
+	case st.GPUsFreed == 0 && st.GPUsRestarting == 0 && st.MemBeforeMiB == st.MemAfterMiB:
 		// A read-only script: say what is there, not "freed 0".
 		gpus = fmt.Sprintf("%d GPUs", st.GPUs)
 		mem = fmt.Sprintf("%d MiB used", st.MemAfterMiB)
 	default:
 		gpus = fmt.Sprintf("freed %d/%d GPUs", st.GPUsFreed, st.GPUs)
+		if st.GPUsRestarting > 0 {
+			// Free now, but what restarts their workers lives: apart.
+			gpus += fmt.Sprintf(", %d free with a restarter alive", st.GPUsRestarting)
+		}
 		mem = fmt.Sprintf("%d -> %d MiB", st.MemBeforeMiB, st.MemAfterMiB)
 	}
 	if st.Stale && mem != "" {

@@ -85,6 +85,9 @@ type Stats struct {
 	HaveMem   bool `json:"-"`
 	GPUs      int  `json:"gpus"`
 	GPUsFreed int  `json:"gpus_freed"`
+	// GPUsRestarting: free now, but a manager that would start their
+	// workers again is alive: not freed, counted apart.
+	GPUsRestarting int `json:"gpus_restarting,omitempty"`
 	// MemBeforeMiB is the sum of each GPU's first reading, MemAfterMiB of
 	// its newest one.
 	MemBeforeMiB int64 `json:"mem_before_mib"`

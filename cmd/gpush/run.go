@@ -209,6 +209,7 @@ func toReport(r lua.HostResult, addr string) report.Result {
 		out.Stats.HaveMem = true
 		out.Stats.GPUs = len(s.GPUs)
 		out.Stats.GPUsFreed = len(s.Freed)
+		out.Stats.GPUsRestarting = len(s.Restarting)
 		for _, g := range s.GPUs {
 			out.Stats.MemBeforeMiB += g.BeforeMiB
 			out.Stats.MemAfterMiB += g.AfterMiB

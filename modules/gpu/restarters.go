@@ -100,6 +100,7 @@ func (r *freeRun) verifyManagers() {
 	_, settleNote := SettleFor(all)
 	for _, idx := range r.order {
 		row := r.rows[idx]
+		r.m.h.Stats().SetRestarting(idx, false)
 		var labels, whys []string
 		for _, res := range resp.Results {
 			m := res.Manager
@@ -120,6 +121,7 @@ func (r *freeRun) verifyManagers() {
 		case len(labels) > 0 && r.o.accept:
 			row.note = "free now; " + strings.Join(labels, ", ") + " may restart it (accepted)"
 		case len(labels) > 0:
+			r.m.h.Stats().SetRestarting(idx, true)
 			row.freed, row.step = false, StepNotFreed
 			row.reason = "free now, but " + strings.Join(whys, "; ") +
 				" (stop_restarters=true stops it; accept_restarters=true accepts it)"
