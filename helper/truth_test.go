@@ -478,3 +478,26 @@ func TestKillSupervisors(t *testing.T) {
 		t.Errorf("tree kill: results %+v supervisors %+v", r.Results, r.Managers)
 	}
 }
+
+// A worker its supervisor started again before the wait's first poll is
+// new from its start time (the kill's Since): the wait ends at once as
+// new-holder, naming the supervisor, not after the timeout and the settle.
+func TestWaitFreeBackBeforeFirstPoll(t *testing.T) {
+	h := newHost(t, 1)
+	sh, workers := h.supervised("0", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"), "--mem-mib", "2100")
+	w1 := <-workers
+	r, err := Kill(context.Background(), KillRequest{Config: h.cfg, Targets: []Identity{identity(t, w1)}, Signal: "KILL"})
+	if err != nil || r.Since == 0 || len(r.Managers) != 1 {
+		t.Fatalf("kill: %v since %d managers %+v", err, r.Since, r.Managers)
+	}
+	w2 := <-workers // back, and holding memory, before the wait begins
+	start := time.Now()
+	wr := waitFree(t, WaitFreeRequest{Config: h.cfg, Timeout: Duration(5 * time.Second), Settle: Duration(10 * time.Second),
+		Watch: r.Managers, NewSince: r.Since})
+	if took := time.Since(start); wr.Outcome != WaitNewHolder || took > 3*time.Second {
+		t.Fatalf("outcome %s after %s (want new-holder at once): %q", wr.Outcome, took, wr.Reason)
+	}
+	if !strings.Contains(wr.Reason, fmt.Sprintf("new holder appeared: pid %d (gpu-holder)", w2)) || !strings.Contains(wr.Reason, fmt.Sprintf("pid %d (sh -c while", sh)) {
+		t.Errorf("reason %q", wr.Reason)
+	}
+}
