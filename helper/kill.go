@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -471,11 +470,3 @@ var systemReapers = []string{
 	"docker-init", "runc", "crun", "s6-svscan", "(sd-pam)", "kthreadd",
 }
 
-func isReaper(comm string) bool {
-	for _, p := range systemReapers {
-		if ok, _ := path.Match(p, comm); ok {
-			return true
-		}
-	}
-	return false
-}

@@ -338,15 +338,6 @@ func unitAfterTimeout(req UnitRequest) time.Duration {
 // showProps are the properties the unit verb reads.
 var showProps = []string{"LoadState", "ActiveState", "SubState", "MainPID", "ControlGroup", "Restart"}
 
-// showUnit runs `systemctl show -p ... -- name` and parses it.
-func showUnit(ctx context.Context, systemctl string, timeout time.Duration, name string) (map[string]string, error) {
-	props, err := showUnits(ctx, systemctl, timeout, []string{name})
-	if err != nil {
-		return nil, err
-	}
-	return props[0], nil
-}
-
 // showUnits runs one `systemctl show -p ... -- name...` and parses its
 // blocks: systemctl prints one per unit, in the order given, separated by a
 // blank line.

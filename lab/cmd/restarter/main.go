@@ -143,7 +143,7 @@ func parse(args []string) (*options, error) {
 			o.hierarchies = strings.Split(hier, ",")
 		}
 		if len(o.hierarchies) == 0 || !strings.HasPrefix(o.cgroupParent, "/") || strings.Contains(o.cgroupParent, "..") {
-			return nil, errors.New("-kind kube needs -hierarchies and an absolute -cgroup-parent without ..")
+			return nil, errors.New("-kind kube needs -hierarchies and an absolute -cgroup-parent without \"..\"")
 		}
 		if o.root == "" || o.podUID == "" || o.pod == "" {
 			return nil, errors.New("-kind kube needs -root, -pod-uid and -pod")
