@@ -140,6 +140,32 @@ func All() []Module {
 type Managers struct {
 	mu   sync.Mutex
 	list []helper.Manager
+	// stopped: keys of those this run stopped and read stopped after.
+	stopped map[string]bool
+}
+
+// MarkStopped records that m was stopped and read stopped: its own restart
+// delay no longer needs waiting out (the end still reads it again).
+func (r *Managers) MarkStopped(m helper.Manager) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped == nil {
+		r.stopped = map[string]bool{}
+	}
+	r.stopped[m.Key()] = true
+}
+
+// Running returns a copy of those recorded and not MarkStopped.
+func (r *Managers) Running() []helper.Manager {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []helper.Manager
+	for _, m := range r.list {
+		if !r.stopped[m.Key()] {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // Add records managers; one already recorded (same Key) is refreshed with

@@ -581,7 +581,13 @@ func (m *mod) callWait(L *glua.LState, fn string, req helper.WaitFreeRequest, se
 	if sups := m.h.Managers().List(); len(sups) > 0 {
 		req.Watch = sups
 		if settle == 0 {
-			settle, _ = SettleFor(sups)
+			// Those this run stopped (and read stopped) need no waiting
+			// out of their delay; the default settle still guards the
+			// rest.
+			settle = DefaultSettle
+			if running := m.h.Managers().Running(); len(running) > 0 {
+				settle, _ = SettleFor(running)
+			}
 		}
 	}
 	req.Settle = helper.Duration(settle)

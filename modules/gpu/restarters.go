@@ -69,6 +69,9 @@ func (r *freeRun) stopManagers(ms []helper.Manager) {
 	r.stops = append(r.stops, resp.Results...)
 	for _, res := range resp.Results {
 		r.m.h.Managers().Add(res.Manager)
+		if res.Outcome == helper.StopStopped && !res.Alive {
+			r.m.h.Managers().MarkStopped(res.Manager)
+		}
 		level, msg := modules.LevelInfo, ""
 		switch res.Outcome {
 		case helper.StopStopped:
