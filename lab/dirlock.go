@@ -214,6 +214,7 @@ func EndLeftovers(dir string, serverPID int, procs []Proc, wait time.Duration) (
 				}
 				labsystemd.Prune(filepath.Join(h, filepath.Dir(base)), h)
 			}
+			errs = append(errs, removeControllerTrees(hs, base)...)
 		}
 	}
 	if pid := labSSHD(dir); pid > 0 && killSSHD(pid, dir, wait) {

@@ -6,14 +6,18 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/gpush/gpush/lab/labsystemd"
 	"github.com/gpush/gpush/lab/podmanlab"
+	"golang.org/x/sys/unix"
 )
 
 // What stages the incidents of real clusters on lab hosts: more GPUs
@@ -166,16 +170,33 @@ func (l *Lab) startContainer(ctx context.Context, h Host, gpu int) error {
 	if l.other != nil {
 		o.User = fmt.Sprintf("%d:%d", l.other.Uid, l.other.Gid)
 	}
-	if l.NoServices == "" {
-		// In the lab's cgroup subtree, with its conmon: Stop empties it.
-		o.CgroupParent = l.cgroupBase + "/" + h.Name + "/podman"
-	}
 	// A container an earlier lab in this folder left stopped keeps its name.
 	if err := l.Podman.Remove(h.Container); err != nil {
 		return err
 	}
-	if _, err := l.Podman.Run(h.Container, o); err != nil {
-		return err
+	cmd := exec.CommandContext(ctx, l.Podman.Podman, l.Podman.RunArgs(h.Container, o)...)
+	if l.NoServices == "" {
+		// In the lab's cgroup subtree: the container under the host's
+		// podman folder, and `podman run` in podman/conmon, which the
+		// conmon it starts stays in (cgroupfs moves it nowhere), with the
+		// cleanups that conmon runs to restart the container.
+		o.CgroupParent = l.cgroupBase + "/" + h.Name + "/podman"
+		var procs []string
+		for _, hier := range l.cgroups {
+			dir := filepath.Join(hier, o.CgroupParent, "conmon")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("podman cgroup: %w", err)
+			}
+			procs = append(procs, filepath.Join(dir, "cgroup.procs"))
+		}
+		join := `while [ "$1" != -- ]; do echo $$ > "$1" || exit 1; shift; done; shift; exec "$@"`
+		args := append([]string{"-c", join, "podman-run"}, procs...)
+		args = append(append(args, "--", l.Podman.Podman), l.Podman.RunArgs(h.Container, o)...)
+		cmd = exec.CommandContext(ctx, "/bin/sh", args...)
+	}
+	cmd.Env = append(os.Environ(), l.Podman.Env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("podman run %s: %w: %s", h.Container, err, strings.TrimSpace(string(out)))
 	}
 	var last podmanlab.State
 	for {
@@ -251,4 +272,46 @@ func endContainers(dir string) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// controllerHierarchies are the cgroup v1 hierarchies mounted in root
+// other than hs, those the lab places its processes in: the controllers'
+// (cpu, memory, pids, ...), where podman's cgroupfs manager makes a
+// container's cgroups too. None on a pure cgroup v2 host.
+func controllerHierarchies(root string, hs []string) []string {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		p := filepath.Join(root, e.Name())
+		if !e.IsDir() || slices.Contains(hs, p) {
+			continue // a symlink (cpu -> cpu,cpuacct) names one already listed
+		}
+		var st unix.Statfs_t
+		if unix.Statfs(p, &st) == nil && st.Type == cgroup1Magic {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+const cgroup1Magic = 0x27e0eb
+
+// removeControllerTrees removes the cgroups under base that podman made in
+// the controllers' hierarchies for the lab's containers, and the shared
+// parent where no other lab uses it.
+func removeControllerTrees(hs []string, base string) []error {
+	var errs []error
+	for _, h := range controllerHierarchies(labsystemd.DefaultCgroupRoot, hs) {
+		if _, err := os.Stat(filepath.Join(h, base)); err != nil {
+			continue
+		}
+		if err := labsystemd.RemoveTree(h, base); err != nil {
+			errs = append(errs, fmt.Errorf("lab: %w", err))
+		}
+		labsystemd.Prune(filepath.Join(h, filepath.Dir(base)), h)
+	}
+	return errs
 }

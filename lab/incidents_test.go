@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpush/gpush/helper"
 	"github.com/gpush/gpush/inventory"
+	"github.com/gpush/gpush/lab/labsystemd"
 	"github.com/gpush/gpush/lab/podmanlab"
 )
 
@@ -259,6 +260,12 @@ func TestPodmanHolder(t *testing.T) {
 	}
 	if left := exesUnder(l.Dir); len(left) > 0 {
 		t.Errorf("processes %v still run the lab's programs after Stop", left)
+	}
+	// podman made the container's cgroups in every controller's hierarchy.
+	for _, hier := range append(controllerHierarchies(labsystemd.DefaultCgroupRoot, l.cgroups), l.cgroups...) {
+		if _, err := os.Stat(filepath.Join(hier, l.cgroupBase)); !os.IsNotExist(err) {
+			t.Errorf("the lab's cgroup %s left in %s (%v)", l.cgroupBase, hier, err)
+		}
 	}
 }
 

@@ -1343,6 +1343,9 @@ func (l *Lab) Stop() error {
 				// The shared parent goes too when no other lab uses it.
 				labsystemd.Prune(filepath.Join(h, filepath.Dir(l.cgroupBase)), h)
 			}
+			if l.Podman != nil {
+				errs = append(errs, removeControllerTrees(l.cgroups, l.cgroupBase)...)
+			}
 		}
 		// A host's init last: its namespace dies with it, and whatever a
 		// session left there (a gpush run killed midway) with it.

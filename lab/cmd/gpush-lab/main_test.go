@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -211,5 +212,9 @@ func TestUpPodmanOtherUserPrefixDown(t *testing.T) {
 		if lab.Alive(p) {
 			t.Errorf("%s pid %d alive after down", p.Role, p.PID)
 		}
+	}
+	// The cgroups podman made for it in the controllers' hierarchies too.
+	if left, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/gpush-lab/lab-%d", st.PID)); len(left) > 0 {
+		t.Errorf("the dead lab's cgroups left after down: %v", left)
 	}
 }
