@@ -177,7 +177,7 @@ type Binaries struct {
 type Options struct {
 	// Hosts is the number of lab hosts (default 1), named lab01, lab02, ...
 	// (lab001 ... from 100 hosts on: one width, so that they fold as one
-	// node set).
+	// node set; Prefix names them otherwise).
 	Hosts int
 	// Prefix names the hosts instead of lab (gpu: gpu01, gpu02, ...) and
 	// the inventory group that holds them; the unreachable hosts are then
