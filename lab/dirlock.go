@@ -169,8 +169,9 @@ func isLabSSHD(pid int, dir string) bool {
 // EndLeftovers ends what a lab that died without Stop left in dir: procs
 // (its record of them, by identity; supervisors with their group first, so
 // that they restart nothing), its cgroups (those of a lab that ran as
-// serverPID), and whatever still runs programs from dir. It refuses while
-// a lab holds dir's lock. It returns how many processes it killed.
+// serverPID), the containers of its private podman (Options.Podman, by
+// name), and whatever still runs programs from dir. It refuses while a lab
+// holds dir's lock. It returns how many processes and containers it ended.
 func EndLeftovers(dir string, serverPID int, procs []Proc, wait time.Duration) (int, error) {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
@@ -181,7 +182,12 @@ func EndLeftovers(dir string, serverPID int, procs []Proc, wait time.Duration) (
 		return 0, err
 	}
 	defer f.Close()
-	killed := 0
+	var errs []error
+	// Containers first, by name: their runtime restarts a killed worker.
+	killed, err := endContainers(dir)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("lab: remove the containers of %s: %w", podmanDir(dir), err))
+	}
 	for _, p := range procs {
 		if p.Role == RoleSupervisor && Alive(p) && syscall.Kill(-p.PID, syscall.SIGKILL) == nil {
 			killed++
@@ -192,7 +198,6 @@ func EndLeftovers(dir string, serverPID int, procs []Proc, wait time.Duration) (
 			killed++
 		}
 	}
-	var errs []error
 	if serverPID > 0 {
 		base := cgroupBaseFor(dir, serverPID)
 		if hs, err := labsystemd.Hierarchies(labsystemd.DefaultCgroupRoot); err == nil {
@@ -209,6 +214,7 @@ func EndLeftovers(dir string, serverPID int, procs []Proc, wait time.Duration) (
 				}
 				labsystemd.Prune(filepath.Join(h, filepath.Dir(base)), h)
 			}
+			errs = append(errs, removeControllerTrees(hs, base)...)
 		}
 	}
 	if pid := labSSHD(dir); pid > 0 && killSSHD(pid, dir, wait) {

@@ -127,7 +127,7 @@ func helperView(t *testing.T, holder string) string {
 		role[p.PID] = p.Role
 	}
 	// A keeper: the parent's memory stays charged to it after it dies.
-	kp, kcmd, err := startHolder(ctx, py, []string{"--dev", dev("nvidia2"), "--dev", dev("nvidiactl"), "--mem-mib", "777", "--keeper"}, func(c *exec.Cmd) error { return c.Start() })
+	kp, kcmd, err := startHolder(ctx, py, []string{"--dev", dev("nvidia2"), "--dev", dev("nvidiactl"), "--mem-mib", "777", "--keeper"}, nil, func(c *exec.Cmd) error { return c.Start() })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func helperView(t *testing.T, holder string) string {
 	defer syscall.Kill(kp[1], syscall.SIGKILL)
 	kcmd.Process.Kill()
 	kcmd.Wait()
-	zp, zcmd, err := startHolder(ctx, py, []string{"--dev", dev("nvidia1"), "--dev", dev("nvidia-uvm"), "--mem-mib", "555", "--zombie-leader"}, func(c *exec.Cmd) error { return c.Start() })
+	zp, zcmd, err := startHolder(ctx, py, []string{"--dev", dev("nvidia1"), "--dev", dev("nvidia-uvm"), "--mem-mib", "555", "--zombie-leader"}, nil, func(c *exec.Cmd) error { return c.Start() })
 	if err != nil {
 		t.Fatal(err)
 	}

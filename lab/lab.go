@@ -32,44 +32,72 @@ import (
 	"github.com/gpush/gpush/lab/labgpu"
 	"github.com/gpush/gpush/lab/labsystemd"
 	"github.com/gpush/gpush/lab/latency"
+	"github.com/gpush/gpush/lab/podmanlab"
 	"github.com/gpush/gpush/lab/sshd"
 	"gopkg.in/yaml.v3"
 )
 
-// Scenarios: what each lab host's GPUs look like at the start.
+// Scenarios: what each lab host's GPUs look like at the start. What each
+// holds is said once, in ScenarioTable, which both Start and `gpush-lab up
+// --help` read.
 const (
-	// ScenarioIdle: every GPU free, only the protected daemon and an
-	// unrelated process around.
-	ScenarioIdle = "idle"
-	// ScenarioLeftovers: GPU services and a stopped service's leftovers:
-	// on GPU 0 the service vllm-embed.service (KillMode=control-group: its
-	// stop alone frees the GPU), an orphaned worker (its parent was killed)
-	// on GPU 1, a worker that ignores SIGTERM on GPU 2, and on GPU 3 the
-	// service sglang-qwen.service (KillMode=process) whose worker outlives
-	// `systemctl stop`, in the unit's cgroup; plus nvidia-persistenced
-	// holding nvidiactl, an NVML monitor (nvitop: nvidiactl and every
-	// nvidiaN, no nvidia-uvm, no memory) and an unrelated process, all to be
-	// left alone. Every worker has nvidia-uvm open: they own their memory.
-	// Where cgroups cannot be written (Lab.NoServices says why) there are no
-	// services: GPU 0 holds a plain worker and GPU 3 is free.
-	ScenarioLeftovers = "leftovers"
-	// ScenarioRespawn: the leftovers without sglang-qwen.service, and GPU 3
-	// held by a worker that a supervisor (a shell loop, as a `while true`
-	// wrapper or torchrun's agent is) restarts whenever it dies, after
-	// RespawnDelay: a new holder keeps coming back until the supervisor goes.
-	ScenarioRespawn = "respawn"
-	// ScenarioRestarters: the protected daemon and the unrelated process,
-	// and GPU 0 held by a worker (python3, 8 GiB, nvidia-uvm open) that a
-	// restarter (lab/cmd/restarter) brings back whenever it dies. Each host
-	// gets one kind of restarter by its index, cycling through
-	// RestarterKinds: host 1 slow, 2 backoff, 3 kube, 4 loop, 5 slow, ...
-	// Options.RestartScale speeds them all up. The kube kind needs writable
-	// cgroups (Start fails without).
+	ScenarioIdle       = "idle"
+	ScenarioLeftovers  = "leftovers"
+	ScenarioRespawn    = "respawn"
 	ScenarioRestarters = "restarters"
 )
 
-// Scenarios lists every scenario.
-var Scenarios = []string{ScenarioIdle, ScenarioLeftovers, ScenarioRespawn, ScenarioRestarters}
+// ScenarioInfo is one scenario: what Start lays out and how it is told.
+type ScenarioInfo struct {
+	Name string
+	// MinGPUs is the fewest GPUs a host of it needs: it holds GPUs 0 to
+	// MinGPUs-1 and leaves the others free (Options.GPUs).
+	MinGPUs int
+	// About says what a host of it runs, one sentence per GPU or group of
+	// processes.
+	About string
+}
+
+// ScenarioTable lists every scenario, the default (ScenarioLeftovers)
+// second. Every scenario also runs nvidia-persistenced (protected, holding
+// nvidiactl) and an unrelated log-shipper (a non-NVIDIA file), both to be
+// left alone; see also Options.OtherUser and Options.Podman.
+var ScenarioTable = []ScenarioInfo{
+	{ScenarioIdle, 0, "Every GPU free: only nvidia-persistenced and the log-shipper run."},
+	{ScenarioLeftovers, 4, "GPU 0: " + UnitVLLM + " (KillMode=control-group: its stop alone frees the GPU). " +
+		"GPU 1: an orphaned python3 worker (its parent was killed). " +
+		"GPU 2: a python3 worker that ignores SIGTERM. " +
+		"GPU 3: " + UnitSGLang + " (KillMode=process: its forked worker outlives `systemctl stop`, in the unit's cgroup). " +
+		"Plus an NVML monitor (nvitop: nvidiactl and every GPU's device file, no memory), never a target. " +
+		"Every worker has nvidia-uvm open and owns its memory. " +
+		"Where cgroups cannot be written there are no services: GPU 0 holds a plain python3 worker and GPU 3 is free."},
+	{ScenarioRespawn, 4, "The leftovers without " + UnitSGLang + ". " +
+		"GPU 3: a python3 worker that a supervisor (a `while true` shell loop, as torchrun's agent is) restarts " + RespawnDelay + " s after each death."},
+	{ScenarioRestarters, 1, "GPU 0: a python3 worker (8 GiB) that a restarter brings back whenever it dies, one kind per host in turn: " +
+		"slow (a supervisor, 15 s after each death), backoff (1, 2, 4, 8, then 16 s), " +
+		"kube (a kubelet stand-in: the worker runs as container " + PodContainer + " of pod " + PodNamespace + "/" + PodName + " in a kubelet-shaped cgroup, " +
+		"10 s back-off doubling to 5 min, pod logs under the host's gpush_root_dir; needs writable cgroups), " +
+		"loop (`while true; do worker; sleep 2; done`). --restart-scale multiplies every delay."},
+}
+
+// Scenarios lists every scenario's name.
+var Scenarios = func() []string {
+	var out []string
+	for _, sc := range ScenarioTable {
+		out = append(out, sc.Name)
+	}
+	return out
+}()
+
+// Scenario returns the scenario named name.
+func Scenario(name string) (ScenarioInfo, bool) {
+	for _, sc := range ScenarioTable {
+		if sc.Name == name {
+			return sc, true
+		}
+	}
+	return ScenarioInfo{}, false
+}
 
 // The restarters of ScenarioRestarters (Host.Restarter, Proc.Restarter).
 const (
@@ -126,6 +154,7 @@ const (
 	RoleServiceChild = "service-child" // a worker the main process forked, in the unit's cgroup
 	RolePersistenced = "persistenced"  // protected daemon holding nvidiactl
 	RoleUnrelated    = "unrelated"     // holds a non-NVIDIA file; never a target
+	RoleContainer    = "container"     // holds a GPU from a podman container with --restart=always (Options.Podman)
 )
 
 // Binaries are the lab's executables. Empty fields are built by Start with
@@ -148,16 +177,47 @@ type Binaries struct {
 type Options struct {
 	// Hosts is the number of lab hosts (default 1), named lab01, lab02, ...
 	// (lab001 ... from 100 hosts on: one width, so that they fold as one
-	// node set).
+	// node set; Prefix names them otherwise).
 	Hosts int
+	// Prefix names the hosts instead of lab (gpu: gpu01, gpu02, ...) and
+	// the inventory group that holds them; the unreachable hosts are then
+	// PREFIX-down01, .... Two labs of different prefixes merge into one
+	// inventory (gpush -i A/inventory.yaml -i B/inventory.yaml, their
+	// known_hosts files concatenated): host names, the connection vars (on
+	// each lab's groups, not all), ports and GPU UUIDs are apart. Letters,
+	// digits and '-', starting with a letter.
+	Prefix string
 	// Dir holds everything (sshd, keys, devices, inventory); required.
 	Dir string
 	// Scenario applies to every host (default ScenarioLeftovers).
 	Scenario string
 	// HostScenario, when set, picks the scenario of host i (0-based).
 	HostScenario func(i int) string
-	// GPUs per host (default 4; the leftovers scenario needs 4).
+	// GPUs per host (default 4). A scenario needs its MinGPUs
+	// (ScenarioTable) and leaves the GPUs past them free; Podman needs one
+	// more.
 	GPUs int
+	// OtherUser, when set (a user name or a uid: nobody, 65534), runs some
+	// holders as that user instead of root, so that users= filters can be
+	// tried: the orphaned worker (GPU 1) and the TERM ignorer (GPU 2) of
+	// the leftovers and respawn scenarios, and the Podman worker. The lab
+	// sets their uid and gid (it runs as root); no account is created, a
+	// uid without one runs as itself. Dir and the folders above it must be
+	// searchable by others (mode o+x): the holder runs from Dir/bin.
+	OtherUser string
+	// Podman runs one more worker per host in a real podman container
+	// (python3, 6 GiB, nvidia-uvm open) with --restart=always, named
+	// HOST-trainer, on the first GPU its scenario leaves free (GPU
+	// MinGPUs: 0 idle, 4 leftovers and respawn, 1 restarters). The podman
+	// is the lab's own (lab/podmanlab: storage, config and locks under
+	// Dir/podman, runc, cgroupfs, the container's cgroup inside the lab's
+	// subtree when cgroups are writable); the sshd sets CONTAINERS_CONF
+	// and CONTAINERS_STORAGE_CONF in every session, so that the helper's
+	// plain `podman` reads the same containers. The container bind-mounts
+	// the host's device folder and the lab's holder folder at their own
+	// paths and runs the lab's static gpu-holder. Stop removes it by name.
+	// Needs root, podman and runc.
+	Podman bool
 	// Unreachable adds that many inventory hosts (down01, ...) pointing at a
 	// closed loopback port.
 	Unreachable int
@@ -208,6 +268,10 @@ type Proc struct {
 	// Restarter is the kind of restarter (RestarterSlow, ...) a supervisor
 	// is, or that restarts a respawner (ScenarioRestarters).
 	Restarter string `json:"restarter,omitempty"`
+	// UID is its real uid when it started (Options.OtherUser).
+	UID int `json:"uid"`
+	// Container is the podman container it runs in (RoleContainer).
+	Container string `json:"container,omitempty"`
 }
 
 // Host is one lab host.
@@ -238,6 +302,8 @@ type Host struct {
 	// ClientAddr is the loopback address its proxy dials the sshd from,
 	// which tells the sshd the session's host (Options.Isolate).
 	ClientAddr string `json:"client_addr,omitempty"`
+	// Container is its podman container (Options.Podman).
+	Container string `json:"container,omitempty"`
 }
 
 // Lab is a running set of lab hosts.
@@ -253,14 +319,18 @@ type Lab struct {
 	// NoServices says why the hosts run no services (cgroups not
 	// writable); empty when they do.
 	NoServices string
+	// Podman is the lab's private podman (Options.Podman; nil without).
+	Podman *podmanlab.Runtime
 
 	// cgroupBase holds every lab cgroup (CGROUP/gpush-lab/ID/HOST/...);
 	// cgroups lists the hierarchies it was created in.
 	cgroupBase string
 	cgroups    []string
 
-	bin     Binaries
-	opts    Options
+	bin  Binaries
+	opts Options
+	// other is Options.OtherUser's credential (nil without).
+	other   *syscall.Credential
 	proxies []*latency.Proxy
 	inits   map[string]*hostInit // by host name (Options.Isolate)
 	mu      sync.Mutex
@@ -310,6 +380,12 @@ func Start(ctx context.Context, o Options) (l *Lab, err error) {
 	if o.Scenario == "" {
 		o.Scenario = ScenarioLeftovers
 	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if !validPrefix(o.Prefix) {
+		return nil, fmt.Errorf("lab: prefix %q: want letters, digits and '-', starting with a letter", o.Prefix)
+	}
 	if o.ReleaseDelay == "" {
 		o.ReleaseDelay = "70ms"
 	}
@@ -352,6 +428,14 @@ func Start(ctx context.Context, o Options) (l *Lab, err error) {
 			l.Stop()
 		}
 	}()
+	if o.OtherUser != "" {
+		if l.other, err = lookupUser(o.OtherUser); err != nil {
+			return l, err
+		}
+		if err := searchableByOthers(dir); err != nil {
+			return l, fmt.Errorf("lab: OtherUser %s runs holders from %s: %w", o.OtherUser, dir, err)
+		}
+	}
 	// What an earlier lab in this folder published for its sessions (which
 	// host a client address is) must not outlive it.
 	if err := os.RemoveAll(filepath.Join(dir, "ns")); err != nil {
@@ -368,6 +452,17 @@ func Start(ctx context.Context, o Options) (l *Lab, err error) {
 	}
 	// Every lab host logs in through this one sshd at once.
 	own := []string{"MaxStartups 1000", "MaxSessions 1000"}
+	if o.Podman {
+		if err := l.setupPodman(); err != nil {
+			return l, err
+		}
+		// Every session's environment (the helper's podman reads it).
+		line := "SetEnv"
+		for _, kv := range l.Podman.Env {
+			line += " " + strconv.Quote(kv)
+		}
+		own = append(own, line)
+	}
 	if o.Isolate {
 		enter, err := l.writeEnter()
 		if err != nil {
@@ -395,7 +490,7 @@ func Start(ctx context.Context, o Options) (l *Lab, err error) {
 		if o.HostScenario != nil {
 			sc = o.HostScenario(i)
 		}
-		h, err := l.layoutHost(fmt.Sprintf("lab%0*d", width, i+1), sc)
+		h, err := l.layoutHost(fmt.Sprintf("%s%0*d", o.Prefix, width, i+1), sc)
 		if err != nil {
 			return l, err
 		}
@@ -485,17 +580,23 @@ func Build(ctx context.Context, binDir string, have Binaries) (Binaries, error) 
 func GoBuild(ctx context.Context, out, pkg string) error { return labbuild.Go(ctx, out, pkg) }
 
 func (l *Lab) layoutHost(name, scenario string) (Host, error) {
-	switch scenario {
-	case ScenarioIdle, ScenarioLeftovers, ScenarioRespawn, ScenarioRestarters:
-	default:
-		return Host{}, fmt.Errorf("lab host %s: unknown scenario %q (want %s, %s, %s or %s)", name, scenario, ScenarioIdle, ScenarioLeftovers, ScenarioRespawn, ScenarioRestarters)
+	info, ok := Scenario(scenario)
+	if !ok {
+		return Host{}, fmt.Errorf("lab host %s: unknown scenario %q (want one of %s)", name, scenario, strings.Join(Scenarios, ", "))
 	}
-	if leftoversLike(scenario) && l.opts.GPUs < 4 {
-		return Host{}, fmt.Errorf("lab host %s: scenario %s needs 4 GPUs, have %d", name, scenario, l.opts.GPUs)
+	if l.opts.GPUs < info.MinGPUs {
+		return Host{}, fmt.Errorf("lab host %s: scenario %s needs %d GPUs, have %d", name, scenario, info.MinGPUs, l.opts.GPUs)
+	}
+	if l.opts.Podman && l.opts.GPUs <= info.MinGPUs {
+		return Host{}, fmt.Errorf("lab host %s: the podman worker needs a GPU that scenario %s leaves free: it holds GPUs 0-%d, so %d GPUs or more (have %d)",
+			name, scenario, info.MinGPUs-1, info.MinGPUs+1, l.opts.GPUs)
 	}
 	base := filepath.Join(l.Dir, "hosts", name)
 	h := Host{Name: name, Scenario: scenario, DevDir: filepath.Join(base, "dev"), SMI: filepath.Join(base, "smi", "nvidia-smi"),
 		RootDir: filepath.Join(base, "root")}
+	if l.opts.Podman {
+		h.Container = name + "-trainer"
+	}
 	if scenario == ScenarioRestarters {
 		h.Restarter = RestarterKinds[len(l.Hosts)%len(RestarterKinds)]
 		if h.Restarter == RestarterKube && l.NoServices != "" {
@@ -540,8 +641,8 @@ func (l *Lab) layoutHost(name, scenario string) (Host, error) {
 	for i := 0; i < l.opts.GPUs; i++ {
 		cfg.GPUs = append(cfg.GPUs, labgpu.GPU{
 			Index: i, Name: "NVIDIA H200",
-			UUID:     fmt.Sprintf("GPU-1ab%05d-0000-4000-8000-%012d", hostNum, i),
-			BusID:    fmt.Sprintf("00000000:%02X:00.0", 0x18+i*0x10),
+			UUID:     fmt.Sprintf("GPU-1ab%05d-%04x-4000-8000-%012d", hostNum, prefixTag(l.opts.Prefix), i),
+			BusID:    busID(i),
 			TotalMiB: 143771, BaselineMiB: 0,
 		})
 	}
@@ -790,14 +891,15 @@ func (l *Lab) startProcs(ctx context.Context, h Host) error {
 		role, as string
 		gpu      int
 		args     []string
+		other    bool // runs as Options.OtherUser
 	}
 	specs := []spec{
-		{RolePersistenced, "nvidia-persistenced", -1, []string{"--dev", dev("nvidiactl")}},
-		{RoleUnrelated, "log-shipper", -1, []string{"--dev", filepath.Join(filepath.Dir(h.DevDir), "unrelated.log")}},
+		{RolePersistenced, "nvidia-persistenced", -1, []string{"--dev", dev("nvidiactl")}, false},
+		{RoleUnrelated, "log-shipper", -1, []string{"--dev", filepath.Join(filepath.Dir(h.DevDir), "unrelated.log")}, false},
 	}
 	uvm := []string{"--dev", dev("nvidiactl"), "--dev", dev("nvidia-uvm")}
 	if leftoversLike(h.Scenario) && len(h.Services) == 0 {
-		specs = append(specs, spec{RoleWorker, "python3", 0, append([]string{"--dev", gpuDev(0), "--mem-mib", "10240"}, uvm...)})
+		specs = append(specs, spec{RoleWorker, "python3", 0, append([]string{"--dev", gpuDev(0), "--mem-mib", "10240"}, uvm...), false})
 	}
 	if leftoversLike(h.Scenario) {
 		mon := []string{"--dev", dev("nvidiactl")}
@@ -805,9 +907,9 @@ func (l *Lab) startProcs(ctx context.Context, h Host) error {
 			mon = append(mon, "--dev", gpuDev(i))
 		}
 		specs = append(specs,
-			spec{RoleOrphanParent, "python3", 1, append([]string{"--dev", gpuDev(1), "--mem-mib", "3072", "--child-mem-mib", "6144"}, uvm...)},
-			spec{RoleTermIgnorer, "python3", 2, append([]string{"--dev", gpuDev(2), "--mem-mib", "4096", "--ignore-term"}, uvm...)},
-			spec{RoleMonitor, "nvitop", -1, mon},
+			spec{RoleOrphanParent, "python3", 1, append([]string{"--dev", gpuDev(1), "--mem-mib", "3072", "--child-mem-mib", "6144"}, uvm...), true},
+			spec{RoleTermIgnorer, "python3", 2, append([]string{"--dev", gpuDev(2), "--mem-mib", "4096", "--ignore-term"}, uvm...), true},
+			spec{RoleMonitor, "nvitop", -1, mon, false},
 		)
 	}
 	for _, s := range specs {
@@ -815,7 +917,11 @@ func (l *Lab) startProcs(ctx context.Context, h Host) error {
 		if err != nil {
 			return fmt.Errorf("lab host %s: %w", h.Name, err)
 		}
-		pids, cmd, err := startHolder(ctx, bin, s.args, func(c *exec.Cmd) error { return l.startIn(h, c) })
+		var cred *syscall.Credential
+		if s.other {
+			cred = l.other
+		}
+		pids, cmd, err := startHolder(ctx, bin, s.args, cred, func(c *exec.Cmd) error { return l.startIn(h, c) })
 		if err != nil {
 			return fmt.Errorf("lab host %s: start %s: %w", h.Name, s.role, err)
 		}
@@ -856,15 +962,21 @@ func (l *Lab) startProcs(ctx context.Context, h Host) error {
 			return err
 		}
 	}
+	if h.Container != "" {
+		info, _ := Scenario(h.Scenario)
+		if err := l.startContainer(ctx, h, info.MinGPUs); err != nil {
+			return fmt.Errorf("lab host %s: %w", h.Name, err)
+		}
+	}
 	return nil
 }
 
 // startHolder starts a gpu-holder in its own process group (through start)
 // and returns the pids of its "ready <pid>" lines (itself, then its child
 // or keeper if any).
-func startHolder(ctx context.Context, bin string, args []string, start func(*exec.Cmd) error) ([]int, *exec.Cmd, error) {
+func startHolder(ctx context.Context, bin string, args []string, cred *syscall.Credential, start func(*exec.Cmd) error) ([]int, *exec.Cmd, error) {
 	cmd := exec.Command(bin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
 	cmd.Env = labEnv()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -1015,7 +1127,10 @@ func (l *Lab) startSupervisor(ctx context.Context, h Host, gpu int, cmd *exec.Cm
 }
 
 func (l *Lab) add(p *proc) {
-	p.HostPID = hostPID(p.PID)
+	if p.HostPID == 0 {
+		p.HostPID = hostPID(p.PID)
+	}
+	p.UID = procUID(p.PID)
 	l.mu.Lock()
 	l.procs = append(l.procs, p)
 	l.mu.Unlock()
@@ -1113,7 +1228,19 @@ func (l *Lab) writeFiles(unreachable int) error {
 			hosts[h.Name].(map[string]any)["services"] = h.Services
 		}
 	}
-	children := map[string]any{"lab": map[string]any{"hosts": hosts}}
+	// The connection vars sit on the lab's groups, not on all: another
+	// lab's inventory merged with this one keeps its own.
+	conn := func() map[string]any {
+		return map[string]any{
+			"ansible_host":                 "127.0.0.1",
+			"ansible_port":                 port,
+			"ansible_user":                 l.User,
+			"ansible_ssh_private_key_file": l.ClientKey,
+			"gpush_remote_dir":             filepath.Join(l.Dir, "remote"),
+		}
+	}
+	prefix := l.opts.Prefix
+	children := map[string]any{prefix: map[string]any{"vars": conn(), "hosts": hosts}}
 	if unreachable > 0 {
 		closed, err := closedPort()
 		if err != nil {
@@ -1121,20 +1248,15 @@ func (l *Lab) writeFiles(unreachable int) error {
 		}
 		down := map[string]any{}
 		for i := 1; i <= unreachable; i++ {
-			down[fmt.Sprintf("down%02d", i)] = map[string]any{"ansible_port": closed}
+			down[downName(prefix, i)] = map[string]any{"ansible_port": closed}
 		}
-		children["down"] = map[string]any{"hosts": down}
+		group := "down"
+		if prefix != DefaultPrefix {
+			group = prefix + "-down"
+		}
+		children[group] = map[string]any{"vars": conn(), "hosts": down}
 	}
-	inv := map[string]any{"all": map[string]any{
-		"vars": map[string]any{
-			"ansible_host":                 "127.0.0.1",
-			"ansible_port":                 port,
-			"ansible_user":                 l.User,
-			"ansible_ssh_private_key_file": l.ClientKey,
-			"gpush_remote_dir":             filepath.Join(l.Dir, "remote"),
-		},
-		"children": children,
-	}}
+	inv := map[string]any{"all": map[string]any{"children": children}}
 	b, err := yaml.Marshal(inv)
 	if err != nil {
 		return fmt.Errorf("lab inventory: %w", err)
@@ -1187,6 +1309,11 @@ func (l *Lab) Stop() error {
 		l.mu.Lock()
 		procs := append([]*proc(nil), l.procs...)
 		l.mu.Unlock()
+		// Containers first, by name: their runtime restarts a killed
+		// worker.
+		if err := l.removeContainers(); err != nil {
+			errs = append(errs, err)
+		}
 		// A supervisor goes with its group first, so that it starts no
 		// worker the lab has not seen.
 		for _, p := range procs {
@@ -1215,6 +1342,9 @@ func (l *Lab) Stop() error {
 				}
 				// The shared parent goes too when no other lab uses it.
 				labsystemd.Prune(filepath.Join(h, filepath.Dir(l.cgroupBase)), h)
+			}
+			if l.Podman != nil {
+				errs = append(errs, removeControllerTrees(l.cgroups, l.cgroupBase)...)
 			}
 		}
 		// A host's init last: its namespace dies with it, and whatever a

@@ -1,11 +1,12 @@
-// Package podmanlab runs real podman containers for tests, in a podman of
-// their own: storage, run and temporary folders and locks under the test's
-// temporary folder, set through CONTAINERS_CONF and CONTAINERS_STORAGE_CONF
-// in the test process's environment, so that a plain `podman` the code
+// Package podmanlab runs real podman containers for tests and labs, in a
+// podman of their own: storage, run and temporary folders and locks under
+// one folder (a test's temporary folder, a lab's Dir/podman), set through
+// CONTAINERS_CONF and CONTAINERS_STORAGE_CONF (in the test process's
+// environment; in a lab's sshd sessions), so that a plain `podman` the code
 // under test runs finds the same containers; the machine's own containers
 // are neither seen nor touched. Containers run with runc and the cgroupfs
 // cgroup manager, no network and no image: their root folder holds a
-// static busybox (what works on the machines the tests run on:
+// static busybox (for tests; a lab's holds what it bind-mounts) (what works on the machines the tests run on:
 // shared/recipes/podman.md). The helper knows nothing of this package.
 package podmanlab
 
@@ -26,66 +27,78 @@ import (
 // (CI sets it).
 const RequireEnv = "GPUSH_REQUIRE_PODMAN"
 
-// Lab is one private podman setup.
-type Lab struct {
-	t testing.TB
+// Runtime is one private podman setup, for tests (New) and for labs that
+// outlive a test (lab.Options.Podman: Setup).
+type Runtime struct {
 	// Dir holds the configuration, storage, run and temporary folders.
 	Dir string
 	// Podman and Runc are the binaries used.
 	Podman, Runc string
 	// Rootfs is the containers' root folder: bin/busybox and its sh and
-	// sleep.
+	// sleep with Setup's busybox, else empty (a container then runs a
+	// static program bind-mounted in).
 	Rootfs string
-	// Env is what points podman at this setup (set in the process's
-	// environment by New too).
-	Env   []string
-	names []string
+	// Env is what points podman at this setup: CONTAINERS_CONF and
+	// CONTAINERS_STORAGE_CONF, as KEY=VALUE.
+	Env []string
 }
 
-// New sets up a private podman for t and removes, at t's end, every
-// container started through it (by name). It sets environment variables:
-// not for parallel tests. Skips t when podman is not installed or the test
-// does not run as root, unless RequireEnv is set (then t fails).
-func New(t testing.TB) *Lab {
-	t.Helper()
-	podman, err := exec.LookPath("podman")
-	if err == nil && os.Geteuid() != 0 {
-		err = fmt.Errorf("podman's private storage needs root (uid %d)", os.Geteuid())
-	}
+// Find returns the podman and runc binaries, or why podman cannot run
+// here (not installed, not root: the private storage needs root).
+func Find() (podman, runc string, err error) {
+	podman, err = exec.LookPath("podman")
 	if err != nil {
-		if os.Getenv(RequireEnv) != "" {
-			t.Fatalf("%s is set, but podman cannot run: %v (apt-get install podman runc busybox-static)", RequireEnv, err)
-		}
-		t.Skipf("skipping: podman cannot run here: %v (apt-get install podman runc busybox-static; %s=1 makes this a failure)", err, RequireEnv)
+		return "", "", err
 	}
-	runc, err := exec.LookPath("runc")
+	if os.Geteuid() != 0 {
+		return "", "", fmt.Errorf("podman's private storage needs root (uid %d)", os.Geteuid())
+	}
+	runc, err = exec.LookPath("runc")
 	if err != nil {
 		if _, serr := os.Stat("/usr/sbin/runc"); serr != nil {
-			t.Fatalf("podman is installed but runc is not: %v (apt-get install runc)", err)
+			return "", "", fmt.Errorf("podman is installed but runc is not: %w (apt-get install runc)", err)
 		}
 		runc = "/usr/sbin/runc"
 	}
-	busybox, err := staticBusybox()
+	return podman, runc, nil
+}
+
+// Setup writes a private podman setup into dir (created if missing): its
+// containers.conf and storage.conf, storage, run and temporary folders and
+// the containers' root folder. busybox puts a static busybox (and its sh
+// and sleep) in the root folder and fails without one. Nothing is started.
+func Setup(dir string, busybox bool) (*Runtime, error) {
+	podman, runc, err := Find()
 	if err != nil {
-		t.Fatalf("%v (apt-get install busybox-static)", err)
+		return nil, err
 	}
-	dir := t.TempDir()
-	l := &Lab{t: t, Dir: dir, Podman: podman, Runc: runc, Rootfs: filepath.Join(dir, "rootfs")}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return nil, err
+	}
+	r := &Runtime{Dir: dir, Podman: podman, Runc: runc, Rootfs: filepath.Join(dir, "rootfs")}
 	for _, d := range []string{"rootfs/bin", "storage", "run", "tmp", "networks"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 	}
-	b, err := os.ReadFile(busybox)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(l.Rootfs, "bin/busybox"), b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, applet := range []string{"sh", "sleep"} {
-		if err := os.Symlink("busybox", filepath.Join(l.Rootfs, "bin", applet)); err != nil {
-			t.Fatal(err)
+	if busybox {
+		bb, err := staticBusybox()
+		if err != nil {
+			return nil, fmt.Errorf("%w (apt-get install busybox-static)", err)
+		}
+		b, err := os.ReadFile(bb)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(r.Rootfs, "bin/busybox"), b, 0o755); err != nil {
+			return nil, err
+		}
+		for _, applet := range []string{"sh", "sleep"} {
+			link := filepath.Join(r.Rootfs, "bin", applet)
+			os.Remove(link)
+			if err := os.Symlink("busybox", link); err != nil {
+				return nil, err
+			}
 		}
 	}
 	// default_ulimits and pids_limit: the runtime may not set RLIMIT_NPROC
@@ -116,12 +129,130 @@ runroot = %q
 `, filepath.Join(dir, "storage"), filepath.Join(dir, "run"))
 	confFile, storageFile := filepath.Join(dir, "containers.conf"), filepath.Join(dir, "storage.conf")
 	if err := os.WriteFile(confFile, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if err := os.WriteFile(storageFile, []byte(storage), 0o644); err != nil {
+		return nil, err
+	}
+	r.Env = []string{"CONTAINERS_CONF=" + confFile, "CONTAINERS_STORAGE_CONF=" + storageFile}
+	return r, nil
+}
+
+// Exec runs podman with args in this setup and returns its stdout, or an
+// error with what it printed.
+func (r *Runtime) Exec(args ...string) (string, error) {
+	cmd := exec.Command(r.Podman, args...)
+	cmd.Env = append(os.Environ(), r.Env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("podman %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), nil
+}
+
+// Options for a container.
+type Options struct {
+	// Restart is podman run's --restart (always, on-failure, no, ...);
+	// empty: podman's default (no).
+	Restart string
+	// Binds are host folders mounted at the same path inside, so that a
+	// file the container opens has the same path in the host's /proc.
+	Binds []string
+	// Hold are files the container's process holds open (see Hold), when
+	// Cmd is empty.
+	Hold []string
+	// Cmd is the container's command; default Hold(Hold...).
+	Cmd []string
+	// User is podman run's --user (uid[:gid]); empty: root.
+	User string
+	// CgroupParent is podman run's --cgroup-parent (a cgroupfs path);
+	// empty: podman's default, /libpod_parent.
+	CgroupParent string
+}
+
+// RunArgs are the arguments of `podman run` for a container named name.
+func (r *Runtime) RunArgs(name string, o Options) []string {
+	args := []string{"run", "-d", "--name", name, "--network", "none"}
+	if o.Restart != "" {
+		args = append(args, "--restart", o.Restart)
+	}
+	if o.User != "" {
+		args = append(args, "--user", o.User)
+	}
+	if o.CgroupParent != "" {
+		args = append(args, "--cgroup-parent", o.CgroupParent)
+	}
+	for _, b := range o.Binds {
+		args = append(args, "-v", b+":"+b)
+	}
+	cmd := o.Cmd
+	if len(cmd) == 0 {
+		cmd = Hold(o.Hold...)
+	}
+	args = append(args, "--rootfs", r.Rootfs)
+	return append(args, cmd...)
+}
+
+// Run starts a container named name (detached) and returns its id once
+// podman has started it.
+func (r *Runtime) Run(name string, o Options) (string, error) {
+	out, err := r.Exec(r.RunArgs(name, o)...)
+	return strings.TrimSpace(out), err
+}
+
+// Remove removes the named container at once (podman rm -f, by name: it
+// ends that container only); one that is not there is no error.
+func (r *Runtime) Remove(name string) error {
+	_, err := r.Exec("rm", "-f", "-t", "0", "--ignore", name)
+	return err
+}
+
+// State reads the named container's state; ok is false when podman has no
+// such container.
+func (r *Runtime) State(name string) (st State, ok bool, err error) {
+	out, err := r.Exec("container", "inspect", "--format", "{{.State.Status}} {{.State.Pid}} {{.RestartCount}} {{.State.ExitCode}}", name)
+	if err != nil {
+		if strings.Contains(err.Error(), "no such") {
+			return State{}, false, nil
+		}
+		return State{}, false, err
+	}
+	f := strings.Fields(out)
+	if len(f) != 4 {
+		return State{}, false, fmt.Errorf("podman inspect %s: %q", name, out)
+	}
+	st.Status = f[0]
+	st.Pid, _ = strconv.Atoi(f[1])
+	st.RestartCount, _ = strconv.Atoi(f[2])
+	st.ExitCode, _ = strconv.Atoi(f[3])
+	return st, true, nil
+}
+
+// Lab is one private podman setup of a test.
+type Lab struct {
+	*Runtime
+	t     testing.TB
+	names []string
+}
+
+// New sets up a private podman for t and removes, at t's end, every
+// container started through it (by name). It sets environment variables:
+// not for parallel tests. Skips t when podman is not installed or the test
+// does not run as root, unless RequireEnv is set (then t fails).
+func New(t testing.TB) *Lab {
+	t.Helper()
+	if _, _, err := Find(); err != nil {
+		if os.Getenv(RequireEnv) != "" {
+			t.Fatalf("%s is set, but podman cannot run: %v (apt-get install podman runc busybox-static)", RequireEnv, err)
+		}
+		t.Skipf("skipping: podman cannot run here: %v (apt-get install podman runc busybox-static; %s=1 makes this a failure)", err, RequireEnv)
+	}
+	r, err := Setup(t.TempDir(), true)
+	if err != nil {
 		t.Fatal(err)
 	}
-	l.Env = []string{"CONTAINERS_CONF=" + confFile, "CONTAINERS_STORAGE_CONF=" + storageFile}
+	l := &Lab{Runtime: r, t: t}
 	for _, kv := range l.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
@@ -158,37 +289,11 @@ func staticBusybox() (string, error) {
 // the test with what podman printed.
 func (l *Lab) Exec(args ...string) string {
 	l.t.Helper()
-	out, err := l.run(args...)
+	out, err := l.Runtime.Exec(args...)
 	if err != nil {
-		l.t.Fatalf("podman %s: %v", strings.Join(args, " "), err)
+		l.t.Fatal(err)
 	}
 	return out
-}
-
-func (l *Lab) run(args ...string) (string, error) {
-	cmd := exec.Command(l.Podman, args...)
-	cmd.Env = append(os.Environ(), l.Env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("%w: %s", err, strings.TrimSpace(errb.String()))
-	}
-	return out.String(), nil
-}
-
-// Options for a container.
-type Options struct {
-	// Restart is podman run's --restart (always, on-failure, no, ...);
-	// empty: podman's default (no).
-	Restart string
-	// Binds are host folders mounted at the same path inside, so that a
-	// file the container opens has the same path in the host's /proc.
-	Binds []string
-	// Hold are files the container's process holds open (see Hold), when
-	// Cmd is empty.
-	Hold []string
-	// Cmd is the container's command; default Hold(Hold...).
-	Cmd []string
 }
 
 // Container is one container of the lab.
@@ -202,24 +307,15 @@ type Container struct {
 // has started it; see WaitReady for its process.
 func (l *Lab) Run(name string, o Options) *Container {
 	l.t.Helper()
-	args := []string{"run", "-d", "--name", name, "--network", "none"}
-	if o.Restart != "" {
-		args = append(args, "--restart", o.Restart)
+	first := ""
+	if len(o.Cmd) == 0 && len(o.Hold) > 0 {
+		first = o.Hold[0]
 	}
-	for _, b := range o.Binds {
-		args = append(args, "-v", b+":"+b)
-	}
-	cmd, first := o.Cmd, ""
-	if len(cmd) == 0 {
-		cmd = Hold(o.Hold...)
-		if len(o.Hold) > 0 {
-			first = o.Hold[0]
-		}
-	}
-	args = append(args, "--rootfs", l.Rootfs)
-	args = append(args, cmd...)
 	l.names = append(l.names, name)
-	id := strings.TrimSpace(l.Exec(args...))
+	id, err := l.Runtime.Run(name, o)
+	if err != nil {
+		l.t.Fatal(err)
+	}
 	return &Container{lab: l, Name: name, ID: id, holdsFirst: first}
 }
 
@@ -258,23 +354,11 @@ type State struct {
 // container.
 func (c *Container) State() (State, bool) {
 	c.lab.t.Helper()
-	out, err := c.lab.run("container", "inspect", "--format", "{{.State.Status}} {{.State.Pid}} {{.RestartCount}} {{.State.ExitCode}}", c.Name)
+	st, ok, err := c.lab.Runtime.State(c.Name)
 	if err != nil {
-		if strings.Contains(err.Error(), "no such") {
-			return State{}, false
-		}
-		c.lab.t.Fatalf("podman inspect %s: %v", c.Name, err)
+		c.lab.t.Fatal(err)
 	}
-	f := strings.Fields(out)
-	if len(f) != 4 {
-		c.lab.t.Fatalf("podman inspect %s: %q", c.Name, out)
-	}
-	var st State
-	st.Status = f[0]
-	st.Pid, _ = strconv.Atoi(f[1])
-	st.RestartCount, _ = strconv.Atoi(f[2])
-	st.ExitCode, _ = strconv.Atoi(f[3])
-	return st, true
+	return st, ok
 }
 
 // WaitReady waits until the container runs a process other than notPid
@@ -304,14 +388,16 @@ func (c *Container) WaitReady(notPid int, timeout time.Duration) int {
 // Remove removes the container at once (podman rm -f, by name).
 func (c *Container) Remove() {
 	c.lab.t.Helper()
-	c.lab.Exec("rm", "-f", "-t", "0", c.Name)
+	if err := c.lab.Runtime.Remove(c.Name); err != nil {
+		c.lab.t.Fatal(err)
+	}
 }
 
 // removeAll removes every container Run started, by name.
 func (l *Lab) removeAll() {
 	for _, n := range l.names {
-		if out, err := l.run("rm", "-f", "-t", "0", "--ignore", n); err != nil {
-			l.t.Errorf("podman rm -f %s: %v %s", n, err, out)
+		if err := l.Remove(n); err != nil {
+			l.t.Error(err)
 		}
 	}
 }

@@ -2,6 +2,8 @@
 //
 //	gpush-lab up -n 4 --dir /tmp/gpush-lab [--scenario leftovers]   # prints the inventory, stays up
 //	gpush-lab up -n 4 --dir /tmp/gpush-lab --scenario restarters     # a slow, backoff, kube (kubelet stand-in) and loop restarter
+//	gpush-lab up -n 2 --dir /tmp/gpu --prefix gpu --gpus 8 --other-user nobody --podman
+//	gpush-lab up --help                                              # every flag, and what each scenario holds
 //	gpush-lab down --dir /tmp/gpush-lab                              # also ends what a killed lab left
 //	gpush-lab demo [-n 4]                                            # up, gpush run free_gpus.lua, down
 package main
@@ -41,11 +43,15 @@ func main() {
 		err = demo(os.Args[2:])
 	case "-h", "--help", "help":
 		usage()
+		fmt.Fprint(os.Stderr, "\n"+scenarioHelp())
 		return
 	default:
 		fmt.Fprintf(os.Stderr, "gpush-lab: unknown command %q\n", os.Args[1])
 		usage()
 		os.Exit(1)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpush-lab %s: %v\n", os.Args[1], err)
@@ -58,19 +64,77 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprint(os.Stderr, `usage:
-  gpush-lab up   -n N --dir DIR [--scenario idle|leftovers|respawn|restarters] [--restart-scale F] [--unreachable K] [--isolate] [--build c|go]
+	fmt.Fprintf(os.Stderr, `usage:
+  gpush-lab up   -n N --dir DIR [--scenario %s] [--gpus G] [--prefix P] [--other-user U] [--podman]
+                 [--restart-scale F] [--unreachable K] [--isolate] [--build c|go]
   gpush-lab down --dir DIR
-  gpush-lab demo [-n N] [--dir DIR] [--scenario S] [--restart-scale F] [--keep]
+  gpush-lab demo [-n N] [--dir DIR] [--scenario S] [--gpus G] [--restart-scale F] [--keep]
+  gpush-lab up --help: every flag and what each scenario holds
+`, strings.Join(lab.Scenarios, "|"))
+}
+
+// scenarioHelp tells every scenario from lab.ScenarioTable, wrapped.
+func scenarioHelp() string {
+	var b strings.Builder
+	b.WriteString("Scenarios (--scenario; every host also runs nvidia-persistenced, protected, and an unrelated log-shipper):\n")
+	for _, sc := range lab.ScenarioTable {
+		held := "no GPU held, any --gpus"
+		switch sc.MinGPUs {
+		case 0:
+		case 1:
+			held = "GPU 0 held, --gpus 1+"
+		default:
+			held = fmt.Sprintf("GPUs 0-%d held, --gpus %d+", sc.MinGPUs-1, sc.MinGPUs)
+		}
+		fmt.Fprintf(&b, "  %s (%s, the others free; --podman's worker on GPU %d)\n", sc.Name, held, sc.MinGPUs)
+		b.WriteString(wrap(sc.About, "      ", 100))
+	}
+	b.WriteString(`
+Options that add to any scenario:
+  --other-user U  the orphaned worker (GPU 1) and the SIGTERM ignorer (GPU 2) of leftovers and
+                  respawn, and the podman worker, run as user U (a name or uid: nobody, 65534)
+  --podman        one more python3 worker (6 GiB) per host in a real podman container
+                  HOST-trainer, --restart=always, on the first GPU the scenario leaves free
+                  (above: a GPU more than the scenario's minimum)
+  --prefix P      hosts P01, P02, ... in inventory group P, so that two labs merge:
+                  gpush run ... -i A/inventory.yaml -i B/inventory.yaml --known-hosts <(cat A/known_hosts B/known_hosts)
 `)
+	return b.String()
+}
+
+// wrap breaks s into lines of at most width characters, each after indent.
+func wrap(s, indent string, width int) string {
+	var b strings.Builder
+	line := indent
+	for _, w := range strings.Fields(s) {
+		if len(line) > len(indent) && len(line)+1+len(w) > width {
+			b.WriteString(line + "\n")
+			line = indent
+		}
+		if len(line) > len(indent) {
+			line += " "
+		}
+		line += w
+	}
+	if len(line) > len(indent) {
+		b.WriteString(line + "\n")
+	}
+	return b.String()
 }
 
 type labFlags struct {
-	n, unreachable int
-	dir, scenario  string
-	build          string
-	isolate        bool
-	restartScale   float64
+	n, unreachable, gpus int
+	dir, scenario        string
+	prefix, otherUser    string
+	build                string
+	isolate, podman      bool
+	restartScale         float64
+}
+
+// options are the lab.Options the flags ask for.
+func (f *labFlags) options() lab.Options {
+	return lab.Options{Hosts: f.n, Dir: f.dir, Scenario: f.scenario, GPUs: f.gpus, Prefix: f.prefix, OtherUser: f.otherUser, Podman: f.podman,
+		Unreachable: f.unreachable, Isolate: f.isolate, RestartScale: f.restartScale, Bin: lab.Binaries{Kind: f.build}}
 }
 
 func parseLab(name string, args []string, defDir string) (*flag.FlagSet, *labFlags, error) {
@@ -78,11 +142,20 @@ func parseLab(name string, args []string, defDir string) (*flag.FlagSet, *labFla
 	f := &labFlags{}
 	fs.IntVar(&f.n, "n", 4, "number of lab hosts")
 	fs.StringVar(&f.dir, "dir", defDir, "lab folder (sshd, keys, fake devices, inventory)")
-	fs.StringVar(&f.scenario, "scenario", lab.ScenarioLeftovers, strings.Join(lab.Scenarios, ", "))
+	fs.StringVar(&f.scenario, "scenario", lab.ScenarioLeftovers, strings.Join(lab.Scenarios, ", ")+" (see below)")
+	fs.IntVar(&f.gpus, "gpus", 4, "GPUs per host (a scenario needs its minimum, below)")
+	fs.StringVar(&f.prefix, "prefix", lab.DefaultPrefix, "host name prefix: PREFIX01, PREFIX02, ... (letters, digits, '-')")
+	fs.StringVar(&f.otherUser, "other-user", "", "run some holders as this user (name or uid, e.g. nobody), see below")
+	fs.BoolVar(&f.podman, "podman", false, "one worker per host in a real podman container (--restart=always), see below")
 	fs.Float64Var(&f.restartScale, "restart-scale", 1, "multiplies every restarter delay of the restarters scenario")
 	fs.IntVar(&f.unreachable, "unreachable", 0, "extra inventory hosts on a closed port")
 	fs.StringVar(&f.build, "build", "", "how to build gpu-holder and lab-init: c, go, or empty for c when a C compiler is there (c costs a few pages per process, go ~0.6-1.2 MiB)")
 	fs.BoolVar(&f.isolate, "isolate", false, "give each host a process view of its own (a PID namespace with its own /proc), as a real host has")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: gpush-lab %s [flags]\n", name)
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), "\n"+scenarioHelp())
+	}
 	return fs, f, nil
 }
 
@@ -180,8 +253,9 @@ func serve(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	l, err := lab.Start(ctx, lab.Options{Hosts: f.n, Dir: f.dir, Scenario: f.scenario, Unreachable: f.unreachable, Isolate: f.isolate, RestartScale: f.restartScale,
-		Log: os.Stderr, Bin: lab.Binaries{Kind: f.build}})
+	o := f.options()
+	o.Log = os.Stderr
+	l, err := lab.Start(ctx, o)
 	if err != nil {
 		if l != nil {
 			l.Stop()
@@ -318,7 +392,7 @@ func demo(args []string) error {
 		}
 	}
 	fmt.Printf("== starting %d lab hosts (scenario %s) behind one sshd on loopback\n", f.n, f.scenario)
-	l, err := lab.Start(ctx, lab.Options{Hosts: f.n, Dir: f.dir, Scenario: f.scenario, Unreachable: f.unreachable, Isolate: f.isolate, RestartScale: f.restartScale})
+	l, err := lab.Start(ctx, f.options())
 	if err != nil {
 		if l != nil {
 			l.Stop()

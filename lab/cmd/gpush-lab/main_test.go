@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpush/gpush/lab"
+	"github.com/gpush/gpush/lab/podmanlab"
 	"github.com/gpush/gpush/lab/sshd"
 )
 
@@ -131,4 +133,88 @@ func readPID(t *testing.T, path string) int {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return pid
+}
+
+// `up --help` exits 0 and tells every scenario of lab.ScenarioTable: its
+// name, the GPUs it holds and its description, and the options that add
+// to any scenario.
+func TestUpHelpTellsScenarios(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "gpush-lab")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build gpush-lab: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "up", "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("up --help: %v\n%s", err, out)
+	}
+	flat := strings.Join(strings.Fields(string(out)), " ")
+	for _, sc := range lab.ScenarioTable {
+		if !strings.Contains(flat, sc.Name+" (") || !strings.Contains(flat, strings.Join(strings.Fields(sc.About), " ")) {
+			t.Errorf("up --help does not tell scenario %s: %q", sc.Name, sc.About)
+		}
+	}
+	for _, want := range []string{"GPUs 0-3 held, --gpus 4+", "--podman's worker on GPU 4", "-gpus", "-prefix", "-other-user", "-podman"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("up --help lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// `up` with every incident option: hosts gpu01.. with 5 GPUs, the
+// container worker on GPU 4 as uid 65534; when the server is KILLed,
+// `down` removes the container by name (its runtime would restart a
+// killed worker) and ends the rest.
+func TestUpPodmanOtherUserPrefixDown(t *testing.T) {
+	run := labCLI(t)
+	if _, _, err := podmanlab.Find(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "lab")
+	// t.TempDir's own folder is 0700: uid 65534 must reach the holders.
+	if err := os.Chmod(filepath.Dir(tmp), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer run("down", "--dir", dir)
+	if out, ok := run("up", "-n", "1", "--dir", dir, "--prefix", "gpu", "--gpus", "5", "--podman", "--other-user", "65534"); !ok {
+		t.Fatalf("up: %s", out)
+	}
+	st := labState(t, dir)
+	var worker *lab.Proc
+	for i, p := range st.Procs {
+		if p.Host != "gpu01" {
+			t.Errorf("process %+v of a host not named gpu01", p)
+		}
+		if p.Role == lab.RoleContainer {
+			worker = &st.Procs[i]
+		}
+	}
+	if worker == nil || worker.GPU != 4 || worker.UID != 65534 || worker.Container != "gpu01-trainer" || !lab.Alive(*worker) {
+		t.Fatalf("container worker %+v, want gpu01-trainer on GPU 4 as 65534", worker)
+	}
+	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for lab.Alive(lab.Proc{PID: st.PID, StartTime: st.StartTime}) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if out, ok := run("down", "--dir", dir); !ok {
+		t.Fatalf("down of a dead lab: %s", out)
+	}
+	pm, err := podmanlab.Setup(filepath.Join(dir, "podman"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, there, err := pm.State("gpu01-trainer"); there || err != nil {
+		t.Errorf("container gpu01-trainer still there after down (%v)", err)
+	}
+	for _, p := range st.Procs {
+		if lab.Alive(p) {
+			t.Errorf("%s pid %d alive after down", p.Role, p.PID)
+		}
+	}
+	// The cgroups podman made for it in the controllers' hierarchies too.
+	if left, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/gpush-lab/lab-%d", st.PID)); len(left) > 0 {
+		t.Errorf("the dead lab's cgroups left after down: %v", left)
+	}
 }
