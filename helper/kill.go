@@ -469,4 +469,3 @@ var systemReapers = []string{
 	"systemd", "init", "containerd-shim*", "conmon", "tini", "dumb-init", "catatonit",
 	"docker-init", "runc", "crun", "s6-svscan", "(sd-pam)", "kthreadd",
 }
-
