@@ -127,7 +127,7 @@ func FuzzPrinter(f *testing.F) {
 			Value: []any{map[string]any{"comm": comm, "pid": 1.0}}}, {Host: "h2", Status: StatusOK, Value: comm}}
 		for _, color := range []bool{false, true} {
 			var out bytes.Buffer
-			p := New(Options{Out: &out, Color: color, Gather: color, Now: clock()})
+			p := New(Options{Out: &out, Color: color, FoldNumbers: color, Now: clock()})
 			p.Event(Event{Host: host, Level: "warn", Message: msg})
 			p.Finish(rs)
 			onlyOwnEscapes(t, out.String(), own(color)...)

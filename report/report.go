@@ -164,14 +164,17 @@ type Options struct {
 	Progress bool
 	// ProgressAfter is how long a run must last before progress shows.
 	ProgressAfter time.Duration
-	// Gather (-b) holds per-host lines and prints them at the end: lines
-	// that differ only in their numbers once, with the node set and count
-	// of the hosts that printed them and each number's values, every
-	// host's lines in its own order (see gather.go).
+	// Gather (-b, clush -b) holds per-host lines and prints each distinct
+	// whole output once, at the end, under a header naming its hosts.
 	Gather bool
-	// ByOutput (-B, clush -b's layout) holds per-host lines and prints
-	// each distinct whole output once under a header naming its hosts.
-	ByOutput bool
+	// FoldNumbers (--fold-numbers) lets lines that differ only in figures
+	// (counts, MiB, durations; never pids, GPU indices or other numbers)
+	// be one, showing each figure's values: with Gather, whole outputs;
+	// alone, each line at its place in every host's order (see gather.go).
+	FoldNumbers bool
+	// TableWidth is how wide fleet tables may be: 0 is DefaultTableWidth,
+	// below 0 no limit (--wide).
+	TableWidth int
 	// Verbose shows debug lines.
 	Verbose bool
 	// Total is the number of hosts, for progress.
@@ -234,7 +237,7 @@ func (p *Printer) Event(e Event) {
 	if p.o.JSON {
 		return
 	}
-	if p.o.Gather || p.o.ByOutput {
+	if p.o.Gather || p.o.FoldNumbers {
 		return // printed by Finish, from p.events
 	}
 	p.clearProgress()
@@ -314,6 +317,11 @@ func (p *Printer) Finish(rs []Result) int {
 	}
 	p.printGathered()
 	if t := FleetTable(rs, p.o.Fold); t != nil {
+		w := p.o.TableWidth
+		if w == 0 {
+			w = DefaultTableWidth
+		}
+		t.Fit(w)
 		p.out.Line()
 		t.Write(p.out)
 	}
