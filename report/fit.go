@@ -74,7 +74,7 @@ func (t *Table) Fit(width int) {
 		cut = append(cut, strings.ToUpper(t.Columns[i]))
 	}
 	if len(cut) > 0 {
-		t.Notes = append(t.Notes, fmt.Sprintf("cut to %d columns: %s (--wide shows every cell whole; --json has every value exact)",
+		t.Notes = append(t.Notes, fmt.Sprintf("cut to %d columns: %s (--wide: every cell whole; --json: every value exact)",
 			width, strings.Join(cut, ", ")))
 	}
 }

@@ -256,7 +256,7 @@ func FleetTable(rs []Result, fold func([]string) string) *Table {
 			nrows, len(all), shown))
 	}
 	if len(ranged) > 0 {
-		t.Notes = append(t.Notes, fmt.Sprintf("%s: lowest..highest of the group's hosts (it changes from moment to moment, so hosts differing only there are one group)",
+		t.Notes = append(t.Notes, fmt.Sprintf("%s: lowest..highest of the group (it changes by the moment: hosts differing only there are one group)",
 			strings.Join(upper(ranged), ", ")))
 	}
 	for _, c := range order {
@@ -278,7 +278,7 @@ var volatileColumns = map[string]bool{"age": true, "age_s": true, "elapsed": tru
 // columnMarks are the marks the library's scripts put in a column's cells,
 // explained under a table that shows one.
 var columnMarks = map[string][]struct{ mark, means string }{
-	"holders": {{"*", "the holder owns GPU memory or a compute context (what a free kills first); unmarked: it only has the device open"}},
+	"holders": {{"*", "owns GPU memory or a compute context (a free kills it first); unmarked: only has the device open"}},
 }
 
 // columnHas reports whether a cell of column c holds mark.
@@ -568,3 +568,9 @@ func digitsPrefix(s string) int {
 	}
 	return n
 }
+
+// CellText is a value as a fleet table cell shows it: text as it is,
+// numbers without a needless decimal part, an object with a "label" (a
+// holder, a manager) as its label and a list of them as their labels
+// joined by ", ", other tables as compact JSON.
+func CellText(v any) string { return cellString(v) }
