@@ -17,10 +17,17 @@
 // columns show and in what order; a last entry "..." adds the others after
 // them. Without it, columns come in a fixed order for the library's keys
 // (gpu, index, pid, ... see columnOrder), then the others alphabetically,
-// then holders, reason, error. A cell is its value as text, nested tables as
-// compact JSON; in a column holding values of several types, a string that
-// would read as another type (1, true, an empty string) is quoted, so that
-// the number 1 and the string "1" stay apart. A missing key is an empty cell.
+// then holders, reason, error. A cell is its value as text; an object with
+// a "label" (a holder, a manager) shows as its label and a list of them as
+// their labels; other nested tables as compact JSON; in a column holding
+// values of several types, a string that would read as another type (1,
+// true, an empty string) is quoted, so that the number 1 and the string "1"
+// stay apart. A missing key is an empty cell. Hosts whose rows differ only
+// in volatile columns (age, elapsed, ...: volatileColumns) fold too, the
+// cell showing the group's range. Marks of the library's columns (the *
+// of holders) are explained under the table. The table fits a width
+// (Options.TableWidth; Table.Fit): cells are cut, command lines losing
+// their folders first.
 //
 // Recap. Hosts with the same status, detail and figures, numbers aside, are
 // one line with their node set; in a folded line, a detail that names each
@@ -32,7 +39,10 @@
 // JSON (--json): one object per line, each with a "type": "host" objects as
 // each host finishes (host, status, value, error, address, rows, columns,
 // elapsed_s, stats, log), then one "summary" object (hosts, counts per
-// status, exit_code, interrupted, elapsed_s, totals).
+// status, exit_code, interrupted, elapsed_s, totals). A host's rows are
+// always in rows (recorded and returned, as the fleet table shows them);
+// value is a return value that is not rows, else null. Nothing is cut. The
+// schema is docs/json-schema.json.
 package report
 
 import (
