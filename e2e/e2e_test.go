@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpush/gpush/lab"
 	"github.com/gpush/gpush/lab/sshd"
+	"github.com/gpush/gpush/report/jsoncheck"
 
 	// Not used here, but what the gpush binary under test is made of: importing
 	// them makes `go test`'s cache rerun these tests when they change.
@@ -221,7 +222,19 @@ func TestFreeGPUs(t *testing.T) {
 	bystanders := []string{lab.RolePersistenced, lab.RoleMonitor, lab.RoleUnrelated}
 
 	t.Run("gpu_status fleet table", func(t *testing.T) {
+		// By default the table fits 120 columns, its * explained.
 		r := gpush(t, l, "run", "gpu_status.lua", "--limit", "lab")
+		if r.code != 0 {
+			t.Errorf("exit %d, want 0", r.code)
+		}
+		for _, line := range strings.Split(r.stdout, "\n") {
+			if n := len([]rune(line)); n > 120 {
+				t.Errorf("a line of %d columns: %q", n, line)
+			}
+		}
+		requireContains(t, r.stdout, "HOLDERS *: owns GPU memory")
+		// --wide: every cell whole.
+		r = gpush(t, l, "run", "gpu_status.lua", "--limit", "lab", "--wide")
 		if r.code != 0 {
 			t.Errorf("exit %d, want 0", r.code)
 		}
@@ -318,14 +331,24 @@ func TestFreeGPUs(t *testing.T) {
 		if r.code != 0 {
 			t.Errorf("exit %d, want 0", r.code)
 		}
+		schema, err := jsoncheck.Load("../docs/json-schema.json")
+		if err != nil {
+			t.Fatal(err)
+		}
 		sc := bufio.NewScanner(strings.NewReader(r.stdout))
+		sc.Buffer(nil, 1<<20)
 		seen := map[string]bool{}
 		for sc.Scan() {
+			// Every line fits the documented schema.
+			if err := schema.ValidateJSON(sc.Bytes()); err != nil {
+				t.Errorf("--json line does not fit docs/json-schema.json: %v\n%s", err, sc.Text())
+			}
 			var obj struct {
 				Type   string           `json:"type"`
 				Host   string           `json:"host"`
 				Status string           `json:"status"`
-				Value  []map[string]any `json:"value"`
+				Value  any              `json:"value"`
+				Rows   []map[string]any `json:"rows"`
 			}
 			if err := json.Unmarshal(sc.Bytes(), &obj); err != nil {
 				t.Fatalf("--json line %q: %v", sc.Text(), err)
@@ -334,10 +357,11 @@ func TestFreeGPUs(t *testing.T) {
 				continue
 			}
 			seen[obj.Host] = true
-			if obj.Status != "ok" || len(obj.Value) != 4 {
-				t.Errorf("%s: status %s, %d rows, want ok and 4 rows", obj.Host, obj.Status, len(obj.Value))
+			// The rows the script returned are in .rows, not .value.
+			if obj.Status != "ok" || len(obj.Rows) != 4 || obj.Value != nil {
+				t.Errorf("%s: status %s, %d rows, value %v; want ok, 4 rows and no value", obj.Host, obj.Status, len(obj.Rows), obj.Value)
 			}
-			for _, row := range obj.Value {
+			for _, row := range obj.Rows {
 				if row["step"] != "already-free" || row["freed"] != true || row["state"] != "free" {
 					t.Errorf("%s: row %v, want already-free", obj.Host, row)
 				}

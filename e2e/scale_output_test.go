@@ -52,19 +52,24 @@ if n % 7 == 0 then log.warn("GPU %d: %d MiB still used", n % 4, 512 * (n % 3 + 1
 log.info("%s: freed %d MiB", host.name, 10240 * (n % 3 + 1))
 `
 
-// scaleLine is one line a host prints: its level and text.
-type scaleLine struct{ level, text string }
+// scaleLine is one line a host prints: its level and text; key is the
+// text as --fold-numbers gathers it: its figures (counts, MiB, seconds)
+// as # and the host's name as {host}, its identities (GPU indices, pids,
+// the exit code) as they are.
+type scaleLine struct{ level, text, key string }
 
 // expectedScale is what scaleScript prints on host n.
 func expectedScale(host string, n int) []scaleLine {
-	out := []scaleLine{{"INFO", "probe exited 3 on 4 GPUs"}}
+	out := []scaleLine{{"INFO", "probe exited 3 on 4 GPUs", "probe exited 3 on # GPUs"}}
 	for k := 0; k <= n%3; k++ {
-		out = append(out, scaleLine{"INFO", fmt.Sprintf("GPU %d: killed pid %d after %.1f s", k, 4000+(n%6)*4+k, 0.5+float64(n%2)*0.3)})
+		pid := 4000 + (n%6)*4 + k
+		out = append(out, scaleLine{"INFO", fmt.Sprintf("GPU %d: killed pid %d after %.1f s", k, pid, 0.5+float64(n%2)*0.3),
+			fmt.Sprintf("GPU %d: killed pid %d after # s", k, pid)})
 	}
 	if n%7 == 0 {
-		out = append(out, scaleLine{"WARN", fmt.Sprintf("GPU %d: %d MiB still used", n%4, 512*(n%3+1))})
+		out = append(out, scaleLine{"WARN", fmt.Sprintf("GPU %d: %d MiB still used", n%4, 512*(n%3+1)), fmt.Sprintf("GPU %d: # MiB still used", n%4)})
 	}
-	return append(out, scaleLine{"INFO", fmt.Sprintf("%s: freed %d MiB", host, 10240*(n%3+1))})
+	return append(out, scaleLine{"INFO", fmt.Sprintf("%s: freed %d MiB", host, 10240*(n%3+1)), "{host}: freed # MiB"})
 }
 
 // numberRE finds what -b prints for a number: a value or a bracketed set
@@ -162,9 +167,11 @@ func keepOutput(t *testing.T, name string, r runResult) {
 	}
 }
 
-// 300 lab hosts print lines with numbers; -b gathers them, -B (clush -b's
-// layout) gathers whole outputs. Nothing is lost, the counts are right and
-// every host's lines keep their order.
+// 300 lab hosts print lines with numbers; --fold-numbers gathers lines
+// that differ only in figures (never in a pid or a GPU index), -b (clush
+// -b's layout) gathers whole outputs, exactly or with --fold-numbers.
+// Nothing is lost, the counts are right and every host's lines keep their
+// order.
 func TestScaleOutput(t *testing.T) {
 	start := time.Now()
 	l := startLab(t, lab.Options{Hosts: scaleHosts, Scenario: lab.ScenarioIdle})
@@ -177,12 +184,12 @@ func TestScaleOutput(t *testing.T) {
 		want[h.Name] = expectedScale(h.Name, i+1)
 	}
 
-	t.Run("gather -b", func(t *testing.T) {
+	t.Run("fold numbers", func(t *testing.T) {
 		start := time.Now()
-		r, progress := gpushScale(t, l, true, "run", script, "-b", "--forks", "100")
-		t.Logf("-b run: %v", time.Since(start).Round(time.Millisecond))
+		r, progress := gpushScale(t, l, true, "run", script, "--fold-numbers", "--forks", "100")
+		t.Logf("--fold-numbers run: %v", time.Since(start).Round(time.Millisecond))
 		checkProgress(t, progress)
-		keepOutput(t, "scale-b.txt", r)
+		keepOutput(t, "scale-fold.txt", r)
 		if r.code != 0 {
 			t.Fatalf("exit %d, want 0", r.code)
 		}
@@ -213,7 +220,7 @@ func TestScaleOutput(t *testing.T) {
 			for _, h := range set {
 				w := want[h]
 				k := len(got[h])
-				got[h] = append(got[h], scaleLine{m[3], m[4]})
+				got[h] = append(got[h], scaleLine{level: m[3], text: m[4]})
 				if k < len(w) {
 					stands[line] = append(stands[line], strings.ReplaceAll(w[k].text, h, "{host}"))
 				}
@@ -231,7 +238,7 @@ func TestScaleOutput(t *testing.T) {
 				ws = append(ws, x.level+" "+shape(x.text))
 			}
 			if !slices.Equal(gs, ws) {
-				t.Errorf("%s's lines through -b:\n%s\nwant (numbers as #):\n%s", h, strings.Join(gs, "\n"), strings.Join(ws, "\n"))
+				t.Errorf("%s's lines through --fold-numbers:\n%s\nwant (numbers as #):\n%s", h, strings.Join(gs, "\n"), strings.Join(ws, "\n"))
 			}
 		}
 		for _, line := range order {
@@ -239,10 +246,22 @@ func TestScaleOutput(t *testing.T) {
 			_, text, _ = strings.Cut(text, " ")
 			checkNumbers(t, text, stands[line])
 		}
-		// Shared steps gather: the summary, three ranks of kills, the
-		// warning of every 7th host, the host's own line.
-		if len(order) != 6 {
-			t.Errorf("%d gathered lines, want 6", len(order))
+		// Lines gather where only figures differ: one line for each
+		// distinct key (the probe, each GPU's kill of each pid, each GPU's
+		// warning, the host's own line); a pid or a GPU index never folds.
+		keys := map[string]bool{}
+		for _, h := range hosts {
+			for _, x := range want[h] {
+				keys[x.level+" "+x.key] = true
+			}
+		}
+		if len(order) != len(keys) {
+			t.Errorf("%d gathered lines, want %d", len(order), len(keys))
+		}
+		for _, line := range order {
+			if regexp.MustCompile(`GPU \[|pid \[`).MatchString(line) {
+				t.Errorf("an identity folded: %q", line)
+			}
 		}
 		t.Logf("%d host lines in %d gathered lines", total, len(order))
 		requireContains(t, r.stdout, "RECAP ok=300 failed=0 unreachable=0")
@@ -253,8 +272,8 @@ func TestScaleOutput(t *testing.T) {
 		flags      []string
 		numbers    bool
 	}{
-		{"by output -B", "scale-B.txt", []string{"-B"}, false},
-		{"by output with numbers -b -B", "scale-bB.txt", []string{"-b", "-B"}, true},
+		{"by output -b", "scale-b.txt", []string{"-b"}, false},
+		{"by output with figures folded -b --fold-numbers", "scale-b-fold.txt", []string{"-b", "--fold-numbers"}, true},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			start := time.Now()
@@ -277,11 +296,15 @@ func TestScaleOutput(t *testing.T) {
 // values.
 func checkBlocks(t *testing.T, stdout string, hosts []string, want map[string][]scaleLine, numbers bool) {
 	t.Helper()
-	// The host's own lines as a block shows them: its name as {host}.
+	// The host's own lines as a block shows them: exact, or with figures
+	// folded its name as {host}.
 	own := func(h string, numbered bool) []string {
 		var b []string
 		for _, x := range want[h] {
-			text := strings.ReplaceAll(x.text, h, "{host}")
+			text := x.text
+			if numbers {
+				text = strings.ReplaceAll(text, h, "{host}")
+			}
 			if numbered {
 				text = shape(text)
 			}
@@ -289,10 +312,19 @@ func checkBlocks(t *testing.T, stdout string, hosts []string, want map[string][]
 		}
 		return b
 	}
+	// What tells blocks apart: the whole text, or with --fold-numbers the
+	// text but its figures.
 	wantBlocks := map[string][]string{}
 	for _, h := range hosts {
-		k := strings.Join(own(h, numbers), "\n")
-		wantBlocks[k] = append(wantBlocks[k], h)
+		var k []string
+		for _, x := range want[h] {
+			if numbers {
+				k = append(k, x.level+" "+x.key)
+			} else {
+				k = append(k, x.level+" "+x.text)
+			}
+		}
+		wantBlocks[strings.Join(k, "\n")] = append(wantBlocks[strings.Join(k, "\n")], h)
 	}
 	gathered, _, _ := strings.Cut(stdout, "\nRECAP")
 	blocks := strings.Split(gathered, "---------------\n")
@@ -319,7 +351,7 @@ func checkBlocks(t *testing.T, stdout string, hosts []string, want map[string][]
 		}
 		prev = len(set)
 		body := strings.Split(strings.TrimSuffix(blocks[i+1], "\n"), "\n")
-		if len(set) == 1 {
+		if len(set) == 1 && numbers {
 			for j := range body {
 				body[j] = strings.ReplaceAll(body[j], set[0], "{host}")
 			}

@@ -178,27 +178,22 @@ func unknownWhy(g GPU) string {
 	return "memory unknown: nvidia-smi reports no reading ([N/A])"
 }
 
-// Label names a process for a report: "pid 633 (python3 train.py)".
+// Label names a process for a report: "pid 633 (python3 /opt/jobs/train.py
+// --lr 0.1)", its command line whole (a table cuts what does not fit;
+// --json keeps it exact).
 func Label(pid int, comm string, cmdline []string) string {
 	name := comm
 	if len(cmdline) > 0 {
 		args := append([]string{path.Base(cmdline[0])}, cmdline[1:]...)
 		name = strings.Join(args, " ")
-		if len(name) > 48 {
-			name = name[:45] + "..."
-		}
 	}
 	return fmt.Sprintf("pid %d (%s)", pid, name)
 }
 
-// labelPIDs names up to five holders, with their memory on GPU idx when known.
+// labelPIDs names every holder, with its memory on GPU idx when known.
 func labelPIDs(pids []int, by map[int]Holder, idx int) string {
 	parts := make([]string, 0, len(pids))
-	for i, pid := range pids {
-		if i == 5 {
-			parts = append(parts, fmt.Sprintf("and %d more", len(pids)-5))
-			break
-		}
+	for _, pid := range pids {
 		h, ok := by[pid]
 		if !ok {
 			parts = append(parts, fmt.Sprintf("pid %d", pid))

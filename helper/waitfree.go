@@ -932,13 +932,11 @@ func chooseGPUs(req WaitFreeRequest, gs gpuState) (map[int]bool, []string, error
 	return want, notes, nil
 }
 
+// describeHolders names every holder (a reason is never cut: a table cuts
+// what does not fit, --json keeps it whole).
 func describeHolders(hs []Holder) string {
 	parts := make([]string, 0, len(hs))
-	for i, h := range hs {
-		if i == 5 {
-			parts = append(parts, fmt.Sprintf("and %d more", len(hs)-5))
-			break
-		}
+	for _, h := range hs {
 		parts = append(parts, fmt.Sprintf("pid %d (%s) gpus %v", h.PID, h.Comm, h.GPUs))
 	}
 	return strings.Join(parts, ", ")

@@ -9,19 +9,29 @@ import (
 	"github.com/gpush/gpush/termsafe"
 )
 
-// A line's numbers template (gather mode, -b): lines that differ only in
-// their numbers gather into one line that shows each number's values.
+// Gathering (-b, clush -b) and number folding (--fold-numbers).
 //
+// -b prints each distinct whole output of a host once, under a header
+// naming the hosts that printed exactly it, byte for byte: as clush -b.
+//
+// --fold-numbers also lets lines that differ only in their figures be one,
+// each figure showing its hosts' values. A figure is a number that
+// measures (an amount of memory, a duration, a share, a count): it has a
+// unit, attached or as the next word ("10240MiB", "0.8 s", "80%"), or the
+// next word is a thing counted ("3 processes", "2 GPUs"), or it is the
+// first of a pair whose second is one ("80000 -> 3 MiB", "3/8 GPUs"). Every
+// other number is an identity (a pid, a GPU index, a job id, a port) and
+// stays text: "GPU 0 would kill 5" and "GPU 1 would kill 12" never gather.
 // A number is a word of its own: digits with an optional leading '-' and
-// an optional decimal part, then an optional unit of letters or '%'
-// ("10240MiB", "0.8s", "-3", "80%"). A word is a run of letters, digits and
-// "_.-:%" (and any non-ASCII rune); one trailing '.' or ':' ends a sentence
-// or a label and is not part of it. So digits inside a word stay text: host
-// names (gpu017, ct129-017), device names (nvidia0, cuda:0, H200), ids
-// (0x1f, a UUID), versions (1.2.3), times (10:30:00) and ranges (0-3) are
-// not numbers. The line's own host name, as a whole word, is a placeholder
-// too: "gpu017: done" from gpu017 and "gpu018: done" from gpu018 gather as
-// "{host}: done".
+// an optional decimal part, then an optional unit of letters or '%'. A
+// word is a run of letters, digits and "_.-:%" (and any non-ASCII rune);
+// one trailing '.' or ':' ends a sentence or a label and is not part of it.
+// So digits inside a word stay text: host names (gpu017, ct129-017),
+// device names (nvidia0, cuda:0, H200), ids (0x1f, a UUID), versions
+// (1.2.3), times (10:30:00), ranges (0-3) and unit names (sglang-7.service).
+// The line's own host name, as a whole word, is a placeholder: "gpu017:
+// done" from gpu017 and "gpu018: done" from gpu018 gather as "{host}: done"
+// (the header names each host, so nothing is lost).
 
 // template is a line cut at its numbers: len(text) == len(nums)+1, and the
 // line is text[0] nums[0] text[1] ... nums[n-1] text[n].
@@ -72,31 +82,24 @@ func isWordByte(c byte) bool {
 		c == '_' || c == '.' || c == '-' || c == ':' || c == '%' || c >= 0x80
 }
 
-// parseTemplate cuts msg at its numbers (none when numbers is false).
-// host (the line's own host name, may be empty) becomes the host mark
-// where it is a whole word. A NUL in msg is replaced (it would collide
-// with the host mark).
-func parseTemplate(msg, host string, numbers bool) template {
+// parseTemplate cuts msg at its foldable numbers (none when fold is
+// false: the line is one text, byte for byte). With fold, host (the line's
+// own host name, may be empty) becomes the host mark where it is a whole
+// word. A NUL in msg is replaced (it would collide with the host mark).
+func parseTemplate(msg, host string, fold bool) template {
 	msg = strings.ReplaceAll(msg, "\x00", "\uFFFD")
+	if !fold {
+		return template{text: []string{msg}}
+	}
+	toks := tokenize(msg)
 	var t template
 	var text strings.Builder
-	for i := 0; i < len(msg); {
-		if !isWordByte(msg[i]) {
-			text.WriteByte(msg[i])
-			i++
+	for i, tk := range toks {
+		if !tk.word {
+			text.WriteString(tk.text)
 			continue
 		}
-		j := i
-		for j < len(msg) && isWordByte(msg[j]) {
-			j++
-		}
-		word := msg[i:j]
-		i = j
-		// One trailing '.' or ':' closes a sentence or a label ("GPU 1:").
-		tail := ""
-		if n := len(word); n > 1 && (word[n-1] == '.' || word[n-1] == ':') {
-			word, tail = word[:n-1], word[n-1:]
-		}
+		word, tail := tk.text, tk.tail
 		if host != "" && (word == host || word+tail == host) {
 			if word+tail == host {
 				tail = "" // a host name may end in '.' itself
@@ -104,7 +107,7 @@ func parseTemplate(msg, host string, numbers bool) template {
 			text.WriteString(hostMark + tail)
 			continue
 		}
-		if num, unit, ok := splitNumber(word); ok && numbers {
+		if num, unit, ok := splitNumber(word); ok && foldable(toks, i) {
 			t.text = append(t.text, text.String())
 			text.Reset()
 			t.nums = append(t.nums, num)
@@ -116,6 +119,100 @@ func parseTemplate(msg, host string, numbers bool) template {
 	}
 	t.text = append(t.text, text.String())
 	return t
+}
+
+// token is a word (with its closing '.' or ':' apart, in tail) or the
+// text between two words.
+type token struct {
+	text, tail string
+	word       bool
+}
+
+func tokenize(msg string) []token {
+	var out []token
+	for i := 0; i < len(msg); {
+		j := i
+		word := isWordByte(msg[i])
+		for j < len(msg) && isWordByte(msg[j]) == word {
+			j++
+		}
+		tk := token{text: msg[i:j], word: word}
+		// One trailing '.' or ':' closes a sentence or a label ("GPU 1:").
+		if n := len(tk.text); word && n > 1 && (tk.text[n-1] == '.' || tk.text[n-1] == ':') {
+			tk.text, tk.tail = tk.text[:n-1], tk.text[n-1:]
+		}
+		out = append(out, tk)
+		i = j
+	}
+	return out
+}
+
+// foldUnits are the units a measured quantity is written in (case aside):
+// a number with one, attached ("512MiB", "0.8s", "80%") or as the next
+// word ("512 MiB"), is a figure and folds.
+var foldUnits = words("b kb mb gb tb kib mib gib tib % ns us ms s sec secs second seconds m min mins minute minutes h hr hrs hour hours d day days")
+
+// countWords are the things a number counts: "3 processes", "2 GPUs"
+// ("GPU 2" is an index: its number is followed by something else).
+var countWords = words("process processes proc procs holder holders gpu gpus unit units service services host hosts " +
+	"row rows worker workers thread threads child children time times attempt attempts try tries retry retries " +
+	"kill kills survivor survivors restart restarts line lines file files job jobs container containers pod pods " +
+	"error errors warning warnings more left remaining pid pids signal signals stage stages step steps")
+
+func words(s string) map[string]bool {
+	m := map[string]bool{}
+	for _, w := range strings.Fields(s) {
+		m[w] = true
+	}
+	return m
+}
+
+// foldable says whether the number at toks[i] is a figure (a count, an
+// amount of memory, a duration, a share): it has a unit, or the next word
+// is a unit or a thing counted, or it is the first of a pair "80000 -> 3
+// MiB" / "3/8 GPUs" whose second is a figure. Every other number is an
+// identity (a pid, a GPU index, a job id) or unknown, and stays text: two
+// lines that differ in one never gather.
+func foldable(toks []token, i int) bool {
+	_, unit, _ := splitNumber(toks[i].text)
+	if unit != "" {
+		return foldUnits[strings.ToLower(unit)]
+	}
+	// A field's value ("pid=4410", "used_mib=512") is a figure when its
+	// key names a unit.
+	if i >= 2 && !toks[i-1].word && strings.HasSuffix(toks[i-1].text, "=") && toks[i-2].word {
+		key := strings.ToLower(toks[i-2].text)
+		_, u, ok := strings.Cut(key, "_")
+		for ok {
+			key = u
+			_, u, ok = strings.Cut(key, "_")
+		}
+		return key != toks[i-2].text && (foldUnits[key] || key == "pct" || key == "mib")
+	}
+	if toks[i].tail != "" {
+		return false // "GPU 1:" or "GPU 1."
+	}
+	// The text up to the next word: a space ("512 MiB") or a pair's sign
+	// ("80000 -> 3 MiB", "3/8 GPUs").
+	j, sep := i+1, ""
+	for j < len(toks) && (!toks[j].word || toks[j].text == "-" && toks[j].tail == "") {
+		sep += toks[j].text
+		j++
+	}
+	if j >= len(toks) {
+		return false
+	}
+	next := toks[j]
+	if strings.TrimSpace(sep) == "" {
+		w := strings.ToLower(next.text)
+		return foldUnits[w] || countWords[w]
+	}
+	if s := strings.TrimSpace(sep); s == "->" || s == "/" {
+		if _, _, ok := splitNumber(next.text); ok {
+			return foldable(toks, j)
+		}
+	}
+	return false
 }
 
 // splitNumber reads a word as a number and its unit: "-0.8s" is -0.8 and
@@ -309,7 +406,7 @@ func mergeLines(hosts []string, seqs [][]hostLine) []*lineGroup {
 	return out
 }
 
-// outputGroup is one distinct whole output (by-output mode, -B) and the
+// outputGroup is one distinct whole output (-b) and the
 // hosts that printed it.
 type outputGroup struct {
 	hosts []string
@@ -365,7 +462,7 @@ func (g *outputGroup) render() []renderedLine {
 	return out
 }
 
-// headerRule frames a by-output header, as clush -b draws it.
+// headerRule frames a -b header, as clush -b draws it.
 const headerRule = "---------------"
 
 // hostsLabel is a node set, with the number of hosts when several.
@@ -377,8 +474,8 @@ func (p *Printer) hostsLabel(hosts []string) string {
 }
 
 // hostSeqs returns the hosts that printed lines, in natural order, and
-// their lines (cut at their numbers when numbers is set). Callers hold p.mu.
-func (p *Printer) hostSeqs(numbers bool) ([]string, [][]hostLine) {
+// their lines (cut at their figures when fold is set). Callers hold p.mu.
+func (p *Printer) hostSeqs(fold bool) ([]string, [][]hostLine) {
 	hosts := make([]string, 0, len(p.events))
 	for h := range p.events {
 		hosts = append(hosts, h)
@@ -387,21 +484,21 @@ func (p *Printer) hostSeqs(numbers bool) ([]string, [][]hostLine) {
 	seqs := make([][]hostLine, len(hosts))
 	for i, h := range hosts {
 		for _, e := range p.events[h] {
-			seqs[i] = append(seqs[i], newHostLine(h, e.Level, e.Message, numbers))
+			seqs[i] = append(seqs[i], newHostLine(h, e.Level, e.Message, fold))
 		}
 	}
 	return hosts, seqs
 }
 
-// printGathered prints what gather (-b) and by-output (-B) modes held
-// back: with ByOutput each distinct whole output once under a header
-// naming its hosts (as clush -b; with Gather too, outputs that differ only
-// in numbers are one); with Gather alone each gathered line once, prefixed
-// with its hosts, at its place in every host's order. Callers hold p.mu.
+// printGathered prints what -b and --fold-numbers held back: with Gather
+// each distinct whole output once under a header naming its hosts (as
+// clush -b; with FoldNumbers, outputs that differ only in figures are
+// one); with FoldNumbers alone each gathered line once, prefixed with its
+// hosts, at its place in every host's order. Callers hold p.mu.
 func (p *Printer) printGathered() {
 	switch {
-	case p.o.ByOutput:
-		hosts, seqs := p.hostSeqs(p.o.Gather)
+	case p.o.Gather:
+		hosts, seqs := p.hostSeqs(p.o.FoldNumbers)
 		for _, g := range groupOutputs(hosts, seqs) {
 			p.out.Line(termsafe.Data(headerRule))
 			p.out.Line(p.out.Paint(colHost, p.hostsLabel(g.hosts)))
@@ -413,7 +510,7 @@ func (p *Printer) printGathered() {
 				}
 			}
 		}
-	case p.o.Gather:
+	case p.o.FoldNumbers:
 		hosts, seqs := p.hostSeqs(true)
 		for _, g := range mergeLines(hosts, seqs) {
 			p.hostLines(p.hostsLabel(g.hosts), g.level, g.render())

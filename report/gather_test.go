@@ -28,14 +28,22 @@ func TestParseTemplate(t *testing.T) {
 	for _, c := range []struct {
 		host, msg, want string
 	}{
-		{"", "killed pid 4410 after 0.8 s", "killed pid <4410> after <0.8> s"},
+		// Figures fold: a unit attached or as the next word, a thing counted.
+		{"", "killed pid 4410 after 0.8 s", "killed pid 4410 after <0.8> s"},
 		// Units stay in the text, attached as they were.
 		{"", "freed 10240MiB in 1.25s (80%)", "freed <10240>MiB in <1.25>s (<80>%)"},
 		{"", "delta -3 MiB, -0.5s", "delta <-3> MiB, <-0.5>s"},
 		// A sentence's full stop and a label's colon are not the number's.
-		{"", "GPU 1: freed 4 GPUs.", "GPU <1>: freed <4> GPUs."},
-		{"", "pid=4410,ppid=1 gpus=[0,2]", "pid=<4410>,ppid=<1> gpus=[<0>,<2>]"},
+		{"", "GPU 1: freed 4 GPUs.", "GPU 1: freed <4> GPUs."},
+		{"", "killed 2 processes, 3 left", "killed <2> processes, <3> left"},
+		{"", "GPU 0 freed: 80000 -> 3 MiB", "GPU 0 freed: <80000> -> <3> MiB"},
 		{"", "3/4 GPUs", "<3>/<4> GPUs"},
+		// Identities never fold: pids, GPU indices, job ids, ports, lists.
+		{"", "pid=4410,ppid=1 gpus=[0,2]", "pid=4410,ppid=1 gpus=[0,2]"},
+		{"", "gpu=0 used_mib=512 age_s=30 n=2", "gpu=0 used_mib=<512> age_s=<30> n=2"},
+		{"", "GPU 0 would kill 5, 12", "GPU 0 would kill 5, 12"},
+		{"", "slurm job 4711 on port 22, unit sglang-7.service", "slurm job 4711 on port 22, unit sglang-7.service"},
+		{"", "a 5x speedup, rank 3rd", "a 5x speedup, rank 3rd"},
 		// Digits inside words are text: host names, devices, ids, versions,
 		// times, ranges, hex.
 		{"", "lab017 ct129-017 nvidia0 cuda:0 H200 x86_64", "lab017 ct129-017 nvidia0 cuda:0 H200 x86_64"},
@@ -43,13 +51,14 @@ func TestParseTemplate(t *testing.T) {
 		{"", "v1.2.3 at 10:30:00, GPUs 0-3, mask 0x1f, 5e3, 2xH200", "v1.2.3 at 10:30:00, GPUs 0-3, mask 0x1f, 5e3, 2xH200"},
 		{"", "sglang-qwen.service stopped; 10.0.0.17 down", "sglang-qwen.service stopped; 10.0.0.17 down"},
 		// The host's own name is a placeholder, wherever it is a whole word.
-		{"gpu017", "gpu017: GPU 2 held by gpu017's pid 7", "{host}: GPU <2> held by {host}'s pid <7>"},
+		{"gpu017", "gpu017: GPU 2 held by gpu017's pid 7", "{host}: GPU 2 held by {host}'s pid 7"},
 		{"gpu017", "gpu0170 is not gpu017", "gpu0170 is not {host}"},
 		{"node.example.com", "on node.example.com.", "on {host}."},
 		{"", "", ""},
-		{"", "12", "<12>"},
+		{"", "12", "12"},
+		{"", "12 MiB", "<12> MiB"},
 		{"", "-", "-"},
-		{"", "5.x 5.", "5.x <5>."},
+		{"", "5.x 5.", "5.x 5."},
 	} {
 		got := showTemplate(parseTemplate(c.msg, c.host, true))
 		if got != c.want {
@@ -65,13 +74,20 @@ func TestParseTemplate(t *testing.T) {
 
 func TestParseTemplateKey(t *testing.T) {
 	a := parseTemplate("killed pid 4410 after 0.8 s", "", true)
-	b := parseTemplate("killed pid 4433 after 1.2 s", "", true)
-	c := parseTemplate("killed pid 4433 after 1.2 ms", "", true)
+	b := parseTemplate("killed pid 4410 after 1.2 s", "", true)
+	c := parseTemplate("killed pid 4410 after 1.2 ms", "", true)
+	d := parseTemplate("killed pid 4433 after 0.8 s", "", true)
 	if a.key() != b.key() {
-		t.Error("lines that differ only in numbers must share a key")
+		t.Error("lines that differ only in figures must share a key")
 	}
 	if a.key() == c.key() {
 		t.Error("a different unit is a different line")
+	}
+	if a.key() == d.key() {
+		t.Error("lines that differ in a pid must not share a key")
+	}
+	if parseTemplate("took 3 s", "", false).key() == parseTemplate("took 4 s", "", false).key() {
+		t.Error("without folding, lines that differ at all must not share a key")
 	}
 	if parseTemplate("x\x00y", "", true).key() == parseTemplate("x"+hostMark+"y", "", true).key() {
 		t.Error("a NUL in a message must not pass for the host mark")
@@ -178,15 +194,18 @@ func TestMergeLines(t *testing.T) {
 		specs []string
 		want  string
 	}{
-		{"same steps, numbers gather",
-			[]string{"a: stop 1; killed pid 10 after 0.8 s", "b: stop 1; killed pid 11 after 1.2 s", "c: stop 1; killed pid 12 after 0.8 s"},
-			"a+b+c stop 1\na+b+c killed pid [10-12] after [0.8,1.2] s"},
+		{"same steps, figures gather",
+			[]string{"a: stop 1; freed 10 MiB after 0.8 s", "b: stop 1; freed 11 MiB after 1.2 s", "c: stop 1; freed 12 MiB after 0.8 s"},
+			"a+b+c stop 1\na+b+c freed [10-12] MiB after [0.8,1.2] s"},
+		{"pids and GPU indices never gather",
+			[]string{"a: GPU 0 would kill 5; killed pid 5 after 1 s", "b: GPU 1 would kill 12; killed pid 12 after 2 s", "c: GPU 0 would kill 5; killed pid 5 after 3 s"},
+			"a+c GPU 0 would kill 5\na+c killed pid 5 after [1,3] s\nb GPU 1 would kill 12\nb killed pid 12 after 2 s"},
 		{"an extra line keeps its place",
 			[]string{"a: x; y", "b: x; warn 3; y", "c: x; y"},
 			"a+b+c x\nb warn 3\na+b+c y"},
 		{"a repeated line gathers by its rank",
 			[]string{"a: GPU 0 freed; GPU 1 freed; done", "b: GPU 0 freed; GPU 1 freed; done", "c: GPU 1 freed; done"},
-			"a+b+c GPU [0-1] freed\na+b GPU 1 freed\na+b+c done"},
+			"a+b GPU 0 freed\na+b+c GPU 1 freed\na+b+c done"},
 		{"crossed orders split a line rather than reorder a host",
 			[]string{"a: x; y", "b: y; x"},
 			"a x\na+b y\nb x"},
@@ -227,7 +246,7 @@ func TestMergeLinesMany(t *testing.T) {
 	for i := 1; i <= 300; i++ {
 		s := fmt.Sprintf("lab%03d: connected in %d ms; ", i, 10+i%7)
 		if i%7 == 0 {
-			s += fmt.Sprintf("GPU %d: %d MiB still used; ", i%4, 512*(i%3+1))
+			s += fmt.Sprintf("GPU 0: %d MiB still used; ", 512*(i%3+1))
 		}
 		for g := 0; g < 1+i%3; g++ {
 			s += fmt.Sprintf("GPU %d freed; ", g)
@@ -247,7 +266,7 @@ func TestMergeLinesMany(t *testing.T) {
 		text  string
 	}{
 		{300, "connected in [10-16] ms"},
-		{42, "GPU [0-3]: [512,1024,1536] MiB still used"},
+		{42, "GPU 0: [512,1024,1536] MiB still used"},
 		{300, "GPU 0 freed"},
 		{200, "GPU 1 freed"},
 		{100, "GPU 2 freed"},
@@ -262,14 +281,14 @@ func TestMergeLinesMany(t *testing.T) {
 
 func TestPrinterGather(t *testing.T) {
 	var out bytes.Buffer
-	p := New(Options{Out: &out, Gather: true, Fold: inventory.FoldNodeSet, Now: clock()})
+	p := New(Options{Out: &out, FoldNumbers: true, Fold: inventory.FoldNodeSet, Now: clock()})
 	// Interleaved as hosts run at once; lab03 prints an extra warning.
 	for step := 0; step < 3; step++ {
 		for h := 1; h <= 4; h++ {
 			host := fmt.Sprintf("lab%02d", h)
 			switch step {
 			case 0:
-				p.Event(Event{Host: host, Level: "info", Message: fmt.Sprintf("GPU 2: killed pid %d after %.1f s", 4409+h, 0.7+0.1*float64(h))})
+				p.Event(Event{Host: host, Level: "info", Message: fmt.Sprintf("GPU 2: killed 1 process after %.1f s", 0.7+0.1*float64(h))})
 			case 1:
 				if h == 3 {
 					p.Event(Event{Host: host, Level: "warn", Message: "GPU 2: 512 MiB still used"})
@@ -283,7 +302,7 @@ func TestPrinterGather(t *testing.T) {
 		t.Fatalf("gather mode printed before the end: %q", out.String())
 	}
 	p.Finish(nil)
-	want := "lab[01-04] (4) | INFO GPU 2: killed pid [4410-4413] after [0.8..1.1] s\n" +
+	want := "lab[01-04] (4) | INFO GPU 2: killed 1 process after [0.8..1.1] s\n" +
 		"lab03 | WARN GPU 2: 512 MiB still used\n" +
 		"lab[01-04] (4) | INFO GPU 2 freed\n"
 	if !strings.HasPrefix(out.String(), want) {
@@ -295,7 +314,7 @@ func TestPrinterGather(t *testing.T) {
 func TestPrinterByOutput(t *testing.T) {
 	run := func(gather bool) string {
 		var out bytes.Buffer
-		p := New(Options{Out: &out, ByOutput: true, Gather: gather, Fold: inventory.FoldNodeSet, Now: clock()})
+		p := New(Options{Out: &out, Gather: true, FoldNumbers: gather, Fold: inventory.FoldNodeSet, Now: clock()})
 		for h := 1; h <= 5; h++ {
 			host := fmt.Sprintf("n%d", h)
 			p.Event(Event{Host: host, Level: "info", Message: "hello"})
@@ -332,7 +351,7 @@ func TestByOutputMatchesClubak(t *testing.T) {
 		t.Skip("clubak not installed")
 	}
 	var out bytes.Buffer
-	p := New(Options{Out: &out, ByOutput: true, Fold: inventory.FoldNodeSet, Now: clock()})
+	p := New(Options{Out: &out, Gather: true, Fold: inventory.FoldNodeSet, Now: clock()})
 	var in strings.Builder
 	emit := func(host, level, tag, msg string) {
 		p.Event(Event{Host: host, Level: level, Message: msg})
@@ -394,7 +413,7 @@ func BenchmarkMergeLines(b *testing.B) {
 	for i := 1; i <= 10000; i++ {
 		s := fmt.Sprintf("gpu%05d: connected in %d ms; ", i, 10+i%7)
 		if i%7 == 0 {
-			s += fmt.Sprintf("GPU %d: %d MiB still used; ", i%4, 512*(i%3+1))
+			s += fmt.Sprintf("GPU 0: %d MiB still used; ", 512*(i%3+1))
 		}
 		for g := 0; g < 1+i%3; g++ {
 			s += fmt.Sprintf("GPU %d: killed pid %d after 0.%d s; ", g, 4000+i, i%9)
@@ -412,7 +431,7 @@ func BenchmarkMergeLines(b *testing.B) {
 // its lines prefixed; the host's own name folds in -B too.
 func TestGatherMultiLineAndHostName(t *testing.T) {
 	var out bytes.Buffer
-	p := New(Options{Out: &out, Gather: true, Fold: inventory.FoldNodeSet, Now: clock()})
+	p := New(Options{Out: &out, FoldNumbers: true, Fold: inventory.FoldNodeSet, Now: clock()})
 	p.Event(Event{Host: "h1", Level: "info", Message: "nvidia-smi:\n0, 10240 MiB\n"})
 	p.Event(Event{Host: "h2", Level: "info", Message: "nvidia-smi:\n0, 512 MiB\n"})
 	p.Finish(nil)
@@ -420,7 +439,7 @@ func TestGatherMultiLineAndHostName(t *testing.T) {
 		t.Errorf("gathered:\n%s\nwant:\n%s", out.String(), want)
 	}
 	out.Reset()
-	p = New(Options{Out: &out, ByOutput: true, Fold: inventory.FoldNodeSet, Now: clock()})
+	p = New(Options{Out: &out, Gather: true, FoldNumbers: true, Fold: inventory.FoldNodeSet, Now: clock()})
 	for _, h := range []string{"h1", "h2", "h3"} {
 		p.Event(Event{Host: h, Level: "info", Message: h + ": up"})
 	}

@@ -104,16 +104,16 @@ func TestJSONKeepsHostileTextEscaped(t *testing.T) {
 		t.Errorf("escapes not JSON-escaped: %s", s)
 	}
 	var got struct {
-		Value []map[string]string `json:"value"`
-		Log   []struct{ Message string }
+		Rows []map[string]string `json:"rows"`
+		Log  []struct{ Message string }
 	}
 	first, _, _ := bytes.Cut(out.Bytes(), []byte("\n"))
 	if err := json.Unmarshal(first, &got); err != nil {
 		t.Fatal(err)
 	}
 	valid := strings.ToValidUTF8(hostile, "\ufffd")
-	if got.Value[0]["comm"] != valid || got.Log[0].Message != "exited ("+valid+")" {
-		t.Errorf("decoded %q, %q; want %q", got.Value[0]["comm"], got.Log[0].Message, valid)
+	if got.Rows[0]["comm"] != valid || got.Log[0].Message != "exited ("+valid+")" {
+		t.Errorf("decoded %q, %q; want %q", got.Rows[0]["comm"], got.Log[0].Message, valid)
 	}
 }
 
@@ -127,7 +127,7 @@ func FuzzPrinter(f *testing.F) {
 			Value: []any{map[string]any{"comm": comm, "pid": 1.0}}}, {Host: "h2", Status: StatusOK, Value: comm}}
 		for _, color := range []bool{false, true} {
 			var out bytes.Buffer
-			p := New(Options{Out: &out, Color: color, Gather: color, Now: clock()})
+			p := New(Options{Out: &out, Color: color, FoldNumbers: color, Now: clock()})
 			p.Event(Event{Host: host, Level: "warn", Message: msg})
 			p.Finish(rs)
 			onlyOwnEscapes(t, out.String(), own(color)...)

@@ -15,7 +15,10 @@ type jsonEvent struct {
 	Message string    `json:"message"`
 }
 
-// jsonHost is one "host" line of --json.
+// jsonHost is one "host" line of --json (docs/json-schema.json). Rows are
+// every row of the host, those it recorded and those it returned, as the
+// fleet table shows them; Value is the return value only when it is not
+// rows (null then). Nothing in it is cut.
 type jsonHost struct {
 	Type     string      `json:"type"`
 	Host     string      `json:"host"`
@@ -23,7 +26,7 @@ type jsonHost struct {
 	Value    any         `json:"value"`
 	Error    string      `json:"error,omitempty"`
 	Address  string      `json:"address,omitempty"`
-	Rows     []any       `json:"rows,omitempty"`
+	Rows     []any       `json:"rows"`
 	Columns  []string    `json:"columns,omitempty"`
 	ElapsedS float64     `json:"elapsed_s"`
 	Stats    *Stats      `json:"stats,omitempty"`
@@ -66,7 +69,13 @@ func seconds(d time.Duration) float64 { return math.Round(d.Seconds()*1000) / 10
 func (p *Printer) writeHost(r Result) {
 	p.printed[r.Host] = true
 	j := jsonHost{Type: "host", Host: r.Host, Address: r.Address, Status: r.Status, Error: r.Error, Value: r.Value,
-		Rows: r.Rows, Columns: r.Columns, ElapsedS: seconds(r.Elapsed)}
+		Rows: []any{}, Columns: r.Columns, ElapsedS: seconds(r.Elapsed)}
+	for _, rec := range hostRecords(r) {
+		j.Rows = append(j.Rows, rec)
+	}
+	if IsRecords(r.Value) {
+		j.Value = nil // in rows
+	}
 	if r.Stats.HaveMem || r.Stats.Killed+r.Stats.Survived+r.Stats.WouldKill+r.Stats.WouldStop+r.Stats.UnitsStopped+r.Stats.UnitsStarted > 0 {
 		s := r.Stats
 		j.Stats = &s
@@ -77,7 +86,7 @@ func (p *Printer) writeHost(r Result) {
 	b, err := json.Marshal(j)
 	if err != nil {
 		// A value that does not encode (NaN) must not lose the host's line.
-		b, _ = json.Marshal(jsonHost{Type: "host", Host: r.Host, Address: r.Address, Status: r.Status,
+		b, _ = json.Marshal(jsonHost{Type: "host", Host: r.Host, Address: r.Address, Status: r.Status, Rows: []any{},
 			Error: joinErr(r.Error, "encode result: "+err.Error()), ElapsedS: j.ElapsedS, Stats: j.Stats, Log: j.Log})
 	}
 	p.writeJSON(b)

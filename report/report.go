@@ -17,10 +17,17 @@
 // columns show and in what order; a last entry "..." adds the others after
 // them. Without it, columns come in a fixed order for the library's keys
 // (gpu, index, pid, ... see columnOrder), then the others alphabetically,
-// then holders, reason, error. A cell is its value as text, nested tables as
-// compact JSON; in a column holding values of several types, a string that
-// would read as another type (1, true, an empty string) is quoted, so that
-// the number 1 and the string "1" stay apart. A missing key is an empty cell.
+// then holders, reason, error. A cell is its value as text; an object with
+// a "label" (a holder, a manager) shows as its label and a list of them as
+// their labels; other nested tables as compact JSON; in a column holding
+// values of several types, a string that would read as another type (1,
+// true, an empty string) is quoted, so that the number 1 and the string "1"
+// stay apart. A missing key is an empty cell. Hosts whose rows differ only
+// in volatile columns (age, elapsed, ...: volatileColumns) fold too, the
+// cell showing the group's range. Marks of the library's columns (the *
+// of holders) are explained under the table. The table fits a width
+// (Options.TableWidth; Table.Fit): cells are cut, command lines losing
+// their folders first.
 //
 // Recap. Hosts with the same status, detail and figures, numbers aside, are
 // one line with their node set; in a folded line, a detail that names each
@@ -32,7 +39,10 @@
 // JSON (--json): one object per line, each with a "type": "host" objects as
 // each host finishes (host, status, value, error, address, rows, columns,
 // elapsed_s, stats, log), then one "summary" object (hosts, counts per
-// status, exit_code, interrupted, elapsed_s, totals).
+// status, exit_code, interrupted, elapsed_s, totals). A host's rows are
+// always in rows (recorded and returned, as the fleet table shows them);
+// value is a return value that is not rows, else null. Nothing is cut. The
+// schema is docs/json-schema.json.
 package report
 
 import (
@@ -164,14 +174,17 @@ type Options struct {
 	Progress bool
 	// ProgressAfter is how long a run must last before progress shows.
 	ProgressAfter time.Duration
-	// Gather (-b) holds per-host lines and prints them at the end: lines
-	// that differ only in their numbers once, with the node set and count
-	// of the hosts that printed them and each number's values, every
-	// host's lines in its own order (see gather.go).
+	// Gather (-b, clush -b) holds per-host lines and prints each distinct
+	// whole output once, at the end, under a header naming its hosts.
 	Gather bool
-	// ByOutput (-B, clush -b's layout) holds per-host lines and prints
-	// each distinct whole output once under a header naming its hosts.
-	ByOutput bool
+	// FoldNumbers (--fold-numbers) lets lines that differ only in figures
+	// (counts, MiB, durations; never pids, GPU indices or other numbers)
+	// be one, showing each figure's values: with Gather, whole outputs;
+	// alone, each line at its place in every host's order (see gather.go).
+	FoldNumbers bool
+	// TableWidth is how wide fleet tables may be: 0 is DefaultTableWidth,
+	// below 0 no limit (--wide).
+	TableWidth int
 	// Verbose shows debug lines.
 	Verbose bool
 	// Total is the number of hosts, for progress.
@@ -234,7 +247,7 @@ func (p *Printer) Event(e Event) {
 	if p.o.JSON {
 		return
 	}
-	if p.o.Gather || p.o.ByOutput {
+	if p.o.Gather || p.o.FoldNumbers {
 		return // printed by Finish, from p.events
 	}
 	p.clearProgress()
@@ -314,6 +327,11 @@ func (p *Printer) Finish(rs []Result) int {
 	}
 	p.printGathered()
 	if t := FleetTable(rs, p.o.Fold); t != nil {
+		w := p.o.TableWidth
+		if w == 0 {
+			w = DefaultTableWidth
+		}
+		t.Fit(w)
 		p.out.Line()
 		t.Write(p.out)
 	}

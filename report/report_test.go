@@ -87,7 +87,7 @@ func TestStreamingAndRecapFolding(t *testing.T) {
 
 func TestGatherFoldsEqualLines(t *testing.T) {
 	var out bytes.Buffer
-	p := New(Options{Out: &out, Gather: true, Fold: join, Now: clock()})
+	p := New(Options{Out: &out, FoldNumbers: true, Fold: join, Now: clock()})
 	for _, h := range []string{"gpu01", "gpu02", "gpu03"} {
 		p.Event(Event{Host: h, Level: "info", Message: "freed 2 GPUs"})
 	}

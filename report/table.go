@@ -157,11 +157,17 @@ func FleetTable(rs []Result, fold func([]string) string) *Table {
 		}
 	})
 
-	// Fold hosts whose rows are all the same; a host's rows stay together.
+	// Fold hosts whose rows are all the same, volatile columns aside (each
+	// then shows its range); a host's rows stay together.
+	vol := make([]bool, len(order))
+	for i, c := range order {
+		vol[i] = volatileColumns[strings.ToLower(c)]
+	}
 	type group struct {
 		hosts  []string
 		status string
 		rows   [][]string
+		vals   [][][]string // vals[row][col]: the hosts' cells of a volatile column
 	}
 	var groups []*group
 	idx := map[string]*group{}
@@ -176,7 +182,9 @@ func FleetTable(rs []Result, fold func([]string) string) *Table {
 			for i, c := range order {
 				rows[j][i] = cell(c, rec)
 				key.WriteString("\x01")
-				key.WriteString(rows[j][i])
+				if !vol[i] {
+					key.WriteString(rows[j][i])
+				}
 			}
 			key.WriteString("\x02")
 		}
@@ -184,11 +192,34 @@ func FleetTable(rs []Result, fold func([]string) string) *Table {
 		notOK = notOK || hr.status != StatusOK && hr.status != ""
 		g := idx[key.String()]
 		if g == nil {
-			g = &group{status: hr.status, rows: rows}
+			g = &group{status: hr.status, rows: rows, vals: make([][][]string, len(rows))}
+			for j := range rows {
+				g.vals[j] = make([][]string, len(order))
+			}
 			idx[key.String()] = g
 			groups = append(groups, g)
 		}
+		for j, r := range rows {
+			for i := range order {
+				if vol[i] {
+					g.vals[j][i] = append(g.vals[j][i], r[i])
+				}
+			}
+		}
 		g.hosts = append(g.hosts, hr.host)
+	}
+	var ranged []string
+	for _, g := range groups {
+		for j, r := range g.rows {
+			for i, c := range order {
+				if vol[i] {
+					var wide bool
+					if r[i], wide = cellRange(g.vals[j][i]); wide && !slices.Contains(ranged, c) {
+						ranged = append(ranged, c)
+					}
+				}
+			}
+		}
 	}
 	folded := len(groups) < len(all)
 	cols := []string{"host"}
@@ -224,7 +255,112 @@ func FleetTable(rs []Result, fold func([]string) string) *Table {
 		t.Notes = append(t.Notes, fmt.Sprintf("%d rows of %d hosts shown as %d: hosts with the same rows are one group (#: its hosts)",
 			nrows, len(all), shown))
 	}
+	if len(ranged) > 0 {
+		t.Notes = append(t.Notes, fmt.Sprintf("%s: lowest..highest of the group (it changes by the moment: hosts differing only there are one group)",
+			strings.Join(upper(ranged), ", ")))
+	}
+	for _, c := range order {
+		for _, m := range columnMarks[strings.ToLower(c)] {
+			if columnHas(t, c, m.mark) {
+				t.Notes = append(t.Notes, fmt.Sprintf("%s %s: %s", strings.ToUpper(c), m.mark, m.means))
+			}
+		}
+	}
 	return t
+}
+
+// volatileColumns change from moment to moment on a host that does not
+// change (how long a process has run, how long a step took): hosts whose
+// rows differ only there fold, the cell showing the group's range.
+var volatileColumns = map[string]bool{"age": true, "age_s": true, "elapsed": true, "elapsed_s": true,
+	"waited_s": true, "uptime": true, "took": true}
+
+// columnMarks are the marks the library's scripts put in a column's cells,
+// explained under a table that shows one.
+var columnMarks = map[string][]struct{ mark, means string }{
+	"holders": {{"*", "owns GPU memory or a compute context (a free kills it first); unmarked: only has the device open"}},
+}
+
+// columnHas reports whether a cell of column c holds mark.
+func columnHas(t *Table, c, mark string) bool {
+	i := slices.Index(t.Columns, c)
+	if i < 0 {
+		return false
+	}
+	for _, r := range t.Rows {
+		if i < len(r) && strings.Contains(r[i], mark) {
+			return true
+		}
+	}
+	return false
+}
+
+func upper(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = strings.ToUpper(s)
+	}
+	return out
+}
+
+// cellRange shows a volatile column's cells of one group: the cell when
+// they are all the same, else "lowest..highest" (durations such as "1m30s"
+// and numbers by value, other text in byte order); wide says the cells
+// differed.
+func cellRange(cells []string) (string, bool) {
+	if len(cells) == 0 {
+		return "", false
+	}
+	lo, hi := cells[0], cells[0]
+	for _, c := range cells[1:] {
+		if cellLess(c, lo) {
+			lo = c
+		}
+		if cellLess(hi, c) {
+			hi = c
+		}
+	}
+	if lo == hi {
+		return lo, false
+	}
+	return lo + ".." + hi, true
+}
+
+func cellLess(a, b string) bool {
+	x, okA := cellValue(a)
+	y, okB := cellValue(b)
+	if okA && okB {
+		return x < y
+	}
+	return a < b
+}
+
+// cellValue reads a number or a duration as util.format_duration and Go
+// write it ("250ms", "45s", "1m30s", "3d4h").
+func cellValue(s string) (float64, bool) {
+	if v, err := strconv.ParseFloat(s, 64); err == nil {
+		return v, true
+	}
+	units := map[string]float64{"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600, "d": 86400}
+	total, rest := 0.0, s
+	for rest != "" {
+		i := 0
+		for i < len(rest) && (rest[i] >= '0' && rest[i] <= '9' || rest[i] == '.') {
+			i++
+		}
+		j := i
+		for j < len(rest) && !(rest[j] >= '0' && rest[j] <= '9' || rest[j] == '.') {
+			j++
+		}
+		n, err := strconv.ParseFloat(rest[:i], 64)
+		u, ok := units[rest[i:j]]
+		if err != nil || !ok {
+			return 0, false
+		}
+		total += n * u
+		rest = rest[j:]
+	}
+	return total, s != ""
 }
 
 // defaultOrder is the library's columns first, the others alphabetically,
@@ -366,9 +502,33 @@ func cellString(v any) string {
 		return cellString(float64(x))
 	case bool, int, int64, int32, uint64:
 		return fmt.Sprint(x)
-	default:
-		return compactJSON(x)
+	case map[string]any:
+		if l, ok := x["label"].(string); ok {
+			return l
+		}
+	case []any:
+		if labels, ok := labelList(x); ok {
+			return labels
+		}
 	}
+	return compactJSON(v)
+}
+
+// labelList shows a list of objects that carry a "label" (holders,
+// managers) as their labels, comma-separated; an empty list is an empty
+// cell. --json keeps the objects whole.
+func labelList(list []any) (string, bool) {
+	labels := make([]string, len(list))
+	for i, e := range list {
+		m, ok := e.(map[string]any)
+		if !ok {
+			return "", false
+		}
+		if labels[i], ok = m["label"].(string); !ok {
+			return "", false
+		}
+	}
+	return strings.Join(labels, ", "), true
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -408,3 +568,9 @@ func digitsPrefix(s string) int {
 	}
 	return n
 }
+
+// CellText is a value as a fleet table cell shows it: text as it is,
+// numbers without a needless decimal part, an object with a "label" (a
+// holder, a manager) as its label and a list of them as their labels
+// joined by ", ", other tables as compact JSON.
+func CellText(v any) string { return cellString(v) }

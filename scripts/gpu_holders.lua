@@ -5,8 +5,10 @@
 -- GPU it holds: mem_mib is its memory on that GPU (a worker on GPUs 0 and 2
 -- has two rows, each with its own figure); where is its unit, container
 -- ("docker vllm-web") or pod ("pod ml/trainer-7f9c"); manager is what would
--- start it again ("unit sglang.service", "pod ml/trainer-7f9c", "slurm job
--- 4711", "pid 880 (torchrun)"); kind is owner (owns
+-- start it again, the outermost of its chain that restarts (an object:
+-- kind, label, restarts, stop, ...; the table shows its label, "unit
+-- sglang.service", "pod ml/trainer-7f9c", "slurm job 4711", "pid 880
+-- (torchrun)"); kind is owner (owns
 -- memory or a compute context: what a free kills first), monitor (only has
 -- the device open) or suspicious; age is how long it has run. Holders of
 -- only nvidiactl/nvidia-uvm are one row with gpu "-" unless shared=false.
@@ -24,6 +26,14 @@
 local util = require("util")
 -- A filter given empty is an error in gpu.holders, never "everyone".
 local exclude = {users = vars.exclude_users, containers = vars.containers == false or nil}
+-- What would start a holder again: the outermost manager of its chain that restarts (or may).
+local function manager(h)
+  local ms = h.managers or {}
+  for i = #ms, 1, -1 do
+    if ms[i].restarts ~= "no" then return ms[i] end
+  end
+  return nil
+end
 local rows = {}
 for _, h in ipairs(gpu.holders{users = vars.users, units = vars.units, shared = vars.shared, owner = vars.owners,
     containers = vars.containers or nil, min_age = vars.min_age, exclude = next(exclude) and exclude or nil, per_gpu = true}) do
@@ -36,7 +46,7 @@ for _, h in ipairs(gpu.holders{users = vars.users, units = vars.units, shared = 
     mem_mib = h.mem_mib,
     state = h.state,
     where = h.where or "",
-    manager = h.manager or "",
+    manager = manager(h),
     kind = h.suspicious and "suspicious" or h.owner and "owner" or "monitor",
     age = util.format_duration(h.age_s or 0),
     protected = h.protected,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpush/gpush/helper"
 	"github.com/gpush/gpush/modules/modulestest"
+	"github.com/gpush/gpush/report"
 )
 
 // gpu_status.lua: a row per GPU with its state and, when not free, why.
@@ -30,7 +31,7 @@ func TestGPUStatusStates(t *testing.T) {
 	}
 	for i, w := range want {
 		row := rows[i]
-		if row["state"] != w[0] || row["holders"] != w[1] || !strings.Contains(fmt.Sprint(row["reason"]), w[2]) || (w[2] == "" && row["reason"] != "") {
+		if row["state"] != w[0] || report.CellText(row["holders"]) != w[1] || !strings.Contains(fmt.Sprint(row["reason"]), w[2]) || (w[2] == "" && row["reason"] != "") {
 			t.Errorf("GPU %d: %v, want state %s holders %q reason ~%q", i, row, w[0], w[1], w[2])
 		}
 	}
@@ -78,8 +79,8 @@ func TestPerGPUMemory(t *testing.T) {
 	rows := r.rows(t)
 	for idx, want := range map[int]string{0: fmt.Sprintf("%d alice python3* 1.0 GiB", w.PID), 2: fmt.Sprintf("%d alice python3* 3.0 GiB", w.PID),
 		1: fmt.Sprintf("%d bob python3* 2.0 GiB (pod ml/trainer-7f9c)", pod.PID)} {
-		if rows[idx]["holders"] != want {
-			t.Errorf("gpu_status GPU %d holders %q, want %q", idx, rows[idx]["holders"], want)
+		if got := report.CellText(rows[idx]["holders"]); got != want {
+			t.Errorf("gpu_status GPU %d holders %q, want %q", idx, got, want)
 		}
 	}
 	r = runScript(t, m, "gpu_holders.lua", false, nil)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpush/gpush/report"
+	"github.com/gpush/gpush/report/jsoncheck"
 )
 
 // needAnsible returns ansible-playbook's path: missing, the test fails in
@@ -172,9 +173,20 @@ return {{n = 3, step = "done"}, {n = 3, step = "done"}}
 	for _, want := range []string{
 		`"host":"a2","status":"failed","value":null,"error":"not freed on a2","address":"a2","rows":[{"n":1,"step":"read"},{"n":2,"step":"not-freed"}],"columns":["step","n"]`,
 		`"host":"a3","status":"skipped","value":null,"error":"busy: a3","address":"a3","rows":[{"n":1,"step":"read"}]`,
+		// Recorded and returned rows, in one place.
+		`"host":"a1","status":"ok","value":null,"address":"a1","rows":[{"n":1,"step":"read"},{"n":3,"step":"done"},{"n":3,"step":"done"}]`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("--json lacks %s\n%s", want, out)
+		}
+	}
+	schema, err := jsoncheck.Load("../../docs/json-schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range lines {
+		if err := schema.ValidateJSON([]byte(l)); err != nil {
+			t.Errorf("not docs/json-schema.json: %v\n%s", err, l)
 		}
 	}
 }

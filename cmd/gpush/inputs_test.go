@@ -169,10 +169,10 @@ func TestHostileProcessName(t *testing.T) {
 	code, stdout, _ = gpush(t, "run", script, "-i", inv, "--json")
 	noControl(t, "run --json", stdout)
 	var res struct {
-		Value []struct {
+		Rows []struct {
 			Comm string  `json:"comm"`
 			PID  float64 `json:"pid"`
-		} `json:"value"`
+		} `json:"rows"`
 		Log []struct{ Message string } `json:"log"`
 	}
 	// The host's line; the summary line follows it.
@@ -180,7 +180,7 @@ func TestHostileProcessName(t *testing.T) {
 	if err := json.Unmarshal([]byte(first), &res); err != nil {
 		t.Fatalf("--json: %v\n%s", err, stdout)
 	}
-	if code != 0 || len(res.Value) != 1 || res.Value[0].Comm != hostileComm || int(res.Value[0].PID) != pid ||
+	if code != 0 || len(res.Rows) != 1 || res.Rows[0].Comm != hostileComm || int(res.Rows[0].PID) != pid ||
 		len(res.Log) != 1 || !strings.Contains(res.Log[0].Message, "("+hostileComm+")") ||
 		!strings.Contains(stdout, `"comm":"\u001b[1A\u001b[2K\u001b[32m"`) {
 		t.Errorf("--json: exit %d, decoded %+v\n%s", code, res, stdout)

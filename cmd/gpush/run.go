@@ -34,8 +34,9 @@ func runCommand() *cli.Command {
 			"--lua-memory (or the host var gpush_lua_memory): past it the host fails \"memory limit\".\n\n" + scriptSourceHelp,
 		Flags: append(fleetFlags("hosts run at once", "per-host time limit (0: none)"),
 			&cli.BoolFlag{Name: "json", Usage: "one JSON object per host (JSON lines) on stdout"},
-			&cli.BoolFlag{Name: "gather", Aliases: []string{"b"}, Usage: "at the end, print lines that differ only in numbers once, with their hosts, their count and the numbers' values ([0,2-3] exact, [0.8..1.2] lowest to highest); each host's lines stay in its order"},
-			&cli.BoolFlag{Name: "by-output", Aliases: []string{"B", "dshbak"}, Usage: "at the end, print each distinct whole host output once under a header naming its hosts, as clush -b does (with -b, outputs that differ only in numbers are one)"},
+			&cli.BoolFlag{Name: "gather", Aliases: []string{"b", "B", "by-output", "dshbak"}, Usage: "as clush -b: at the end, print each distinct whole host output once, under a header naming the hosts that printed exactly it"},
+			&cli.BoolFlag{Name: "fold-numbers", Usage: "lines that differ only in figures (counts, MiB, durations, %; never pids, GPU indices or other ids) are one, each figure showing its hosts' values ([0,2-3] exact, [0.8..1.2] lowest to highest); with -b whole outputs, alone each line at its place in every host's order"},
+			&cli.BoolFlag{Name: "wide", Usage: "fleet tables uncut (by default they fit the terminal, or 120 columns when stdout is not one)"},
 			&cli.StringFlag{Name: "lua-memory", Value: "256MiB", Usage: "bound on each host's Lua data (the host var " + lua.MemoryVar + " overrides it)", EnvVars: []string{"GPUSH_LUA_MEMORY"}},
 			&cli.StringFlag{Name: "code", Aliases: []string{"c"}, Usage: "Lua code to run instead of a SCRIPT: -c 'return gpu.mem()'"},
 			&cli.BoolFlag{Name: scriptHelpFlag, Hidden: true},
@@ -82,7 +83,8 @@ func runRun(c *cli.Context) error {
 		Progress:      errF != nil && report.IsTerminal(errF),
 		ProgressAfter: report.ProgressDelay,
 		Gather:        c.Bool("gather"),
-		ByOutput:      c.Bool("by-output"),
+		FoldNumbers:   c.Bool("fold-numbers"),
+		TableWidth:    tableWidth(c.Bool("wide"), outF),
 		Hosts:         progressHosts(hosts),
 		Width:         report.TermWidth(errF),
 		Verbose:       c.Bool("verbose"),
@@ -231,4 +233,16 @@ func progressHosts(hs []inventory.Host) []string {
 		names[i] = h.Name
 	}
 	return names
+}
+
+// tableWidth is how wide fleet tables may be: the terminal's width when
+// stdout is one, else 120 columns; --wide: no limit (-1).
+func tableWidth(wide bool, out *os.File) int {
+	if wide {
+		return -1
+	}
+	if w := report.TermWidth(out)(); w > 0 && report.IsTerminal(out) {
+		return w
+	}
+	return report.DefaultTableWidth
 }

@@ -346,8 +346,9 @@ func fit(t *report.Table, width int) []string {
 			if wide >= len(row) {
 				continue
 			}
-			if c := []rune(termsafe.String(row[wide])); len(c) > limit {
-				row[wide] = string(c[:limit-1]) + "…"
+			// As gpush run cuts: a command line keeps its program and script.
+			if c := termsafe.String(row[wide]); utf8.RuneCountInString(c) > limit {
+				row[wide] = report.Shorten(c, limit)
 			}
 		}
 		if len(cut) == 0 || cut[len(cut)-1] != t.Columns[wide] {

@@ -59,9 +59,9 @@ type freeRow struct {
 	// (or none was needed then).
 	settled bool
 	// restarters: what may start its workers again, alive at the end
-	// (labels); note: what the row adds to "freed" (an accepted
+	// (managers); note: what the row adds to "freed" (an accepted
 	// restarter, a settle that could not know the restart delay).
-	restarters []string
+	restarters []helper.Manager
 	note       string
 }
 
@@ -609,7 +609,8 @@ func (r *freeRun) table() *glua.LTable {
 			reason = "" // what held it is in killed; a freed GPU needs no excuse
 		}
 		rt.RawSetString("reason", glua.LString(reason))
-		rt.RawSetString("restarters", glua.LString(strings.Join(row.restarters, "; ")))
+		// The managers whole (the table shows their labels, --json every field).
+		rt.RawSetString("restarters", managerList(L, row.restarters))
 		luaconv.SetStr(rt, "note", row.note)
 		rows.Append(rt)
 		if row.step == StepNotFreed {

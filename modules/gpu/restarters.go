@@ -105,15 +105,16 @@ func (r *freeRun) verifyManagers() {
 		row := r.rows[idx]
 		r.m.h.Stats().SetRestarting(idx, false)
 		var labels, whys []string
+		row.restarters = nil
 		for _, res := range resp.Results {
 			m := res.Manager
 			if !res.Alive || m.Restarts == helper.RestartsNo || !r.manages(m, row) {
 				continue
 			}
+			row.restarters = append(row.restarters, m)
 			labels = append(labels, helper.ManagerLabel(m))
 			whys = append(whys, helper.ManagerWhy(m))
 		}
-		row.restarters = labels
 		switch {
 		case !row.freed:
 			for _, w := range whys {
