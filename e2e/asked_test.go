@@ -38,7 +38,7 @@ func TestFreeGPUsWhatWasAsked(t *testing.T) {
 			if r.code != 2 {
 				t.Errorf("check %v: exit %d, want 2", check, r.code)
 			}
-			requireContains(t, r.stdout, "stop: no such unit: vllm-embd.service; no unit was stopped")
+			requireContains(t, r.stdout, "stop: unit vllm-embd.service not found; no unit was stopped")
 			units(t, h, "active\nactive\n")
 			if liveOf(lab.RoleOrphan) != 1 {
 				t.Error("nothing may be killed after a failed stop")

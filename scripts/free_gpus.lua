@@ -81,7 +81,7 @@ for _, s in ipairs(stops) do
   if s.missing then table.insert(missing, s.unit) end
 end
 if #missing > 0 then
-  fail("stop: no such unit%s: %s; no unit was stopped", #missing > 1 and "s" or "", table.concat(missing, ", "))
+  fail("stop: unit%s %s not found; no unit was stopped", #missing > 1 and "s" or "", table.concat(missing, ", "))
 end
 local failed
 for i, s in ipairs(stops) do

@@ -83,7 +83,7 @@ func TestFreeGPUsUnitNotFound(t *testing.T) {
 	m := modulestest.NewGPUHost("gpu01", 1)
 	w := m.AddHolder(modulestest.FakeHolder{MemByGPU: map[int]int64{0: 1000}})
 	r := runScript(t, m, "free_gpus.lua", false, map[string]any{"services": []string{"vllm-embd.service"}})
-	if r.err == nil || !strings.Contains(r.err.Error(), "stop: no such unit: vllm-embd.service; no unit was stopped") {
+	if r.err == nil || !strings.Contains(r.err.Error(), "stop: unit vllm-embd.service not found; no unit was stopped") {
 		t.Fatalf("error %v", r.err)
 	}
 	if !m.Alive(w.PID) || len(r.host.FakeConn.Calls(helper.VerbKill)) != 0 {
@@ -143,7 +143,7 @@ func TestFreeGPUsOneUnitNotFound(t *testing.T) {
 		m.AddUnit(modulestest.FakeUnit{Name: "vllm.service", Active: true})
 		svc := m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{Unit: "vllm.service"}, MemByGPU: map[int]int64{0: 1000}})
 		r := runScript(t, m, "free_gpus.lua", check, map[string]any{"services": []string{"vllm-embd.service", "vllm.service", "sglang-typo.service"}})
-		if r.err == nil || !strings.Contains(r.err.Error(), "stop: no such units: vllm-embd.service, sglang-typo.service; no unit was stopped") {
+		if r.err == nil || !strings.Contains(r.err.Error(), "stop: units vllm-embd.service, sglang-typo.service not found; no unit was stopped") {
 			t.Fatalf("check %v: error %v", check, r.err)
 		}
 		if u, _ := m.Unit("vllm.service"); !u.Active || !m.Alive(svc.PID) || hasLine(r.logs(), "stopped vllm.service") {
