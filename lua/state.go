@@ -465,7 +465,7 @@ func strictVars(L *glua.LState, h *hostState, global string) *glua.LTable {
 			}
 		}
 		name := L.Get(2).String()
-		msg := fmt.Sprintf("%s: %s.%s: %s declares no var %s", h.script, global, name, h.script, name)
+		msg := fmt.Sprintf("%s.%s: %s declares no var %s", global, name, h.script, name)
 		if c := h.decls.Closest(name); c != "" {
 			msg += "; did you mean " + c + "?"
 		} else {

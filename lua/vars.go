@@ -339,7 +339,7 @@ func (e *MissingVarError) Error() string {
 	case len(hs) > 1:
 		where = " on hosts " + strings.Join(hs, ", ")
 	}
-	return fmt.Sprintf("%s: var %s is required and not given%s: %s %s (give it with -e %s=VALUE or as a host var; declare it %s? if the script does without it)",
+	return fmt.Sprintf("%s: var %s is required and not given%s (%s: %s); give it with -e %s=VALUE or as a host var, or declare it %s? if the script does without it",
 		e.Script, e.Decl.Name, where, e.Decl.Type, e.Decl.Help, e.Decl.Name, e.Decl.Type)
 }
 

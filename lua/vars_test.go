@@ -234,7 +234,7 @@ func TestApplyVars(t *testing.T) {
 	}
 	err = ApplyVars("s.lua", decls, map[string]any{})
 	var missing *MissingVarError
-	if !errors.As(err, &missing) || err.Error() != "s.lua: var force is required and not given: bool force (give it with -e force=VALUE or as a host var; declare it bool? if the script does without it)" {
+	if !errors.As(err, &missing) || err.Error() != "s.lua: var force is required and not given (bool: force); give it with -e force=VALUE or as a host var, or declare it bool? if the script does without it" {
 		t.Errorf("a required var given nowhere: %v", err)
 	}
 }
@@ -314,11 +314,11 @@ func TestCheckRequired(t *testing.T) {
 		t.Errorf("the inventory gives it: %v", err)
 	}
 	err = CheckRequired("s.lua", decls, nil, hv)
-	if err == nil || err.Error() != "s.lua: var unit is required and not given on hosts b, c: string the unit to stop (give it with -e unit=VALUE or as a host var; declare it string? if the script does without it)" {
+	if err == nil || err.Error() != "s.lua: var unit is required and not given on hosts b, c (string: the unit to stop); give it with -e unit=VALUE or as a host var, or declare it string? if the script does without it" {
 		t.Errorf("two hosts lack it: %v", err)
 	}
 	err = CheckRequired("s.lua", decls, nil, map[string]map[string]any{"b": {}})
-	if err == nil || !strings.HasPrefix(err.Error(), "s.lua: var unit is required and not given: string the unit to stop") {
+	if err == nil || !strings.HasPrefix(err.Error(), "s.lua: var unit is required and not given (string: the unit to stop)") {
 		t.Errorf("every host lacks it: %v", err)
 	}
 }
@@ -347,7 +347,7 @@ func TestStrictVars(t *testing.T) {
 		t.Errorf("got %+v, want %s", res[0], want)
 	}
 	for code, want := range map[string]string{
-		"return vars.user":                       "t.lua:4: t.lua: vars.user: t.lua declares no var user; did you mean users?",
+		"return vars.user":                       "t.lua:4: vars.user: t.lua declares no var user; did you mean users?",
 		"return vars.site":                       "vars.site: t.lua declares no var site (its vars: users, gpus, grace); the inventory's own is host.vars.site",
 		"return vars.gpus":                       "",
 		"return vars[1]":                         "vars.1: t.lua declares no var 1",

@@ -251,7 +251,7 @@ func TestRunChecksExtraVarsBeforeDialling(t *testing.T) {
 		{[]string{free, "-e", "@" + unknownFile}, "-e @" + unknownFile + ": free.lua: no var gpu; did you mean gpus?"},
 		{[]string{none, "-e", "gpus=1"}, "none.lua declares no vars, so it takes no -e gpus; to give it one, declare it with -- @var NAME TYPE HELP"},
 		{[]string{bad}, "bad.lua:2: @var gpus: unknown type \"ints\""},
-		{[]string{req}, "run: req.lua: var unit is required and not given: string the unit to stop (give it with -e unit=VALUE"},
+		{[]string{req}, "run: req.lua: var unit is required and not given (string: the unit to stop); give it with -e unit=VALUE"},
 	} {
 		code, _, stderr := gpush(t, append([]string{"run", "-i", inv}, c.args...)...)
 		if code != 1 || !strings.Contains(stderr, c.want) {
