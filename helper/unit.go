@@ -179,6 +179,9 @@ func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 		known = append(known, u)
 	}
 	if len(known) == 0 {
+		if batch && req.Action != UnitStatus {
+			resp.Reason = refusal(req.Action, names)
+		}
 		return resp, nil
 	}
 	// A list with one typo acts on none: stopping the valid units and then

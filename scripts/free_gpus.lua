@@ -91,7 +91,18 @@ for i, s in ipairs(stops) do
   if not s.ok and #s.remaining == 0 and #s.gpu_holders == 0 then
     failed = failed or string.format("stop %s: %s", unit, s.reason or s.active_state or "failed")
   else
-    for _, h in ipairs(s.gpu_holders) do for _, g in ipairs(h.gpus) do leftover[g] = true end end
+    for _, h in ipairs(s.gpu_holders) do
+      local mine = false
+      for _, g in ipairs(h.gpus) do
+        leftover[g] = true
+        mine = mine or chosen[g] == true
+      end
+      -- Said, not freed: only what holds a chosen GPU is killed.
+      if vars.gpus and not mine then
+        log.warn("%s left pid %d holding GPU %s, which is not among the GPUs to free: left alone", unit, h.pid,
+          table.concat(h.gpus, ", "))
+      end
+    end
     if s.would then log.info("would stop %s", unit)
     elseif s.ok then log.info("stopped %s", unit)
     else log.warn("stopped %s; it left %d process(es) in its cgroup: %s", unit, #s.remaining, s.reason) end

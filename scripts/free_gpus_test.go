@@ -351,3 +351,25 @@ func TestFreeGPUsNoServices(t *testing.T) {
 		}
 	}
 }
+
+// A unit on a chosen GPU and another: it is stopped; a worker it leaves
+// only on the other GPU is not freed (not asked), and the log says so.
+func TestFreeGPUsLeftoverOnAnotherGPU(t *testing.T) {
+	m := modulestest.NewGPUHost("gpu01", 2)
+	m.AddUnit(modulestest.FakeUnit{Name: "a.service", Active: true, StayAfterStop: true})
+	m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{Unit: "a.service"}, MemByGPU: map[int]int64{0: 100}})
+	w := m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{Unit: "a.service"}, MemByGPU: map[int]int64{1: 8192}})
+	r := runScriptVars(t, m, "free_gpus.lua", false, map[string]any{"services": []any{"a.service"}}, map[string]any{"gpus": "0", "grace": "10ms", "timeout": "1s"})
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if u, _ := m.Unit("a.service"); u.Active {
+		t.Error("a.service holds GPU 0: it must be stopped")
+	}
+	if !hasLine(r.logs(), fmt.Sprintf("warn a.service left pid %d holding GPU 1, which is not among the GPUs to free: left alone", w.PID)) {
+		t.Errorf("logs %q", r.logs())
+	}
+	if !m.Alive(w.PID) || len(m.HoldersOf(0)) != 0 {
+		t.Error("GPU 0 is freed, GPU 1's leftover left alone")
+	}
+}
