@@ -1098,15 +1098,14 @@ func (g *GPUHost) unitBatch(req helper.UnitRequest) helper.UnitResponse {
 		g.mu.Unlock()
 	}
 	if act != req.Action {
-		ptrs := make([]*helper.UnitResponse, len(req.Units))
-		for i, u := range req.Units {
+		for _, u := range req.Units {
 			one := req
 			one.Unit, one.Units, one.Action = u, nil, helper.UnitStatus
 			r := g.unit(one)
 			r.Action = req.Action
-			ptrs[i] = &r
 			resp.Units = append(resp.Units, r)
 		}
+		ptrs := make([]*helper.UnitResponse, len(resp.Units))
 		for i := range resp.Units {
 			ptrs[i] = &resp.Units[i]
 		}
