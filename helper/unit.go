@@ -172,14 +172,26 @@ func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 	var known []*UnitResponse
 	for i, u := range units {
 		u.fill(pre[i])
-		if why := unknownUnit(u.Unit, pre[i]); why != "" {
+		if why := u.Unknown(); why != "" {
 			u.Reason = why
 			continue
 		}
 		known = append(known, u)
 	}
 	if len(known) == 0 {
+		if batch && req.Action != UnitStatus {
+			resp.Reason = refusal(req.Action, names)
+		}
 		return resp, nil
+	}
+	// A list with one typo acts on none: stopping the valid units and then
+	// failing on the typo leaves the host half-done and the operator asking
+	// what was. Status only looks, so it answers for each unit.
+	if req.Action != UnitStatus {
+		if missing := RefuseUnknown(req.Action, units); len(missing) > 0 {
+			resp.Reason = refusal(req.Action, missing)
+			return resp, nil
+		}
 	}
 	knownNames := make([]string, len(known))
 	for i, u := range known {
@@ -373,22 +385,68 @@ func showUnitProps(ctx context.Context, systemctl string, timeout time.Duration,
 	return all, nil
 }
 
-// unknownUnit says why name cannot be acted on when systemd has no such
+// Unknown says why the unit cannot be acted on when systemd has no such
 // unit, or "". A unit whose file was removed while it ran is "not-found"
 // but still active: that one is real and may be stopped.
-func unknownUnit(name string, props map[string]string) string {
-	active := props["ActiveState"]
-	switch props["LoadState"] {
+func (r *UnitResponse) Unknown() string {
+	switch r.LoadState {
 	case "not-found":
-		if active == "" || active == "inactive" {
-			return "unit " + name + " not found"
+		if r.ActiveState == "" || r.ActiveState == "inactive" {
+			return "unit " + r.Unit + " not found"
 		}
 	case "bad-setting", "error":
-		if active == "" || active == "inactive" {
-			return "unit " + name + " could not be loaded (LoadState=" + props["LoadState"] + ")"
+		if r.ActiveState == "" || r.ActiveState == "inactive" {
+			return "unit " + r.Unit + " could not be loaded (LoadState=" + r.LoadState + ")"
 		}
 	}
 	return ""
+}
+
+// RefuseUnknown applies the rule that a stop, start or restart of a list
+// naming a unit systemd does not know acts on no unit of it: when some of
+// units are Unknown it returns their names and marks every unit not ok,
+// the unknown ones with why, the others refused because of them. It is
+// the helper's rule, and what --check (which only looks) reports.
+func RefuseUnknown(action string, units []*UnitResponse) []string {
+	var missing []string
+	for _, u := range units {
+		if u.Unknown() != "" {
+			missing = append(missing, u.Unit)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	for _, u := range units {
+		u.OK = false
+		if why := u.Unknown(); why != "" {
+			u.Reason = why
+		} else {
+			u.Reason = refusal(action, missing)
+		}
+	}
+	return missing
+}
+
+// refusal says why no unit of a list was acted on.
+func refusal(action string, missing []string) string {
+	what := "unit " + missing[0] + " is"
+	if len(missing) > 1 {
+		what = "units " + strings.Join(missing, ", ") + " are"
+	}
+	return fmt.Sprintf("no unit of the list was %s: %s not found", pastTense(action), what)
+}
+
+func pastTense(action string) string {
+	switch action {
+	case UnitStop:
+		return "stopped"
+	case UnitStart:
+		return "started"
+	case UnitRestart:
+		return "restarted"
+	}
+	return action + "ed"
 }
 
 // fill copies the shown properties into the response.

@@ -60,13 +60,35 @@ func wantRuns(t *testing.T, runs []string, want ...string) {
 	}
 }
 
-// batchStop is the request both batch tests make: a unit that leaves a
-// worker on GPU 0, one that does not exist, one that refuses the stop (its
-// holder keeps GPU 2), one that stops clean.
+// batchStop is the requests both batch tests make: first a list with a
+// unit that does not exist, which stops none of it (one show, no stop);
+// then without it: a unit that leaves a worker on GPU 0, one that refuses
+// the stop (its holder keeps GPU 2), one that stops clean.
 func batchStop(t *testing.T, cfg Config) *UnitResponse {
 	t.Helper()
 	r, err := Unit(context.Background(), UnitRequest{Config: cfg, Action: UnitStop,
-		Units: []string{"lefty", "gone.service", "refuser.service", "clean"}, Timeout: Duration(20 * time.Second)})
+		Units: []string{"lefty", "gone.service", "refuser.service", "clean", "gone2"}, Timeout: Duration(20 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusal := "no unit of the list was stopped: units gone.service, gone2.service are not found"
+	if r.OK || r.Reason != refusal || len(r.Units) != 5 {
+		b, _ := json.MarshalIndent(r, "", " ")
+		t.Fatalf("a list with missing units: %s", b)
+	}
+	for i, u := range r.Units {
+		want := refusal
+		if i == 1 || i == 4 {
+			want = "unit " + u.Unit + " not found"
+		} else if u.ActiveState != "active" || len(u.Remaining) != 0 {
+			t.Errorf("unit %s must not be acted on: %+v", u.Unit, u)
+		}
+		if u.OK || u.Reason != want || (u.Unknown() != "") != (i == 1 || i == 4) {
+			t.Errorf("unit %d: %+v, want reason %q", i, u, want)
+		}
+	}
+	r, err = Unit(context.Background(), UnitRequest{Config: cfg, Action: UnitStop,
+		Units: []string{"lefty", "refuser.service", "clean"}, Timeout: Duration(20 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,12 +99,12 @@ func batchStop(t *testing.T, cfg Config) *UnitResponse {
 // whatever the others did.
 func checkBatchStop(t *testing.T, r *UnitResponse, worker int, refuser []int) {
 	t.Helper()
-	if r.OK || !r.Systemd || r.Unit != "" || r.Reason != "3 of 4 units not ok" || len(r.Units) != 4 {
+	if r.OK || !r.Systemd || r.Unit != "" || r.Reason != "2 of 3 units not ok" || len(r.Units) != 3 {
 		b, _ := json.MarshalIndent(r, "", " ")
 		t.Fatalf("batch: %s", b)
 	}
-	lefty, gone, ref, clean := r.Units[0], r.Units[1], r.Units[2], r.Units[3]
-	for i, n := range []string{"lefty.service", "gone.service", "refuser.service", "clean.service"} {
+	lefty, ref, clean := r.Units[0], r.Units[1], r.Units[2]
+	for i, n := range []string{"lefty.service", "refuser.service", "clean.service"} {
 		if u := r.Units[i]; u.Unit != n || u.Action != UnitStop || !u.Systemd {
 			t.Errorf("unit %d: %s %s systemd=%v, want %s stop", i, u.Unit, u.Action, u.Systemd, n)
 		}
@@ -93,11 +115,8 @@ func checkBatchStop(t *testing.T, r *UnitResponse, worker int, refuser []int) {
 		strings.Contains(lefty.Reason, "refuser") {
 		t.Errorf("lefty (leaves its worker): %+v", lefty)
 	}
-	if gone.OK || gone.LoadState != "not-found" || gone.Reason != "unit gone.service not found" || len(gone.GPUHolders) != 0 {
-		t.Errorf("gone (no such unit): %+v", gone)
-	}
 	if ref.OK || ref.ActiveState != "active" || !strings.Contains(ref.Reason, "Failed to stop refuser.service: Operation refused") ||
-		strings.Contains(ref.Reason, "gone") || fmt.Sprint(holderPIDs(ref.GPUHolders)) != fmt.Sprint(refuser) {
+		strings.Contains(ref.Reason, "lefty.service:") || fmt.Sprint(holderPIDs(ref.GPUHolders)) != fmt.Sprint(refuser) {
 		t.Errorf("refuser (refuses the stop): %+v", ref)
 	}
 	if !clean.OK || clean.Reason != "" || clean.ActiveState != "inactive" || len(clean.Remaining) != 0 || len(clean.GPUHolders) != 0 {
@@ -125,7 +144,8 @@ func TestUnitStopBatch(t *testing.T) {
 	refuser := h.ready("refuser.service", 1)
 
 	checkBatchStop(t, batchStop(t, h.cfg), worker, refuser)
-	wantRuns(t, runs(), "show lefty.service gone.service refuser.service clean.service",
+	wantRuns(t, runs(), "show lefty.service gone.service refuser.service clean.service gone2.service",
+		"show lefty.service refuser.service clean.service",
 		"stop lefty.service refuser.service clean.service", "show lefty.service refuser.service clean.service")
 
 	// Status of several: one show, nothing acted on.
@@ -259,7 +279,8 @@ func TestRealSystemdStopBatch(t *testing.T) {
 	refuser := h.ready("refuser.service", 1)
 	runs()
 	checkBatchStop(t, batchStop(t, h.cfg), worker, refuser)
-	wantRuns(t, runs(), "show lefty.service gone.service refuser.service clean.service",
+	wantRuns(t, runs(), "show lefty.service gone.service refuser.service clean.service gone2.service",
+		"show lefty.service refuser.service clean.service",
 		"stop lefty.service refuser.service clean.service", "show lefty.service refuser.service clean.service")
 }
 

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	glua "github.com/yuin/gopher-lua"
+
 	"github.com/gpush/gpush/helper"
 	"github.com/gpush/gpush/inventory"
 	"github.com/gpush/gpush/modules"
@@ -20,6 +22,9 @@ import (
 type hostState struct {
 	inv     inventory.Host
 	vars    map[string]any // host vars with the extra vars on top
+	script  string         // the script's name, for errors about its vars
+	decls   VarDecls       // the script's declarations; none: vars is not strict
+	from    map[string]string
 	cfg     helper.Config
 	check   bool
 	dial    func(context.Context, inventory.Host) (remote.Conn, error)
@@ -48,16 +53,11 @@ type hostState struct {
 const MaxRows = 100000
 
 // newHostState merges h's vars with the extra vars and converts those decls
-// declares (nil for a REPL: no script, vars as given).
-func newHostState(h inventory.Host, o Options, decls VarDecls) (*hostState, error) {
-	vars := make(map[string]any, len(h.Vars)+len(o.ExtraVars))
-	for k, v := range h.Vars {
-		vars[k] = v
-	}
-	for k, v := range o.ExtraVars {
-		vars[k] = v
-	}
-	if err := ApplyVars(decls, vars); err != nil {
+// declares (nil for a REPL: no script, vars as given); script names the
+// script in errors.
+func newHostState(h inventory.Host, o Options, script string, decls VarDecls) (*hostState, error) {
+	vars := mergeVars(h.Vars, o.ExtraVars)
+	if err := ApplyVars(script, decls, vars); err != nil {
 		return nil, fmt.Errorf("host %s: %w", h.Name, err)
 	}
 	cfg, err := helperConfig(vars)
@@ -68,8 +68,41 @@ func newHostState(h inventory.Host, o Options, decls VarDecls) (*hostState, erro
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &hostState{inv: h, vars: vars, cfg: cfg, check: o.Check, dial: o.Dial,
+	return &hostState{inv: h, vars: vars, script: script, decls: decls, from: VarSources(decls, h.Vars, o.ExtraVars),
+		cfg: cfg, check: o.Check, dial: o.Dial,
 		logger: logger.With("host", h.Name), onEvent: o.OnEvent}, nil
+}
+
+// mergeVars is the host's vars with the extra vars on top, in a new map.
+func mergeVars(hostVars, extra map[string]any) map[string]any {
+	vars := make(map[string]any, len(hostVars)+len(extra))
+	for k, v := range hostVars {
+		vars[k] = v
+	}
+	for k, v := range extra {
+		vars[k] = v
+	}
+	return vars
+}
+
+// SetScriptVars sets L's vars and vars_from as a run of script (declaring
+// decls) sets them on a host with hostVars given extra as -e: checked and
+// converted the same way, strict the same way. For testing scripts on a
+// model host without a run.
+func SetScriptVars(L *glua.LState, script string, decls VarDecls, hostVars, extra map[string]any) error {
+	extra, err := CheckExtraVars(script, decls, extra)
+	if err != nil {
+		return err
+	}
+	vars := mergeVars(hostVars, extra)
+	if err := ApplyVars(script, decls, vars); err != nil {
+		return err
+	}
+	h := &hostState{inv: inventory.Host{Vars: hostVars}, vars: vars, script: script, decls: decls,
+		from: VarSources(decls, hostVars, extra)}
+	L.SetGlobal("vars", scriptVars(L, h))
+	L.SetGlobal("vars_from", varsFrom(L, h))
+	return nil
 }
 
 // helperConfig reads the gpush_* vars that say where things are on the host.

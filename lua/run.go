@@ -101,8 +101,9 @@ type HostResult struct {
 // host promptly as failed "interrupted".
 //
 // The script's var declarations (Script.Vars) bind every host: extra vars
-// it does not declare, or that do not convert, fail every host before any
-// is dialled; declared host vars that do not convert fail their host.
+// it does not declare, or that do not convert, and a required var that a
+// host lacks fail every host before any is dialled; declared host vars that
+// do not convert fail their host.
 func Run(ctx context.Context, s *Script, hosts []inventory.Host, o Options) []HostResult {
 	results := make([]HostResult, len(hosts))
 	// A script that does not compile fails the same way everywhere: say so
@@ -115,6 +116,9 @@ func Run(ctx context.Context, s *Script, hosts []inventory.Host, o Options) []Ho
 	}
 	if err == nil {
 		o.ExtraVars, err = CheckExtraVars(s.Name, decls, o.ExtraVars)
+	}
+	if err == nil {
+		err = CheckRequired(s.Name, decls, o.ExtraVars, HostVars(hosts))
 	}
 	if err != nil {
 		for i, h := range hosts {
@@ -355,7 +359,7 @@ func (r *scriptRun) prepare(decls VarDecls, h *inventory.Host, setHS func(*hostS
 	if r.ended(res) {
 		return res
 	}
-	hs, err := newHostState(*h, *r.o, decls)
+	hs, err := newHostState(*h, *r.o, r.s.Name, decls)
 	if err != nil {
 		res.Status, res.Error = StatusFailed, err.Error()
 		return res
@@ -477,4 +481,13 @@ func (s *Script) Compile() (*glua.FunctionProto, error) {
 		return nil, fmt.Errorf("%s: compile: %w", s.Name, err)
 	}
 	return proto, nil
+}
+
+// HostVars maps each host's name to its inventory vars, for CheckRequired.
+func HostVars(hosts []inventory.Host) map[string]map[string]any {
+	m := make(map[string]map[string]any, len(hosts))
+	for _, h := range hosts {
+		m[h.Name] = h.Vars
+	}
+	return m
 }

@@ -305,11 +305,12 @@ func TestVarsAndHelperConfig(t *testing.T) {
 	f, hosts := newFleet("gpu01")
 	hosts[0].Vars = map[string]any{"a": 1, "b": "host", "services": []any{"sglang.service"},
 		"gpush_dev_dir": "/lab/gpu01/dev", "gpush_protected": []any{"exporter"}, "gpush_smi_timeout": "3s"}
-	// Declared: b and extra; a and services are undeclared host vars and pass as they are.
+	// Declared: b and extra; a and services are undeclared host vars: in host.vars, as they are.
 	res := Run(t.Context(), script(`-- @var b string a var the extra vars override
 		-- @var extra bool a var only -e gives
 		gpu.mem()
-		return {a = vars.a, b = vars.b, hb = host.vars.b, svc = vars.services[1], name = host.name,
+		assert(rawget(vars, "a") == nil and vars.gpush_dev_dir == "/x/dev")
+		return {a = host.vars.a, b = vars.b, hb = host.vars.b, svc = host.vars.services[1], name = host.name,
 		        addr = host.address, groups = host.groups, extra = vars.extra}`),
 		hosts, Options{Dial: f.dial, ExtraVars: map[string]any{"b": "extra", "extra": true, "gpush_dev_dir": "/x/dev"}})
 	want := "map[a:1 addr:gpu01.lab b:extra extra:true groups:[all gpu] hb:host name:gpu01 svc:sglang.service]"

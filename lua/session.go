@@ -29,7 +29,7 @@ type Session struct {
 // used; o.Dial, o.Check, o.ExtraVars, o.MemoryLimit, o.OnEvent and o.Logger
 // are.
 func NewSession(h inventory.Host, dir string, o Options) (*Session, error) {
-	hs, err := newHostState(h, o, nil)
+	hs, err := newHostState(h, o, "", nil)
 	if err != nil {
 		return nil, err
 	}

@@ -325,7 +325,8 @@ func setGlobals(L *glua.LState, h *hostState) {
 	inv.RawSetString("groups", luaconv.ToLua(L, append([]string{}, h.inv.Groups...)))
 	inv.RawSetString("vars", varsTable(L, h.inv.Vars))
 	L.SetGlobal("host", inv)
-	L.SetGlobal("vars", varsTable(L, h.vars))
+	L.SetGlobal("vars", scriptVars(L, h))
+	L.SetGlobal("vars_from", varsFrom(L, h))
 	L.SetGlobal("check", glua.LBool(h.check))
 
 	L.SetGlobal("fail", L.NewFunction(ender(h, StatusFailed)))
@@ -417,6 +418,68 @@ func printFunc(h *hostState, kind string) glua.LGFunction {
 
 // varsTable converts vars for Lua; values that do not convert are skipped
 // rather than failing the host (inventories may hold odd YAML).
+// scriptVars is the vars global. For a script that declares vars it holds
+// the declared vars and gpush's own (gpush_*), and reading any other name
+// raises: a typo (vars.service for services) must not read as "not given",
+// which a filter would take for "everyone". An undeclared inventory var is
+// in host.vars. A script that declares nothing (a REPL, a -c one-liner)
+// gets every var, and nil for a name that is not there.
+func scriptVars(L *glua.LState, h *hostState) *glua.LTable {
+	if len(h.decls) == 0 {
+		return varsTable(L, h.vars)
+	}
+	t := L.CreateTable(0, len(h.decls))
+	for k, v := range h.vars {
+		if _, ok := h.decls.Lookup(k); ok || strings.HasPrefix(k, ReservedVarPrefix) {
+			t.RawSetString(k, luaconv.ToLua(L, v))
+		}
+	}
+	L.SetMetatable(t, strictVars(L, h, "vars"))
+	return t
+}
+
+// varsFrom is the vars_from global: for each declared var given, where it
+// came from (FromExtra "-e", FromInventory "inventory", FromDefault
+// "default"); nil for one given nowhere. Strict as vars is.
+func varsFrom(L *glua.LState, h *hostState) *glua.LTable {
+	t := L.CreateTable(0, len(h.from))
+	for k, v := range h.from {
+		t.RawSetString(k, glua.LString(v))
+	}
+	if len(h.decls) > 0 {
+		L.SetMetatable(t, strictVars(L, h, "vars_from"))
+	}
+	return t
+}
+
+// strictVars is the metatable of a declaring script's vars: a declared or
+// gpush_* name absent is nil, any other name an error naming the script.
+func strictVars(L *glua.LState, h *hostState, global string) *glua.LTable {
+	mt := L.CreateTable(0, 1)
+	mt.RawSetString("__index", L.NewFunction(func(L *glua.LState) int {
+		k, ok := L.Get(2).(glua.LString)
+		if ok {
+			if _, declared := h.decls.Lookup(string(k)); declared || strings.HasPrefix(string(k), ReservedVarPrefix) {
+				L.Push(glua.LNil)
+				return 1
+			}
+		}
+		name := L.Get(2).String()
+		msg := fmt.Sprintf("%s.%s: %s declares no var %s", global, name, h.script, name)
+		if c := h.decls.Closest(name); c != "" {
+			msg += "; did you mean " + c + "?"
+		} else {
+			msg += " (its vars: " + strings.Join(h.decls.Names(), ", ") + ")"
+		}
+		if _, inv := h.inv.Vars[name]; inv {
+			msg += "; the inventory's own is host.vars." + name
+		}
+		L.RaiseError("%s", msg)
+		return 0
+	}))
+	return mt
+}
+
 func varsTable(L *glua.LState, vars map[string]any) *glua.LTable {
 	t := L.CreateTable(0, len(vars))
 	for k, v := range vars {

@@ -37,12 +37,19 @@ var VarTypes = []VarType{VarString, VarInt, VarNumber, VarBool, VarDuration, Var
 // script declares.
 const ReservedVarPrefix = "gpush_"
 
-// VarDecl is one `-- @var NAME TYPE HELP (default: VALUE)` line of a
-// script's leading comment block.
+// VarDecl is one `-- @var NAME TYPE[?] HELP [(empty: MEANING)] [(default: VALUE)]`
+// line of a script's leading comment block.
 type VarDecl struct {
 	Name string
 	Type VarType
 	Help string
+	// Optional ("TYPE?") says the var may be given nowhere: it is then nil
+	// in Lua. A var with neither a default nor Optional is required.
+	Optional bool
+	// EmptyOK (a list type's "(empty: MEANING)") says an empty list is a
+	// value of its own, EmptyText what it means, and not a mistake.
+	EmptyOK   bool
+	EmptyText string
 	// HasDefault says whether the line had a "(default: VALUE)" suffix;
 	// Default is then VALUE converted to Type, DefaultText VALUE as written.
 	HasDefault  bool
@@ -58,10 +65,14 @@ type VarDecls []VarDecl
 var (
 	varName       = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 	defaultSuffix = regexp.MustCompile(`\s*\(default:\s*(.*)\)\s*$`)
+	emptySuffix   = regexp.MustCompile(`\s*\(empty:\s*([^()]*)\)\s*$`)
 )
 
 // DeclareHint says how a script declares a var, for error messages.
 const DeclareHint = "-- @var NAME TYPE HELP TEXT (default: VALUE) in the script's leading comment block"
+
+// Required says whether the var must be given (-e or the inventory).
+func (d VarDecl) Required() bool { return !d.HasDefault && !d.Optional }
 
 // Vars parses the script's var declarations (see ParseVarDecls).
 func (s *Script) Vars() (VarDecls, error) { return ParseVarDecls(s.Name, s.Source) }
@@ -121,20 +132,45 @@ func parseVarLine(s string) (VarDecl, error) {
 		return d, fmt.Errorf("@var %s: want NAME TYPE HELP TEXT [(default: VALUE)]", s)
 	}
 	d.Name, d.Type = f[0], VarType(f[1])
+	if t, ok := strings.CutSuffix(f[1], "?"); ok {
+		d.Type, d.Optional = VarType(t), true
+	}
 	if !varName.MatchString(d.Name) {
 		return d, fmt.Errorf("@var %q: a name is lower-case letters, digits and _, not starting with a digit", d.Name)
 	}
 	if !d.Type.valid() {
-		return d, fmt.Errorf("@var %s: unknown type %q (types: %s)", d.Name, f[1], typeNames())
+		return d, fmt.Errorf("@var %s: unknown type %q (types: %s, each with ? for optional)", d.Name, f[1], typeNames())
 	}
 	// The help is the rest of the line as written, spacing kept.
 	rest := strings.TrimSpace(s)
 	rest = strings.TrimSpace(rest[len(f[0]):])
 	rest = strings.TrimSpace(rest[len(f[1]):])
-	if m := defaultSuffix.FindStringSubmatchIndex(rest); m != nil {
+	// "(empty: ...)" and "(default: ...)" end the line, in either order.
+	var defaultText *string
+	for done := false; !done; {
+		done = true
+		if m := emptySuffix.FindStringSubmatchIndex(rest); m != nil && !d.EmptyOK {
+			d.EmptyOK, d.EmptyText = true, strings.TrimSpace(rest[m[2]:m[3]])
+			rest, done = strings.TrimSpace(rest[:m[0]]), false
+		}
+		if m := defaultSuffix.FindStringSubmatchIndex(rest); m != nil && defaultText == nil {
+			t := strings.TrimSpace(rest[m[2]:m[3]])
+			defaultText = &t
+			rest, done = strings.TrimSpace(rest[:m[0]]), false
+		}
+	}
+	if d.EmptyOK && d.Type != VarList && d.Type != VarIntList {
+		return d, fmt.Errorf("@var %s: (empty: ...) is for a list or intlist, not %s", d.Name, d.Type)
+	}
+	if d.EmptyOK && d.EmptyText == "" {
+		return d, fmt.Errorf("@var %s: (empty: MEANING) says what an empty list means; it says nothing", d.Name)
+	}
+	if defaultText != nil {
+		if d.Optional {
+			return d, fmt.Errorf("@var %s: %s and a default: a var with a default is never nil, so drop the ?", d.Name, f[1])
+		}
 		d.HasDefault = true
-		d.DefaultText = strings.TrimSpace(rest[m[2]:m[3]])
-		rest = strings.TrimSpace(rest[:m[0]])
+		d.DefaultText = *defaultText
 		text := d.DefaultText
 		if d.Type != VarList && d.Type != VarIntList && len(text) >= 2 && text[0] == '"' && text[len(text)-1] == '"' {
 			text = text[1 : len(text)-1]
@@ -284,16 +320,50 @@ func CheckExtraVars(script string, decls VarDecls, extra map[string]any) (map[st
 	return out, nil
 }
 
+// MissingVarError is a required var (no default, not optional) that
+// neither -e nor the inventory gives.
+type MissingVarError struct {
+	Script string
+	Decl   VarDecl
+	// Hosts lacking it; nil when every host does (or none is known).
+	Hosts []string
+}
+
+func (e *MissingVarError) Error() string {
+	where := ""
+	switch hs := e.Hosts; {
+	case len(hs) == 1:
+		where = " on host " + hs[0]
+	case len(hs) > 10:
+		where = fmt.Sprintf(" on %d hosts: %s, ...", len(hs), strings.Join(hs[:10], ", "))
+	case len(hs) > 1:
+		where = " on hosts " + strings.Join(hs, ", ")
+	}
+	return fmt.Sprintf("%s: var %s is required and not given%s (%s: %s); give it with -e %s=VALUE or as a host var, or declare it %s? if the script does without it",
+		e.Script, e.Decl.Name, where, e.Decl.Type, e.Decl.Help, e.Decl.Name, e.Decl.Type)
+}
+
+// Var sources, as the script sees them in vars_from.
+const (
+	FromExtra     = "-e"
+	FromInventory = "inventory"
+	FromDefault   = "default"
+)
+
 // ApplyVars converts, in vars, every declared var that is there, and sets
-// the converted default of every declared var that is not (a declared var
-// without a default stays absent: nil in Lua). Undeclared vars are left as
-// they are. The error names the var.
-func ApplyVars(decls VarDecls, vars map[string]any) error {
+// the converted default of every declared var that is not; a required var
+// that is not there is a *MissingVarError, an optional one stays absent
+// (nil in Lua). Undeclared vars are left as they are. The error names the
+// var. script names the script in errors.
+func ApplyVars(script string, decls VarDecls, vars map[string]any) error {
 	for _, d := range decls {
 		v, ok := vars[d.Name]
 		if !ok {
-			if d.HasDefault {
+			switch {
+			case d.HasDefault:
 				vars[d.Name] = d.Default
+			case d.Required():
+				return &MissingVarError{Script: script, Decl: d}
 			}
 			continue
 		}
@@ -306,13 +376,65 @@ func ApplyVars(decls VarDecls, vars map[string]any) error {
 	return nil
 }
 
+// CheckRequired finds the first required var that neither extra (-e) nor a
+// host's vars give, on any of hostVars (each host's inventory vars, by host
+// name), so that a run is refused before any host is dialled. The error is
+// a *MissingVarError naming the hosts lacking it, all of them when it is
+// every host's.
+func CheckRequired(script string, decls VarDecls, extra map[string]any, hostVars map[string]map[string]any) error {
+	names := make([]string, 0, len(hostVars))
+	for n := range hostVars {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, d := range decls {
+		if !d.Required() {
+			continue
+		}
+		if _, ok := extra[d.Name]; ok {
+			continue
+		}
+		var lacking []string
+		for _, n := range names {
+			if _, ok := hostVars[n][d.Name]; !ok {
+				lacking = append(lacking, n)
+			}
+		}
+		if len(lacking) == 0 && len(names) > 0 {
+			continue
+		}
+		if len(lacking) == len(names) {
+			lacking = nil // every host: the host list says nothing
+		}
+		return &MissingVarError{Script: script, Decl: d, Hosts: lacking}
+	}
+	return nil
+}
+
+// VarSources says where each declared var of a host came from: FromExtra,
+// FromInventory or FromDefault; a var given nowhere is not in the map.
+func VarSources(decls VarDecls, hostVars, extra map[string]any) map[string]string {
+	out := make(map[string]string, len(decls))
+	for _, d := range decls {
+		if _, ok := extra[d.Name]; ok {
+			out[d.Name] = FromExtra
+		} else if _, ok := hostVars[d.Name]; ok {
+			out[d.Name] = FromInventory
+		} else if d.HasDefault {
+			out[d.Name] = FromDefault
+		}
+	}
+	return out
+}
+
 // Convert turns a value as -e or an inventory gives it (a string, or YAML
 // data: bool, int, float64, []any) into the declared type, as Lua gets it:
 // string; int and number as int64 and float64; bool; duration as a
 // normalized string ("1m30s"); list as []any of strings; intlist as []any
 // of int64. Converting a converted value gives it back unchanged. An empty
 // value (nil, "", an empty list) is an error: leaving a var out is how to
-// get its default, and an empty filter must not come to mean "all".
+// get its default, and an empty filter must not come to mean "all". A list
+// declared with "(empty: MEANING)" takes an empty value as the empty list.
 func (d VarDecl) Convert(v any) (any, error) {
 	out, err := d.convert(v)
 	if errors.Is(err, errEmpty) {
@@ -352,6 +474,14 @@ func (e emptyErr) Error() string        { return string(e) }
 func (e emptyErr) Is(target error) bool { return target == errEmpty }
 
 func (d VarDecl) convert(v any) (any, error) {
+	out, err := d.convertValue(v)
+	if errors.Is(err, errEmpty) && d.EmptyOK {
+		return []any{}, nil // "(empty: ...)": an empty list is meant, not a mistake
+	}
+	return out, err
+}
+
+func (d VarDecl) convertValue(v any) (any, error) {
 	if v == nil {
 		return nil, emptyErr("no value")
 	}
@@ -536,6 +666,12 @@ func toItems(v any) ([]any, error) {
 		out := make([]any, len(x))
 		for i, s := range x {
 			out[i] = s
+		}
+		return out, nil
+	case []int: // Go callers (tests, a library user) give plain slices
+		out := make([]any, len(x))
+		for i, n := range x {
+			out[i] = n
 		}
 		return out, nil
 	case string:

@@ -1,6 +1,7 @@
 package lua
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -215,21 +216,155 @@ func TestCheckExtraVars(t *testing.T) {
 }
 
 func TestApplyVars(t *testing.T) {
-	decls, err := ParseVarDecls("s.lua", []byte("-- @var grace duration grace (default: 5)\n-- @var gpus intlist gpus\n-- @var force bool force\n"))
+	decls, err := ParseVarDecls("s.lua", []byte("-- @var grace duration grace (default: 5)\n-- @var gpus intlist? gpus\n-- @var force bool force\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	vars := map[string]any{"force": "off", "other": "as is"}
-	if err := ApplyVars(decls, vars); err != nil {
+	if err := ApplyVars("s.lua", decls, vars); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]any{"grace": "5s", "force": false, "other": "as is"} // gpus: no default, stays absent
+	want := map[string]any{"grace": "5s", "force": false, "other": "as is"} // gpus: optional, stays absent
 	if !reflect.DeepEqual(vars, want) {
 		t.Errorf("got %#v, want %#v", vars, want)
 	}
-	err = ApplyVars(decls, map[string]any{"gpus": []any{"0", "one"}})
+	err = ApplyVars("s.lua", decls, map[string]any{"gpus": []any{"0", "one"}})
 	if err == nil || err.Error() != `var gpus: item 2: want an integer, got "one"` {
 		t.Errorf("bad host var: %v", err)
+	}
+	err = ApplyVars("s.lua", decls, map[string]any{})
+	var missing *MissingVarError
+	if !errors.As(err, &missing) || err.Error() != "s.lua: var force is required and not given (bool: force); give it with -e force=VALUE or as a host var, or declare it bool? if the script does without it" {
+		t.Errorf("a required var given nowhere: %v", err)
+	}
+}
+
+// TestVarDeclForms: TYPE? is optional, "(empty: ...)" makes an empty list
+// a value, in either order with a default; what contradicts is refused.
+func TestVarDeclForms(t *testing.T) {
+	decls, err := ParseVarDecls("s.lua", []byte(`-- @var a list? units; none when left out
+-- @var b list units (empty: stop none)
+-- @var c intlist? gpus (empty: no GPU)
+-- @var d list units (empty: none) (default: [])
+-- @var e list units (default: x,y) (empty: none)
+-- @var f string a string
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name             string
+		optional, empty  bool
+		required         bool
+		help, emptyText  string
+		hasDefault       bool
+		defaultAsWritten string
+	}{
+		{"a", true, false, false, "units; none when left out", "", false, ""},
+		{"b", false, true, true, "units", "stop none", false, ""},
+		{"c", true, true, false, "gpus", "no GPU", false, ""},
+		{"d", false, true, false, "units", "none", true, "[]"},
+		{"e", false, true, false, "units", "none", true, "x,y"},
+		{"f", false, false, true, "a string", "", false, ""},
+	} {
+		d, _ := decls.Lookup(c.name)
+		if d.Optional != c.optional || d.EmptyOK != c.empty || d.Required() != c.required || d.Help != c.help ||
+			d.EmptyText != c.emptyText || d.HasDefault != c.hasDefault || d.DefaultText != c.defaultAsWritten {
+			t.Errorf("%s: %+v", c.name, d)
+		}
+	}
+	b, _ := decls.Lookup("b")
+	for _, v := range []any{"[]", "", nil, []any{}} {
+		if got, err := b.Convert(v); err != nil || fmt.Sprint(got) != "[]" {
+			t.Errorf("b %#v: %v, %v (an empty list is a value)", v, got, err)
+		}
+	}
+	if _, err := b.Convert("a,,b"); err == nil {
+		t.Error("an empty item is still an error")
+	}
+	a, _ := decls.Lookup("a")
+	if _, err := a.Convert("[]"); err == nil || err.Error() != "empty list; leave it out to mean none" {
+		t.Errorf("a without (empty:): %v", err)
+	}
+	for src, want := range map[string]string{
+		"-- @var x int? n (default: 1)":  "int? and a default",
+		"-- @var x bool b (empty: none)": "(empty: ...) is for a list or intlist, not bool",
+		"-- @var x list l (empty: )":     "says nothing",
+		"-- @var x list? l (default: a)": "list? and a default",
+		"-- @var x str? l":               `unknown type "str?"`,
+	} {
+		if _, err := ParseVarDecls("s.lua", []byte(src)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", src, err, want)
+		}
+	}
+}
+
+// TestCheckRequired: -e or every host's vars give a required var, or the
+// run is refused, naming the hosts that lack it.
+func TestCheckRequired(t *testing.T) {
+	decls, err := ParseVarDecls("s.lua", []byte("-- @var unit string the unit to stop\n-- @var gpus intlist? gpus\n-- @var g duration g (default: 1)\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hv := map[string]map[string]any{"a": {"unit": "x"}, "b": {}, "c": nil}
+	if err := CheckRequired("s.lua", decls, map[string]any{"unit": "y"}, hv); err != nil {
+		t.Errorf("-e gives it: %v", err)
+	}
+	if err := CheckRequired("s.lua", decls, nil, map[string]map[string]any{"a": {"unit": "x"}}); err != nil {
+		t.Errorf("the inventory gives it: %v", err)
+	}
+	err = CheckRequired("s.lua", decls, nil, hv)
+	if err == nil || err.Error() != "s.lua: var unit is required and not given on hosts b, c (string: the unit to stop); give it with -e unit=VALUE or as a host var, or declare it string? if the script does without it" {
+		t.Errorf("two hosts lack it: %v", err)
+	}
+	err = CheckRequired("s.lua", decls, nil, map[string]map[string]any{"b": {}})
+	if err == nil || !strings.HasPrefix(err.Error(), "s.lua: var unit is required and not given (string: the unit to stop)") {
+		t.Errorf("every host lacks it: %v", err)
+	}
+}
+
+// TestStrictVars: a declaring script reading an undeclared vars.x fails
+// naming the script and the var (and the nearest declared one); declared
+// vars given nowhere are nil; vars_from says where each came from. A
+// script that declares nothing gets every var, nil for the others.
+func TestStrictVars(t *testing.T) {
+	f, hosts := newFleet("gpu01")
+	hosts[0].Vars = map[string]any{"users": "alice", "site": "x"}
+	src := `-- @var users list? only these users
+-- @var gpus intlist? gpus
+-- @var grace duration g (default: 5s)
+`
+	res := Run(t.Context(), script(src+`return {users = vars.users[1], gpus = tostring(vars.gpus), site = host.vars.site,
+  from = vars_from.users .. " " .. vars_from.gpus .. " " .. vars_from.grace .. " " .. tostring(vars_from.users_typo_nil)}`),
+		hosts, Options{Dial: f.dial, ExtraVars: map[string]any{"gpus": "1"}})
+	if res[0].Status != StatusFailed || !strings.Contains(res[0].Error, "vars_from.users_typo_nil: t.lua declares no var users_typo_nil") {
+		t.Errorf("vars_from is strict too: %+v", res[0])
+	}
+	res = Run(t.Context(), script(src+`return {users = vars.users[1], gpus = tostring(vars.gpus[1]), site = host.vars.site,
+  from = vars_from.users .. " " .. vars_from.gpus .. " " .. vars_from.grace}`),
+		hosts, Options{Dial: f.dial, ExtraVars: map[string]any{"gpus": "1"}})
+	if want := "map[from:inventory -e default gpus:1 site:x users:alice]"; res[0].Status != StatusOK || fmt.Sprint(res[0].Value) != want {
+		t.Errorf("got %+v, want %s", res[0], want)
+	}
+	for code, want := range map[string]string{
+		"return vars.user":                       "t.lua:4: vars.user: t.lua declares no var user; did you mean users?",
+		"return vars.site":                       "vars.site: t.lua declares no var site (its vars: users, gpus, grace); the inventory's own is host.vars.site",
+		"return vars.gpus":                       "",
+		"return vars[1]":                         "vars.1: t.lua declares no var 1",
+		"return #gpu.holders{users = vars.user}": "did you mean users?",
+	} {
+		res = Run(t.Context(), script(src+code), hosts, Options{Dial: f.dial})
+		if want == "" {
+			if res[0].Status != StatusOK || res[0].Value != nil {
+				t.Errorf("%s: %+v, want nil", code, res[0])
+			}
+		} else if res[0].Status != StatusFailed || !strings.Contains(res[0].Error, want) {
+			t.Errorf("%s: %+v, want %q", code, res[0], want)
+		}
+	}
+	res = Run(t.Context(), script(`return {site = vars.site, other = tostring(vars.other)}`), hosts, Options{Dial: f.dial})
+	if want := "map[other:nil site:x]"; res[0].Status != StatusOK || fmt.Sprint(res[0].Value) != want {
+		t.Errorf("no declarations: %+v, want %s", res[0], want)
 	}
 }
 
@@ -241,13 +376,13 @@ func TestRunDeclaredVars(t *testing.T) {
 	hosts[0].Vars = map[string]any{"services": "a.service, b.service", "undeclared": "kept"}
 	hosts[1].Vars = map[string]any{"gpus": "0,first"}
 	s := script(`-- test script
--- @var services list units
--- @var gpus intlist GPU indices
+-- @var services list? units
+-- @var gpus intlist? GPU indices
 -- @var force bool force it (default: off)
 -- @var grace duration grace (default: 90)
--- @var user string a user
+-- @var user string? a user
 return {svc = table.concat(vars.services or {}, "|"), gpu_type = type(vars.gpus[1]), gpu = vars.gpus[2],
-        force = tostring(vars.force), grace = vars.grace, user = tostring(vars.user), undeclared = vars.undeclared,
+        force = tostring(vars.force), grace = vars.grace, user = tostring(vars.user), undeclared = host.vars.undeclared,
         raw = host.vars.services}`)
 	res := Run(t.Context(), s, hosts, Options{Dial: f.dial, ExtraVars: map[string]any{"gpus": "[2, 3]"}})
 	want := "map[force:false gpu:3 gpu_type:number grace:1m30s raw:a.service, b.service svc:a.service|b.service undeclared:kept user:nil]"

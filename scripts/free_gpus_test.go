@@ -83,7 +83,7 @@ func TestFreeGPUsUnitNotFound(t *testing.T) {
 	m := modulestest.NewGPUHost("gpu01", 1)
 	w := m.AddHolder(modulestest.FakeHolder{MemByGPU: map[int]int64{0: 1000}})
 	r := runScript(t, m, "free_gpus.lua", false, map[string]any{"services": []string{"vllm-embd.service"}})
-	if r.err == nil || !strings.Contains(r.err.Error(), "stop vllm-embd.service: unit vllm-embd.service not found") {
+	if r.err == nil || !strings.Contains(r.err.Error(), "stop: unit vllm-embd.service not found; no unit was stopped") {
 		t.Fatalf("error %v", r.err)
 	}
 	if !m.Alive(w.PID) || len(r.host.FakeConn.Calls(helper.VerbKill)) != 0 {
@@ -134,21 +134,27 @@ func TestFreeGPUsServiceLeftovers(t *testing.T) {
 	}
 }
 
-// A unit that does not exist among others: the others are still stopped
-// (one call), each logged, and the host fails naming the missing one.
+// A unit that does not exist among others (a typo in the list): none is
+// stopped, under --check none would be, and the host fails naming each
+// missing one, before any kill.
 func TestFreeGPUsOneUnitNotFound(t *testing.T) {
-	m := modulestest.NewGPUHost("gpu01", 1)
-	m.AddUnit(modulestest.FakeUnit{Name: "vllm.service", Active: true})
-	svc := m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{Unit: "vllm.service"}, MemByGPU: map[int]int64{0: 1000}})
-	r := runScript(t, m, "free_gpus.lua", false, map[string]any{"services": []string{"vllm-embd.service", "vllm.service"}})
-	if r.err == nil || !strings.Contains(r.err.Error(), "stop vllm-embd.service: unit vllm-embd.service not found") {
-		t.Fatalf("error %v", r.err)
-	}
-	if m.Alive(svc.PID) || !hasLine(r.logs(), "info stopped vllm.service") {
-		t.Errorf("the unit that exists must be stopped and logged: logs %q", r.logs())
-	}
-	if len(r.host.FakeConn.Calls(helper.VerbKill)) != 0 {
-		t.Error("a failed stop must not go on to kill")
+	for _, check := range []bool{false, true} {
+		m := modulestest.NewGPUHost("gpu01", 1)
+		m.AddUnit(modulestest.FakeUnit{Name: "vllm.service", Active: true})
+		svc := m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{Unit: "vllm.service"}, MemByGPU: map[int]int64{0: 1000}})
+		r := runScript(t, m, "free_gpus.lua", check, map[string]any{"services": []string{"vllm-embd.service", "vllm.service", "sglang-typo.service"}})
+		if r.err == nil || !strings.Contains(r.err.Error(), "stop: units vllm-embd.service, sglang-typo.service not found; no unit was stopped") {
+			t.Fatalf("check %v: error %v", check, r.err)
+		}
+		if u, _ := m.Unit("vllm.service"); !u.Active || !m.Alive(svc.PID) || hasLine(r.logs(), "stopped vllm.service") {
+			t.Errorf("check %v: the unit that exists must not be stopped: logs %q", check, r.logs())
+		}
+		if len(r.host.FakeConn.Calls(helper.VerbKill)) != 0 {
+			t.Error("a failed stop must not go on to kill")
+		}
+		if st := r.host.Stats().Snapshot().Units; st.Stopped != 0 || st.WouldStop != 0 {
+			t.Errorf("check %v: unit stats %+v: nothing was (or would be) stopped", check, st)
+		}
 	}
 }
 
@@ -257,5 +263,113 @@ func TestFreeGPUsOnlyChosenGPUs(t *testing.T) {
 	wantStep(t, rows, map[int]string{1: "stage 1"})
 	if !m.Alive(keep.PID) || m.Alive(gone.PID) {
 		t.Error("only GPU 1's holder may be killed")
+	}
+}
+
+// gpus given with the inventory's services: one look before any stop, and
+// only the unit on a chosen GPU is stopped; the others (on another GPU, or
+// on none) are left running. Named with -e, every unit is stopped.
+func TestFreeGPUsStopsOnlyUnitsOnChosenGPUs(t *testing.T) {
+	setup := func() (*modulestest.GPUHost, map[string]*modulestest.FakeHolder) {
+		m := modulestest.NewGPUHost("gpu01", 3)
+		w := map[string]*modulestest.FakeHolder{}
+		for unit, g := range map[string]int{"a.service": 0, "b.service": 2} {
+			m.AddUnit(modulestest.FakeUnit{Name: unit, Active: true})
+			w[unit] = m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{Unit: unit}, MemByGPU: map[int]int64{g: 8192}})
+		}
+		m.AddUnit(modulestest.FakeUnit{Name: "idle.service", Active: true})
+		return m, w
+	}
+	inv := map[string]any{"services": []any{"a.service", "b", "idle.service"}}
+	m, w := setup()
+	r := runScriptVars(t, m, "free_gpus.lua", false, inv, map[string]any{"gpus": "2", "grace": "10ms", "timeout": "1s", "release_timeout": "1s"})
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	wantStep(t, r.rows(t), map[int]string{2: "released"})
+	for unit, active := range map[string]bool{"a.service": true, "b.service": false, "idle.service": true} {
+		if u, _ := m.Unit(unit); u.Active != active {
+			t.Errorf("%s active %v, want %v", unit, u.Active, active)
+		}
+	}
+	if !m.Alive(w["a.service"].PID) || m.Alive(w["b.service"].PID) {
+		t.Error("only GPU 2's unit worker may go")
+	}
+	if !hasLine(r.logs(), "info not stopping a.service, idle.service: holds none of GPU 2") {
+		t.Errorf("logs %q", r.logs())
+	}
+	var verbs []string
+	for _, c := range r.host.FakeConn.Calls("") {
+		if c.Verb == helper.VerbSnapshot || c.Verb == helper.VerbUnit {
+			verbs = append(verbs, c.Verb)
+			if c.Verb == helper.VerbUnit && fmt.Sprint(c.Request.(helper.UnitRequest).Units) != "[b]" {
+				t.Errorf("unit request %+v, want a stop of b only", c.Request)
+			}
+		}
+	}
+	if len(verbs) < 2 || verbs[0] != helper.VerbSnapshot || verbs[1] != helper.VerbUnit {
+		t.Errorf("helper calls %v: one look, then one stop", verbs)
+	}
+
+	// The same units named with -e: what was named is stopped.
+	m, _ = setup()
+	r = runScriptVars(t, m, "free_gpus.lua", false, nil, map[string]any{"gpus": "2", "services": "a.service,b,idle.service",
+		"grace": "10ms", "timeout": "1s", "release_timeout": "1s"})
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	for _, unit := range []string{"a.service", "b.service", "idle.service"} {
+		if u, _ := m.Unit(unit); u.Active {
+			t.Errorf("-e services=: %s must be stopped", unit)
+		}
+	}
+
+	// Without gpus every service of the inventory is stopped, as asked.
+	m, _ = setup()
+	r = runScriptVars(t, m, "free_gpus.lua", false, inv, map[string]any{"grace": "10ms", "timeout": "1s", "release_timeout": "1s"})
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if u, _ := m.Unit("a.service"); u.Active {
+		t.Error("without gpus, every service is stopped")
+	}
+}
+
+// -e services=[] (or an empty value, or the inventory's empty list) stops
+// no unit, even where the inventory lists some.
+func TestFreeGPUsNoServices(t *testing.T) {
+	for _, v := range []any{"[]", "", []any{}} {
+		m := modulestest.NewGPUHost("gpu01", 1)
+		m.AddUnit(modulestest.FakeUnit{Name: "a.service", Active: true})
+		m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{Unit: "a.service"}, MemByGPU: map[int]int64{0: 100}})
+		r := runScriptVars(t, m, "free_gpus.lua", true, map[string]any{"services": []any{"a.service"}}, map[string]any{"services": v})
+		if r.err != nil {
+			t.Fatalf("services=%q: %v", v, r.err)
+		}
+		if n := len(r.host.FakeConn.Calls(helper.VerbUnit)); n != 0 {
+			t.Errorf("services=%q: %d unit calls, want none", v, n)
+		}
+	}
+}
+
+// A unit on a chosen GPU and another: it is stopped; a worker it leaves
+// only on the other GPU is not freed (not asked), and the log says so.
+func TestFreeGPUsLeftoverOnAnotherGPU(t *testing.T) {
+	m := modulestest.NewGPUHost("gpu01", 2)
+	m.AddUnit(modulestest.FakeUnit{Name: "a.service", Active: true, StayAfterStop: true})
+	m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{Unit: "a.service"}, MemByGPU: map[int]int64{0: 100}})
+	w := m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{Unit: "a.service"}, MemByGPU: map[int]int64{1: 8192}})
+	r := runScriptVars(t, m, "free_gpus.lua", false, map[string]any{"services": []any{"a.service"}}, map[string]any{"gpus": "0", "grace": "10ms", "timeout": "1s"})
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if u, _ := m.Unit("a.service"); u.Active {
+		t.Error("a.service holds GPU 0: it must be stopped")
+	}
+	if !hasLine(r.logs(), fmt.Sprintf("warn a.service left pid %d holding GPU 1, which is not among the GPUs to free: left alone", w.PID)) {
+		t.Errorf("logs %q", r.logs())
+	}
+	if !m.Alive(w.PID) || len(m.HoldersOf(0)) != 0 {
+		t.Error("GPU 0 is freed, GPU 1's leftover left alone")
 	}
 }

@@ -15,12 +15,12 @@
 --
 -- vars:
 -- @var shared bool list holders of only the shared devices too (default: true)
--- @var users list only these users
--- @var exclude_users list everyone but these users
--- @var units list only these units (globs allowed)
--- @var owners bool only the owners (true) or only the monitors (false)
--- @var containers bool only processes in containers (true) or only those outside (false)
--- @var min_age duration only processes that have run longer than this
+-- @var users list? only these users; every user when left out
+-- @var exclude_users list? everyone but these users; nobody excluded when left out
+-- @var units list? only these units (globs allowed); every unit when left out
+-- @var owners bool? only the owners (true) or only the monitors (false)
+-- @var containers bool? only processes in containers (true) or only those outside (false)
+-- @var min_age duration? only processes that have run longer than this; any age when left out
 --
 -- example: gpush run gpu_holders.lua -i ct129 -e shared=false -e min_age=10m
 local util = require("util")

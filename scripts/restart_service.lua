@@ -7,16 +7,15 @@
 -- will not start, or it holds no GPU in time.
 --
 -- vars:
--- @var service string the systemd unit (required)
+-- @var service string the systemd unit
 -- @var start_timeout duration how long to wait for the unit to hold a GPU (default: 120s)
--- @var gpus intlist GPU indices to free; leave it out for every GPU
+-- @var gpus intlist? GPU indices to free; leave it out for every GPU
 -- @var grace duration TERM -> KILL grace period (default: 5s)
 -- @var timeout duration wait for release after each stage of kills (default: 15s)
 -- @var force bool also kill protected and suspicious holders (default: false)
 --
 -- example: gpush run restart_service.lua -i ct129 -e service=sglang-qwen.service
-local unit = vars.service
-if unit == nil or unit == "" then fail("vars.service is required (-e service=NAME.service)") end
+local unit = vars.service -- required: gpush refuses the run without it
 
 local held = {}
 for _, h in ipairs(gpu.holders{units = {unit}, owner = true}) do

@@ -35,7 +35,7 @@ func TestRestartServiceStartsThenNeedsAHolder(t *testing.T) {
 	if u, _ := m.Unit("sglang.service"); !u.Active {
 		t.Error("the unit was not started")
 	}
-	if r := runScript(t, m, "restart_service.lua", false, nil); r.err == nil || !strings.Contains(r.err.Error(), "vars.service is required") {
+	if r := runScript(t, m, "restart_service.lua", false, nil); r.err == nil || !strings.Contains(r.err.Error(), "restart_service.lua: var service is required and not given (string: the systemd unit)") {
 		t.Errorf("without a service: %v", r.err)
 	}
 }

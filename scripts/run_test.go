@@ -47,20 +47,35 @@ func (r run) logs() []string {
 }
 
 // runScript runs a library script over a model host with the runtime's
-// globals it uses: vars (typed, as gpush gives declared vars), check, fail
+// globals it uses: vars and vars_from (declared, checked, converted and
+// strict as gpush run gives them; vars as -e gives them), check, fail
 // (raises) and sleep (returns at once: the model has no clock to wait for).
+// A var the runtime refuses (missing, undeclared) is the run's error.
 func runScript(t *testing.T, model *modulestest.GPUHost, name string, check bool, vars map[string]any) run {
+	t.Helper()
+	return runScriptVars(t, model, name, check, nil, vars)
+}
+
+// runScriptVars is runScript with host vars (the inventory's) and extra
+// vars (-e) apart, for scripts that tell them apart (vars_from).
+func runScriptVars(t *testing.T, model *modulestest.GPUHost, name string, check bool, hostVars, extra map[string]any) run {
 	t.Helper()
 	h := modulestest.NewHost("gpu01", model)
 	h.SetCheck(check)
 	L := modulestest.NewState(t, h, gpu.Module, systemd.Module, logmod.Module)
 	t.Cleanup(L.Close)
 	L.SetGlobal("check", glua.LBool(check))
-	v := L.NewTable()
-	for k, x := range vars {
-		v.RawSetString(k, luaconv.ToLua(L, x))
+	src, err := fs.ReadFile(FS, name)
+	if err != nil {
+		t.Fatal(err)
 	}
-	L.SetGlobal("vars", v)
+	decls, err := gpushlua.ParseVarDecls(name, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gpushlua.SetScriptVars(L, name, decls, hostVars, extra); err != nil {
+		return run{host: h, err: err}
+	}
 	L.SetGlobal("fail", L.NewFunction(func(L *glua.LState) int {
 		L.RaiseError("%s", luaconv.Format(L, 1))
 		return 0
@@ -80,10 +95,6 @@ func runScript(t *testing.T, model *modulestest.GPUHost, name string, check bool
 		L.Call(0, 1)
 		return 1
 	})
-	src, err := fs.ReadFile(FS, name)
-	if err != nil {
-		t.Fatal(err)
-	}
 	fn, err := L.LoadString(string(src))
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)

@@ -62,7 +62,7 @@ func TestGPUHolders(t *testing.T) {
 		t.Errorf("owners=false: %v", r.value)
 	}
 	r = runScript(t, m, "gpu_holders.lua", false, map[string]any{"users": []string{}})
-	if r.err == nil || !strings.Contains(r.err.Error(), "option users: empty list") {
+	if r.err == nil || !strings.Contains(r.err.Error(), "users: empty list; leave it out to mean every user") {
 		t.Errorf("users={} must be an error, got %v (%v)", r.err, r.value)
 	}
 }

@@ -123,11 +123,19 @@ func scriptDoc(w io.Writer, s *lua.Script) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  NAME\tTYPE\tDEFAULT\tHELP")
 	for _, d := range decls {
-		def := "-"
-		if d.HasDefault {
+		typ, def, help := string(d.Type), "-", d.Help
+		switch {
+		case d.HasDefault:
 			def = d.DefaultText
+		case d.Required():
+			def = "(required)"
+		default:
+			typ += "?"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", d.Name, d.Type, def, d.Help)
+		if d.EmptyOK {
+			help += " (empty: " + d.EmptyText + ")"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", d.Name, typ, def, help)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("doc %s: %w", s.Name, err)
@@ -271,7 +279,12 @@ globals:
   host                  {name, address, groups = {...}, vars = {...}}: the inventory's
                         host; host.vars as the inventory has them, unconverted
   vars                  host vars merged with -e (-e wins); declared vars (-- @var)
-                        converted to their type; a var given nowhere is its default or nil
+                        converted to their type; a var given nowhere is its default, or
+                        nil if declared TYPE?. A script that declares vars sees only
+                        those (and gpush_*): reading another is an error; one that
+                        declares none sees every var, nil for the others
+  vars_from             where each declared var came from: "-e", "inventory" or
+                        "default"; nil for one given nowhere
   check                 true under --check: destructive calls say what they would do
                         and do nothing
   fail(fmt, ...)        end this host's script as failed, with that message

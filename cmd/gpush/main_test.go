@@ -160,11 +160,11 @@ func TestScriptsDocVersion(t *testing.T) {
 		want := "free.lua (" + filepath.Join(dir, "scripts", "free.lua") + ")\n\nFree some GPUs (a test script).\n\nexample: gpush run free.lua -e gpus=0\n\n" +
 			"vars (gpush run free.lua -e NAME=VALUE):\n" +
 			"  NAME      TYPE      DEFAULT  HELP\n" +
-			"  services  list      -        units to stop first\n" +
-			"  gpus      intlist   -        GPU indices to free; every GPU when left out\n" +
+			"  services  list?     -        units to stop first\n" +
+			"  gpus      intlist?  -        GPU indices to free; every GPU when left out\n" +
 			"  force     bool      no       also signal protected processes\n" +
 			"  grace     duration  5s       TERM -> KILL grace period\n" +
-			"  user      string    -        only this user's holders\n"
+			"  user      string?   -        only this user's holders\n"
 		if code != 0 || out != want {
 			t.Errorf("doc %s: exit %d\n%s\nwant\n%s", name, code, out, want)
 		}
@@ -199,11 +199,11 @@ func declaredScript(t *testing.T, dir string) string {
 	src := `-- Free some GPUs (a test script).
 --
 -- vars:
--- @var services list    units to stop first
--- @var gpus     intlist GPU indices to free; every GPU when left out
+-- @var services list?    units to stop first
+-- @var gpus     intlist? GPU indices to free; every GPU when left out
 -- @var force    bool    also signal protected processes (default: no)
 -- @var grace    duration TERM -> KILL grace period (default: 5s)
--- @var user     string  only this user's holders
+-- @var user     string?  only this user's holders
 --
 -- example: gpush run free.lua -e gpus=0
 return {services = vars.services, gpus = vars.gpus, force = vars.force, grace = vars.grace,
@@ -220,8 +220,10 @@ func TestRunChecksExtraVarsBeforeDialling(t *testing.T) {
 	free := declaredScript(t, dir)
 	none := filepath.Join(dir, "none.lua")
 	bad := filepath.Join(dir, "bad.lua")
+	req := filepath.Join(dir, "req.lua")
 	unknownFile := filepath.Join(dir, "unknown.yaml")
 	for p, src := range map[string]string{
+		req:         "-- needs a unit\n-- @var unit string the unit to stop\nreturn vars.unit\n",
 		none:        "-- declares nothing\nreturn 1\n",
 		bad:         "-- a bad declaration\n-- @var gpus ints the GPUs\nreturn 1\n",
 		unknownFile: "gpus: [0]\ngpu: 2\n",
@@ -249,6 +251,7 @@ func TestRunChecksExtraVarsBeforeDialling(t *testing.T) {
 		{[]string{free, "-e", "@" + unknownFile}, "-e @" + unknownFile + ": free.lua: no var gpu; did you mean gpus?"},
 		{[]string{none, "-e", "gpus=1"}, "none.lua declares no vars, so it takes no -e gpus; to give it one, declare it with -- @var NAME TYPE HELP"},
 		{[]string{bad}, "bad.lua:2: @var gpus: unknown type \"ints\""},
+		{[]string{req}, "run: req.lua: var unit is required and not given (string: the unit to stop); give it with -e unit=VALUE"},
 	} {
 		code, _, stderr := gpush(t, append([]string{"run", "-i", inv}, c.args...)...)
 		if code != 1 || !strings.Contains(stderr, c.want) {

@@ -68,6 +68,9 @@ func runRun(c *cli.Context) error {
 	if f.extra, err = checkExtraVars(script.Name, decls, f.extraArgs); err != nil {
 		return err
 	}
+	if err := lua.CheckRequired(script.Name, decls, f.extra, lua.HostVars(f.hosts)); err != nil {
+		return usagef("run: %w", err)
+	}
 	memLimit, err := lua.ParseSize(c.String("lua-memory"))
 	if err != nil {
 		return usagef("--lua-memory: %w", err)

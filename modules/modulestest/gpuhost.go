@@ -1026,6 +1026,10 @@ func (g *GPUHost) unit(req helper.UnitRequest) helper.UnitResponse {
 		resp.Reason = "systemd is not running on this host (no /run/systemd/system)"
 		return resp
 	}
+	// As systemctl (and the helper) read it: "x" is x.service.
+	if full, err := helper.NormalizeUnit(req.Unit); err == nil {
+		req.Unit, resp.Unit = full, full
+	}
 	u, ok := g.units[req.Unit]
 	if !ok {
 		// Never "stopped": a unit that does not exist is a typo to report.
@@ -1080,6 +1084,35 @@ func (g *GPUHost) unit(req helper.UnitRequest) helper.UnitResponse {
 // response per unit, in the request's order, in Units.
 func (g *GPUHost) unitBatch(req helper.UnitRequest) helper.UnitResponse {
 	resp := helper.UnitResponse{Version: helper.Version, Action: req.Action, Systemd: !g.NoSystemd, OK: true}
+	// As the helper: a list naming a unit that does not exist acts on none
+	// (helper.RefuseUnknown); each unit is then only looked at.
+	act := req.Action
+	if act != helper.UnitStatus && !g.NoSystemd {
+		g.mu.Lock()
+		for _, u := range req.Units {
+			full, _ := helper.NormalizeUnit(u)
+			if _, ok := g.units[full]; !ok {
+				act = helper.UnitStatus
+			}
+		}
+		g.mu.Unlock()
+	}
+	if act != req.Action {
+		for _, u := range req.Units {
+			one := req
+			one.Unit, one.Units, one.Action = u, nil, helper.UnitStatus
+			r := g.unit(one)
+			r.Action = req.Action
+			resp.Units = append(resp.Units, r)
+		}
+		ptrs := make([]*helper.UnitResponse, len(resp.Units))
+		for i := range resp.Units {
+			ptrs[i] = &resp.Units[i]
+		}
+		resp.OK, resp.Reason = false, "unit not found: no unit of the list was acted on"
+		helper.RefuseUnknown(req.Action, ptrs)
+		return resp
+	}
 	bad := 0
 	for _, u := range req.Units {
 		one := req

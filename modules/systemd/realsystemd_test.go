@@ -243,9 +243,10 @@ assert(systemd.stop("trainer.service").ok, "second stop")`)
 	}
 }
 
-// Several units in one call against the real systemd: each result is the
-// unit's own (a worker left behind, a unit that does not exist, a clean stop
-// of a Restart=always unit, which alone is recorded as a respawner).
+// Several units in one call against the real systemd: a unit that does not
+// exist stops none of the list; then each result is the unit's own (a
+// worker left behind, a clean stop of a Restart=always unit, which alone is
+// recorded as a respawner).
 func TestRealSystemdStopList(t *testing.T) {
 	e := newRealEnv(t)
 	e.unit("sglang-qwen.service", "--dev "+filepath.Join(e.dev, "nvidia0")+" --mem-mib 2048 --child-mem-mib 8192", "KillMode=process")
@@ -255,14 +256,27 @@ local st = systemd.start{"sglang-qwen", "trainer.service"}
 assert(#st == 2 and st[1].ok and st[2].ok, "start")`)
 	e.ready("sglang-qwen.service", 2)
 	e.ready("trainer.service", 1)
+	// A typo in the list stops none of it: one show, no stop.
 	e.lua(`
 local rs = systemd.stop({"sglang-qwen", "vllm-embd.service", "trainer"}, {timeout = "30s"})
 assert(#rs == 3, "results: " .. #rs)
 local l, typo, tr = rs[1], rs[2], rs[3]
+assert(typo.unit == "vllm-embd.service" and not typo.ok and typo.missing and typo.load_state == "not-found", "typo")
+assert(typo.reason == "unit vllm-embd.service not found", "typo reason " .. tostring(typo.reason))
+for _, r in ipairs{l, tr} do
+  assert(not r.ok and not r.missing and r.active_state == "active", r.unit .. ": " .. tostring(r.reason))
+  assert(r.reason == "no unit of the list was stopped: unit vllm-embd.service is not found", r.reason)
+end
+`)
+	if got := e.host.Managers().List(); len(got) != 0 {
+		t.Fatalf("a refused stop recorded respawners: %+v", got)
+	}
+	e.lua(`
+local rs = systemd.stop({"sglang-qwen", "trainer"}, {timeout = "30s"})
+assert(#rs == 2, "results: " .. #rs)
+local l, tr = rs[1], rs[2]
 assert(l.unit == "sglang-qwen.service" and not l.ok and l.active_state == "inactive", "leftover unit: " .. tostring(l.reason))
 assert(#l.remaining == 1 and #l.gpu_holders == 1 and l.gpu_holders[1].mem_mib == 8192, "leftover worker")
-assert(typo.unit == "vllm-embd.service" and not typo.ok and typo.load_state == "not-found", "typo")
-assert(typo.reason == "unit vllm-embd.service not found", "typo reason " .. tostring(typo.reason))
 assert(tr.unit == "trainer.service" and tr.ok and tr.active_state == "inactive" and #tr.gpu_holders == 0, "trainer: " .. tostring(tr.reason))
 assert(gpu.kill(l.gpu_holders, {grace = "2s"}).exited == 1, "kill the worker")
 `)

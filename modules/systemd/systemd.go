@@ -116,16 +116,31 @@ func action(act string) glua.LGFunction {
 		}
 		var resp helper.UnitResponse
 		modules.CallHelper(L, h, fn, helper.VerbUnit, req, &resp)
+		units := []helper.UnitResponse{resp}
+		if req.Units != nil {
+			if len(resp.Units) != len(req.Units) {
+				L.RaiseError("%s: the helper answered for %d of %d units", fn, len(resp.Units), len(req.Units))
+			}
+			units = resp.Units
+		}
+		// A unit systemd does not know means nothing was acted on (the
+		// helper's rule, helper.RefuseUnknown); under check, which only
+		// looked, the same rule says what the action would have done.
+		refused := false
+		if act != helper.UnitStatus {
+			ptrs := make([]*helper.UnitResponse, len(units))
+			for i := range units {
+				ptrs[i] = &units[i]
+			}
+			refused = len(helper.RefuseUnknown(act, ptrs)) > 0
+		}
+		t := L.CreateTable(len(units), 0)
+		for _, u := range units {
+			t.Append(result(L, h, act, would, refused, u))
+		}
 		if req.Units == nil {
-			L.Push(result(L, h, act, would, resp))
+			L.Push(t.RawGetInt(1))
 			return 1
-		}
-		if len(resp.Units) != len(req.Units) {
-			L.RaiseError("%s: the helper answered for %d of %d units", fn, len(resp.Units), len(req.Units))
-		}
-		t := L.CreateTable(len(resp.Units), 0)
-		for _, u := range resp.Units {
-			t.Append(result(L, h, act, would, u))
 		}
 		L.Push(t)
 		return 1
@@ -133,13 +148,18 @@ func action(act string) glua.LGFunction {
 }
 
 // result records one unit's outcome (stats, a unit that may restart) and
-// returns its table.
-func result(L *glua.LState, h modules.Host, act string, would bool, resp helper.UnitResponse) *glua.LTable {
+// returns its table; a refused unit was not acted on, and would not be.
+func result(L *glua.LState, h modules.Host, act string, would, refused bool, resp helper.UnitResponse) *glua.LTable {
+	t := unitTable(L, resp)
+	t.RawSetString("missing", glua.LBool(resp.Unknown() != ""))
+	if refused {
+		t.RawSetString("action", glua.LString(act))
+		return t
+	}
 	h.Stats().AddUnit(act, would, resp)
 	if !would && act == helper.UnitStop {
 		noteRestart(h, resp)
 	}
-	t := unitTable(L, resp)
 	if would {
 		t.RawSetString("ok", glua.LTrue)
 		t.RawSetString("would", glua.LTrue)
@@ -162,9 +182,9 @@ func noteRestart(h modules.Host, r helper.UnitResponse) {
 }
 
 // unitTable is one unit's result, its tables sized for their fields (see
-// modules.FuncTable); result may add 2 to it.
+// modules.FuncTable); result may add 3 to it.
 func unitTable(L *glua.LState, r helper.UnitResponse) *glua.LTable {
-	t := L.CreateTable(0, 14)
+	t := L.CreateTable(0, 15)
 	t.RawSetString("ok", glua.LBool(r.OK))
 	t.RawSetString("unit", glua.LString(r.Unit))
 	t.RawSetString("action", glua.LString(r.Action))
