@@ -172,6 +172,7 @@ func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 	var known []*UnitResponse
 	for i, u := range units {
 		u.fill(pre[i])
+		u.PriorActiveState = u.ActiveState
 		if why := unknownUnit(u.Unit, pre[i]); why != "" {
 			u.Reason = why
 			continue

@@ -527,6 +527,9 @@ type UnitResponse struct {
 	// "stopped"), "masked", ...
 	LoadState   string `json:"load_state,omitempty"`
 	ActiveState string `json:"active_state,omitempty"`
+	// PriorActiveState is its ActiveState before the action: a stop of a
+	// unit inactive already changed nothing.
+	PriorActiveState string `json:"prior_active_state,omitempty"`
 	// Restart is the unit's Restart= ("no", "always", "on-failure", ...).
 	Restart      string   `json:"restart,omitempty"`
 	SubState     string   `json:"sub_state,omitempty"`

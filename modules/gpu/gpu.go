@@ -419,6 +419,13 @@ func checkIdentity(L *glua.LState, n int, t *glua.LTable, fn, what string) helpe
 	if !ok1 || !ok2 || pid <= 0 {
 		L.ArgError(n, fmt.Sprintf("%s: %s: a holder needs pid and start_time (use the tables gpu.holders() returns)", fn, what))
 	}
+	// A pid of 1.5 is no pid: never read it as pid 1.
+	if float64(pid) != float64(int(pid)) {
+		L.ArgError(n, fmt.Sprintf("%s: %s: pid %v is not an integer", fn, what, pid))
+	}
+	if st < 0 || float64(st) != float64(uint64(st)) {
+		L.ArgError(n, fmt.Sprintf("%s: %s: start_time %v is not a non-negative integer", fn, what, st))
+	}
 	id := helper.Identity{PID: int(pid), StartTime: uint64(st)}
 	if b, ok := t.RawGetString("boot_id").(glua.LString); ok {
 		id.BootID = string(b)

@@ -1037,6 +1037,10 @@ func (g *GPUHost) unit(req helper.UnitRequest) helper.UnitResponse {
 	if resp.Restart == "" {
 		resp.Restart = "no"
 	}
+	resp.PriorActiveState = "inactive"
+	if u.Active {
+		resp.PriorActiveState = "active"
+	}
 	switch req.Action {
 	case helper.UnitStop:
 		u.Active = false
@@ -1059,7 +1063,8 @@ func (g *GPUHost) unit(req helper.UnitRequest) helper.UnitResponse {
 	for _, h := range g.holderList() {
 		if h.Unit == u.Name {
 			resp.GPUHolders = append(resp.GPUHolders, h)
-			if req.Action == helper.UnitStop && !u.ExitingAfterStop {
+			// As the helper, a stop and a status list what is in the cgroup.
+			if req.Action == helper.UnitStatus || req.Action == helper.UnitStop && !u.ExitingAfterStop {
 				resp.Remaining = append(resp.Remaining, helper.Proc{Identity: h.Identity, Comm: h.Comm,
 					Cmdline: h.Cmdline, State: h.State})
 			}
