@@ -245,7 +245,7 @@ func TestScaleOutput(t *testing.T) {
 			t.Errorf("%d gathered lines, want 6", len(order))
 		}
 		t.Logf("%d host lines in %d gathered lines", total, len(order))
-		requireContains(t, r.stdout, "RECAP ok=300 failed=0 unreachable=0")
+		requireContains(t, r.stdout, "RECAP ok=300 changed=0 failed=0 unreachable=0")
 	})
 
 	for _, mode := range []struct {
