@@ -373,7 +373,7 @@ func TestRespawningSupervisor(t *testing.T) {
 	if r.code != 0 {
 		t.Errorf("exit %d, want 0", r.code)
 	}
-	requireRowHas(t, r.stdout, "lab01", 3, "3 stage 1 true free")
+	requireRowHas(t, r.stdout, "lab01", 3, "3 released true free") // the supervisor's stop ended its worker
 	if n, live := alive(l, "lab01", lab.RoleSupervisor); live != 0 {
 		t.Errorf("supervisor: %d of %d alive after stop_restarters", live, n)
 	}

@@ -337,7 +337,7 @@ func unitAfterTimeout(req UnitRequest) time.Duration {
 }
 
 // showProps are the properties the unit verb reads.
-var showProps = []string{"LoadState", "ActiveState", "SubState", "MainPID", "ControlGroup", "Restart"}
+var showProps = []string{"LoadState", "ActiveState", "SubState", "MainPID", "ControlGroup", "Restart", "KillMode"}
 
 // showUnits runs one `systemctl show -p ... -- name...` and parses its
 // blocks: systemctl prints one per unit, in the order given, separated by a
@@ -395,7 +395,7 @@ func unknownUnit(name string, props map[string]string) string {
 // fill copies the shown properties into the response.
 func (r *UnitResponse) fill(props map[string]string) {
 	r.LoadState, r.ActiveState, r.SubState = props["LoadState"], props["ActiveState"], props["SubState"]
-	r.ControlGroup, r.Restart = props["ControlGroup"], props["Restart"]
+	r.ControlGroup, r.Restart, r.KillMode = props["ControlGroup"], props["Restart"], props["KillMode"]
 	r.MainPID, _ = strconv.Atoi(props["MainPID"])
 }
 

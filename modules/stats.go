@@ -47,9 +47,9 @@ type KillStats struct {
 // UnitStats counts systemd actions over the whole run of one host, each
 // unit by its last action: Stopped are the units a stop changed (active,
 // now stopped), Unchanged those already stopped (inactive), Failed the
-// stops that did not end as asked (no such unit, a failure, processes left
-// in its cgroup). Under --check, the units that would be stopped and the
-// GPU memory their processes hold (WouldStopMiBUnknown: holders of unknown
+// stops that did not end as asked (no such unit, no systemd, the unit still
+// running). Under --check, the units that would be stopped and the GPU
+// memory of what their stops would end (WouldStopMiBUnknown: holders of unknown
 // memory, not in the sum).
 type UnitStats struct {
 	Stopped             int   `json:"stopped"`
@@ -251,11 +251,13 @@ func activeState(s string) bool {
 
 // AddUnit counts one systemd action: act as the script asked it, would under
 // --check (the helper then only reported the unit as it is), resp what the
-// helper said. Each unit counts once, by its last action: a stop changed it
-// (it was active: PriorActiveState), found it stopped already, or failed (no
-// such unit, systemctl failed, processes left in its cgroup); a failure is
+// helper said. Each unit counts once, by its last action (a change stays
+// one): a stop changed it
+// (it was active, PriorActiveState, and is stopped now), found it stopped
+// already, or failed (no such unit, no systemd, still running); a failure is
 // never counted as stopped. Under --check, a unit that is active (or has GPU
-// holders) would be stopped, and its processes are what that stop would end.
+// holders) would be stopped, and what its KillMode= ends of its processes
+// is what that stop would end (WouldEnd); the memory of those is WouldStopMiB.
 func (s *Stats) AddUnit(act string, would bool, resp helper.UnitResponse) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -272,13 +274,28 @@ func (s *Stats) AddUnit(act string, would bool, resp helper.UnitResponse) {
 				s.wouldEnd = map[procKey]string{}
 				s.wouldStopMiB = map[string][]int64{}
 			}
+			// What the stop ends, by the unit's KillMode=: every process
+			// of its cgroup, its main process alone, or nothing.
+			ends := func(pid int) bool {
+				switch resp.KillMode {
+				case "process":
+					return pid == resp.MainPID
+				case "none":
+					return false
+				}
+				return true
+			}
 			var mibs []int64
 			for _, p := range resp.Remaining {
-				s.wouldEnd[procKey{p.PID, p.StartTime}] = resp.Unit
+				if ends(p.PID) {
+					s.wouldEnd[procKey{p.PID, p.StartTime}] = resp.Unit
+				}
 			}
 			for _, h := range resp.GPUHolders {
-				s.wouldEnd[procKey{h.PID, h.StartTime}] = resp.Unit
-				mibs = append(mibs, h.MemMiB)
+				if ends(h.PID) {
+					s.wouldEnd[procKey{h.PID, h.StartTime}] = resp.Unit
+					mibs = append(mibs, h.MemMiB)
+				}
 			}
 			if act == helper.UnitStop {
 				s.wouldStopMiB[resp.Unit] = mibs
@@ -293,17 +310,29 @@ func (s *Stats) AddUnit(act string, would bool, resp helper.UnitResponse) {
 		if resp.OK && !activeState(resp.PriorActiveState) {
 			s.started++
 		}
-	case helper.UnitStop, helper.UnitRestart:
-		switch {
-		case !resp.OK || resp.LoadState == "not-found" || !resp.Systemd:
+	case helper.UnitRestart:
+		if !resp.OK || resp.LoadState == "not-found" || !resp.Systemd {
 			s.units[resp.Unit] = unitFailed
-		case act == helper.UnitRestart:
-			s.units[resp.Unit] = unitChanged
-			s.started++
-		case activeState(resp.PriorActiveState) || resp.PriorActiveState == "" && len(resp.Remaining) > 0:
+			return
+		}
+		s.units[resp.Unit] = unitChanged
+		s.started++
+	case helper.UnitStop:
+		stopped := resp.ActiveState == "inactive" || resp.ActiveState == "failed"
+		switch {
+		case resp.LoadState == "not-found" || !resp.Systemd || !stopped:
+			// No such unit, no systemd, or still running: not stopped.
+			s.units[resp.Unit] = unitFailed
+			return
+		case activeState(resp.PriorActiveState):
+			// Stopped by this call; processes its KillMode= left in its
+			// cgroup are the leftovers a free ends, not an undone stop.
 			s.units[resp.Unit] = unitChanged
 		default:
-			s.units[resp.Unit] = unitUnchanged
+			if s.units[resp.Unit] != unitChanged {
+				// A unit an earlier stop of this run changed stays changed.
+				s.units[resp.Unit] = unitUnchanged
+			}
 			return
 		}
 	}

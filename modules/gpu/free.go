@@ -641,8 +641,8 @@ func (r *freeRun) table() *glua.LTable {
 				sigkilled = append(sigkilled, pid)
 			}
 		}
-		rt.RawSetString("exited", glua.LString(intsText(exited, ",")))
-		rt.RawSetString("sigkilled", glua.LString(intsText(sigkilled, ",")))
+		luaconv.SetStr(rt, "exited", intsText(exited, ","))
+		luaconv.SetStr(rt, "sigkilled", intsText(sigkilled, ","))
 		luaconv.SetStr(rt, "released_by", row.released)
 		reason := row.reason
 		if row.freed {

@@ -1033,7 +1033,10 @@ func (g *GPUHost) unit(req helper.UnitRequest) helper.UnitResponse {
 		resp.LoadState, resp.ActiveState, resp.SubState = "not-found", "inactive", "dead"
 		return resp
 	}
-	resp.LoadState, resp.Restart = "loaded", u.Restart
+	resp.LoadState, resp.Restart, resp.KillMode = "loaded", u.Restart, "control-group"
+	if u.StayAfterStop {
+		resp.KillMode = "process"
+	}
 	if resp.Restart == "" {
 		resp.Restart = "no"
 	}
