@@ -170,6 +170,12 @@ func TestCheckIsTheRunsPlan(t *testing.T) {
 					t.Errorf("GPU %d: released but not freed: %v", g, r)
 				}
 			}
+			// Check logs no failure the run does not have.
+			for _, e := range check.Log {
+				if strings.Contains(e.Message, "not freed") && len(run.messages(e.Message)) == 0 {
+					t.Errorf("check logs %q; the run freed it", e.Message)
+				}
+			}
 			if sc == lab.ScenarioIdle && (check.Stats.WouldKill+run.Stats.Exited+run.Stats.Killed > 0) {
 				t.Errorf("idle: nothing to kill, check %d run %d", check.Stats.WouldKill, run.Stats.Exited+run.Stats.Killed)
 			}

@@ -587,7 +587,7 @@ func (r *freeRun) dryRun(pending []int, status map[int]helper.GPUStatus, holders
 	for _, idx := range pending {
 		if row := r.rows[idx]; row.released != "" && status[idx].State == helper.GPUFree {
 			// Nothing left to kill: the stops would free it.
-			row.step, row.state, row.reason = StepReleased, status[idx].State, "would be released by "+row.released
+			row.step, row.reason = StepReleased, "would be released by "+row.released
 			continue
 		}
 		t := r.stage1(status[idx], holders)
