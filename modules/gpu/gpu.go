@@ -380,6 +380,16 @@ func (m *mod) callKill(L *glua.LState, fn string, req helper.KillRequest) helper
 		return resp
 	}
 	modules.CallHelper(L, m.h, fn, helper.VerbKill, req, &resp)
+	if req.DryRun {
+		// The plan: what a unit's stop of this run would end is that
+		// stop's, not a kill's (the run's kill would not find it).
+		for i, k := range resp.Results {
+			if u := m.h.Stats().WouldEnd(k.PID, k.StartTime); u != "" && k.Outcome == helper.OutcomeWould {
+				resp.Results[i].Outcome, resp.Results[i].Signals = helper.OutcomeSkipped, nil
+				resp.Results[i].Reason = "the stop of " + u + " would end it"
+			}
+		}
+	}
 	m.h.Stats().AddKills(resp.Results)
 	m.h.Managers().Add(resp.Managers...)
 	return resp

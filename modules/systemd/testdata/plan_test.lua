@@ -17,6 +17,16 @@ assert.eq(st.units.would_stop_mib, 5000)
 assert.eq(st.kills.would, 1)
 assert.eq(st.would_kill_mib, 3000)
 assert.eq(fake.alive(w1), true)
+-- a script's own gpu.kill plans alike: the unit's worker is its stop's
+local k = gpu.kill(gpu.holders())
+assert.eq(k.would, 1)
+for _, x in ipairs(k.results) do
+  if x.pid == w1 then
+    assert.eq(x.outcome, "skipped")
+    assert.eq(x.reason, "the stop of vllm.service would end it")
+  end
+end
+assert.eq(fake.stats().kills.would, 1, "w2 once, however often it is named")
 
 systemd.stop("vllm.service")
 local r = gpu.free{grace = "10ms", timeout = "1s"}
