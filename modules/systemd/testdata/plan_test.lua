@@ -7,16 +7,6 @@ local w2 = fake.add_holder{mem = {[0] = 3000}}
 fake.check(true)
 systemd.stop("vllm.service")
 local c = gpu.free{grace = "10ms", timeout = "1s"}
-fake.check(false)
-assert.eq(c.rows[1].step, "would-kill")
-assert.eq(c.rows[1].killed, tostring(w2), "the unit's worker is the stop's, not a kill's")
-assert.eq(c.rows[1].before_mib, 8000)
-local st = fake.stats()
-assert.eq(st.units.would_stop, 1)
-assert.eq(st.units.would_stop_mib, 5000)
-assert.eq(st.kills.would, 1)
-assert.eq(st.would_kill_mib, 3000)
-assert.eq(fake.alive(w1), true)
 -- a script's own gpu.kill plans alike: the unit's worker is its stop's
 local k = gpu.kill(gpu.holders())
 assert.eq(k.would, 1)
@@ -27,6 +17,16 @@ for _, x in ipairs(k.results) do
   end
 end
 assert.eq(fake.stats().kills.would, 1, "w2 once, however often it is named")
+fake.check(false)
+assert.eq(c.rows[1].step, "would-kill")
+assert.eq(c.rows[1].killed, tostring(w2), "the unit's worker is the stop's, not a kill's")
+assert.eq(c.rows[1].before_mib, 8000)
+local st = fake.stats()
+assert.eq(st.units.would_stop, 1)
+assert.eq(st.units.would_stop_mib, 5000)
+assert.eq(st.kills.would, 1)
+assert.eq(st.would_kill_mib, 3000)
+assert.eq(fake.alive(w1), true)
 
 systemd.stop("vllm.service")
 local r = gpu.free{grace = "10ms", timeout = "1s"}
