@@ -159,9 +159,8 @@ func (s *Stats) ObserveGPUs(gpus []helper.GPU, thresholds map[int]int64) {
 			s.gpus[g.Index] = st
 		}
 		st.UUID, st.TotalMiB, st.AfterMiB = g.UUID, g.MemTotalMiB, used
-		if used >= 0 {
-			delete(s.stale, g.Index)
-		}
+		// Read after the change, even when the driver did not say: not stale.
+		delete(s.stale, g.Index)
 	}
 	for idx, t := range thresholds {
 		if st, ok := s.gpus[idx]; ok {
