@@ -12,7 +12,7 @@ import (
 // only when something was (or would be) done.
 func TestToReportFigures(t *testing.T) {
 	r := lua.HostResult{Host: "a", Status: lua.StatusOK, Stats: modules.StatsSnapshot{
-		GPUs: []modules.GPUStat{{Index: 0, BeforeMiB: 7000, AfterMiB: 0}, {Index: 1, BeforeMiB: -1, AfterMiB: -1}},
+		GPUs:  []modules.GPUStat{{Index: 0, BeforeMiB: 7000, AfterMiB: 0}, {Index: 1, BeforeMiB: -1, AfterMiB: -1}},
 		Kills: modules.KillStats{Exited: 1, Killed: 2, Gone: 3, Skipped: 1},
 		Units: modules.UnitStats{Stopped: 1, Unchanged: 2, Failed: 1}, Managers: modules.ManagerStats{Stopped: 1},
 	}}
