@@ -26,8 +26,13 @@
 // one line with their node set; in a folded line, a detail that names each
 // host's own name or address shows {host} or {address} in its place, numbers
 // that differ show their range, bracketed in the detail (pid [4410-4433])
-// and bare in the figures (10240-20480 MiB). Memory figures are each GPU's newest
-// reading; under --check the recap says what would be stopped and killed.
+// and bare in the figures (10240-20480 MiB). Memory figures are each GPU's first
+// and newest reading, an unknown one counted apart ("7000 MiB + 1 unknown"), never
+// summed; under --check the recap says what would be stopped and killed. The
+// head counts changed= hosts, as Ansible's: a unit stopped or started, a
+// restarter stopped, a signal delivered (under --check: would be); a unit
+// already stopped or a failed stop is no change, and processes are "exited
+// after TERM" or "killed with KILL", each once.
 //
 // JSON (--json): one object per line, each with a "type": "host" objects as
 // each host finishes (host, status, value, error, address, rows, columns,
