@@ -380,8 +380,12 @@ func (s *Stats) AddKills(results []helper.KillResult) {
 		}
 		k := procKey{r.PID, r.StartTime}
 		outcome := r.Outcome
-		if (outcome == helper.OutcomeExited || outcome == helper.OutcomeKilled) && len(r.Signals) == 0 {
+		switch {
+		case (outcome == helper.OutcomeExited || outcome == helper.OutcomeKilled) && len(r.Signals) == 0:
 			outcome = outcomeGone // no signal reached it: it ended by itself
+		case outcome == helper.OutcomeSurvived && len(r.Signals) == 0:
+			// The signal could not be sent (EPERM): never signalled, not "survived KILL".
+			outcome = helper.OutcomeSkipped
 		}
 		if prev, ok := s.kills[k]; ok && !delivered && prev != outcomeGone && prev != helper.OutcomeSkipped && prev != helper.OutcomeWould {
 			continue // signalled before; this call found it gone or refused it
