@@ -302,7 +302,7 @@ func TestFreeGPUs(t *testing.T) {
 			requireRowHas(t, r.stdout, h.Name, 1, fmt.Sprintf("1 stage 1 true free 6144 0 %d", orphan.PID))
 			requireRowHas(t, r.stdout, h.Name, 2, fmt.Sprintf("2 stage 1 true free 4096 0 %d", ignorer.PID))
 		}
-		requireContains(t, r.stdout, "ok=2 failed=0 unreachable=1", "down01", "unreachable")
+		requireContains(t, r.stdout, "ok=2 changed=2 failed=0 unreachable=1", "down01", "unreachable")
 		if !services {
 			requireContains(t, r.stdout, "already-free")
 			return
@@ -370,6 +370,10 @@ func TestFreeGPUs(t *testing.T) {
 		if !seen["lab01"] || !seen["lab02"] || len(seen) != 2 {
 			t.Errorf("hosts in JSON: %v", seen)
 		}
+		// The rerun changed nothing: its units were stopped already.
+		if services {
+			requireContains(t, r.stdout, `"changed":0,`, `"units_stopped":0,`, `"units_unchanged":4,`)
+		}
 	})
 }
 
@@ -397,7 +401,7 @@ func TestRespawningSupervisor(t *testing.T) {
 	if r.code != 0 {
 		t.Errorf("exit %d, want 0", r.code)
 	}
-	requireRowHas(t, r.stdout, "lab01", 3, "3 stage 1 true free")
+	requireRowHas(t, r.stdout, "lab01", 3, "3 released true free") // the supervisor's stop ended its worker
 	if n, live := alive(l, "lab01", lab.RoleSupervisor); live != 0 {
 		t.Errorf("supervisor: %d of %d alive after stop_restarters", live, n)
 	}

@@ -264,7 +264,7 @@ func TestScaleOutput(t *testing.T) {
 			}
 		}
 		t.Logf("%d host lines in %d gathered lines", total, len(order))
-		requireContains(t, r.stdout, "RECAP ok=300 failed=0 unreachable=0")
+		requireContains(t, r.stdout, "RECAP ok=300 changed=0 failed=0 unreachable=0")
 	})
 
 	for _, mode := range []struct {

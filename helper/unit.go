@@ -172,6 +172,7 @@ func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 	var known []*UnitResponse
 	for i, u := range units {
 		u.fill(pre[i])
+		u.PriorActiveState = u.ActiveState
 		if why := u.Unknown(); why != "" {
 			u.Reason = why
 			continue
@@ -348,7 +349,7 @@ func unitAfterTimeout(req UnitRequest) time.Duration {
 }
 
 // showProps are the properties the unit verb reads.
-var showProps = []string{"LoadState", "ActiveState", "SubState", "MainPID", "ControlGroup", "Restart"}
+var showProps = []string{"LoadState", "ActiveState", "SubState", "MainPID", "ControlGroup", "Restart", "KillMode"}
 
 // showUnits runs one `systemctl show -p ... -- name...` and parses its
 // blocks: systemctl prints one per unit, in the order given, separated by a
@@ -452,7 +453,7 @@ func pastTense(action string) string {
 // fill copies the shown properties into the response.
 func (r *UnitResponse) fill(props map[string]string) {
 	r.LoadState, r.ActiveState, r.SubState = props["LoadState"], props["ActiveState"], props["SubState"]
-	r.ControlGroup, r.Restart = props["ControlGroup"], props["Restart"]
+	r.ControlGroup, r.Restart, r.KillMode = props["ControlGroup"], props["Restart"], props["KillMode"]
 	r.MainPID, _ = strconv.Atoi(props["MainPID"])
 }
 

@@ -527,6 +527,13 @@ type UnitResponse struct {
 	// "stopped"), "masked", ...
 	LoadState   string `json:"load_state,omitempty"`
 	ActiveState string `json:"active_state,omitempty"`
+	// PriorActiveState is its ActiveState before the action: a stop of a
+	// unit inactive already changed nothing.
+	PriorActiveState string `json:"prior_active_state,omitempty"`
+	// KillMode is the unit's KillMode=: what its stop ends (control-group
+	// and mixed: every process of its cgroup; process: its main process
+	// only; none: nothing).
+	KillMode string `json:"kill_mode,omitempty"`
 	// Restart is the unit's Restart= ("no", "always", "on-failure", ...).
 	Restart      string   `json:"restart,omitempty"`
 	SubState     string   `json:"sub_state,omitempty"`

@@ -58,19 +58,81 @@ func TestStats(t *testing.T) {
 		{Index: 2, MemUsedMiB: -1}}, nil)
 	s.ObserveGPUs([]helper.GPU{{Index: 1, MemUsedMiB: 4}}, map[int]int64{1: 4})
 	s.ObserveGPUs([]helper.GPU{{Index: 0, MemUsedMiB: 0, MemTotalMiB: 143771}, {Index: 2, MemUsedMiB: 7}}, nil)
-	s.AddKills([]helper.KillResult{{Outcome: helper.OutcomeKilled}, {Outcome: helper.OutcomeExited},
-		{Outcome: helper.OutcomeExited}, {Outcome: helper.OutcomeSurvived}, {Outcome: helper.OutcomeWould},
-		{Outcome: helper.OutcomeSkipped}})
+	id := func(pid int) helper.Identity { return helper.Identity{PID: pid, StartTime: uint64(pid * 10)} }
+	term, kill := []string{"TERM"}, []string{"TERM", "KILL"}
+	s.AddKills([]helper.KillResult{{Identity: id(1), Outcome: helper.OutcomeKilled, Signals: kill},
+		{Identity: id(2), Outcome: helper.OutcomeExited, Signals: term},
+		{Identity: id(3), Outcome: helper.OutcomeExited, Signals: term}, {Identity: id(4), Outcome: helper.OutcomeSurvived, Signals: kill},
+		{Identity: id(5), Outcome: helper.OutcomeWould, Signals: term}, {Identity: id(6), Outcome: helper.OutcomeSkipped},
+		// Gone before any signal: neither exited nor killed.
+		{Identity: id(7), Outcome: helper.OutcomeExited, Reason: "already gone"}})
+	// The same processes again: found gone, or named again; each counts once.
+	s.AddKills([]helper.KillResult{{Identity: id(1), Outcome: helper.OutcomeExited, Reason: "already gone"},
+		{Identity: id(2), Outcome: helper.OutcomeExited, Reason: "already gone"}, {Identity: id(5), Outcome: helper.OutcomeWould, Signals: term}})
 	snap := s.Snapshot()
 	if got := fmt.Sprint(snap.Freed); got != "[0]" {
 		t.Errorf("freed %s, want [0] (GPU 1 was idle at its baseline, GPU 2 unknown at first)", got)
 	}
 	g := snap.GPUs
-	if len(g) != 3 || g[0].BeforeMiB != 26018 || g[0].AfterMiB != 0 || g[1].ThresholdMiB != 4 || g[2].BeforeMiB != 7 {
-		t.Errorf("gpus %+v", g)
+	if len(g) != 3 || g[0].BeforeMiB != 26018 || g[0].AfterMiB != 0 || g[1].ThresholdMiB != 4 || g[2].BeforeMiB != -1 || g[2].AfterMiB != 7 {
+		t.Errorf("gpus %+v (an unknown first reading stays unknown)", g)
 	}
-	if snap.Kills != (modules.KillStats{Exited: 2, Killed: 1, Survived: 1, Skipped: 1, Would: 1}) {
+	if snap.Kills != (modules.KillStats{Exited: 2, Killed: 1, Survived: 1, Skipped: 1, Gone: 1, Would: 1}) {
 		t.Errorf("kills %+v", snap.Kills)
+	}
+}
+
+// A would-kill of the same holders three times is those holders once, and
+// their memory once; an unknown memory is counted apart, never as -1.
+func TestStatsWouldKillDistinct(t *testing.T) {
+	var s modules.Stats
+	a := helper.Holder{Identity: helper.Identity{PID: 10, StartTime: 1}, MemMiB: 7000, GPUs: []int{0}}
+	b := helper.Holder{Identity: helper.Identity{PID: 11, StartTime: 2}, MemMiB: -1, GPUs: []int{0}}
+	s.ObserveHolders([]helper.Holder{a, b})
+	for range 3 {
+		s.AddKills([]helper.KillResult{{Identity: a.Identity, Outcome: helper.OutcomeWould}, {Identity: b.Identity, Outcome: helper.OutcomeWould}})
+	}
+	snap := s.Snapshot()
+	if snap.Kills.Would != 2 || snap.WouldKillMiB != 7000 || snap.WouldKillMiBUnknown != 1 {
+		t.Errorf("would %d, %d MiB + %d unknown; want 2, 7000 MiB + 1 unknown", snap.Kills.Would, snap.WouldKillMiB, snap.WouldKillMiBUnknown)
+	}
+}
+
+// A stop counts as stopped only when it changed the unit: one inactive
+// already is unchanged, one that does not exist or still runs failed;
+// each unit once however often it is stopped. Under check, what the stop
+// would end follows the unit's KillMode=.
+func TestStatsUnits(t *testing.T) {
+	var s modules.Stats
+	s.AddUnit(helper.UnitStop, false, helper.UnitResponse{Unit: "a.service", Systemd: true, OK: true, LoadState: "loaded",
+		PriorActiveState: "active", ActiveState: "inactive"})
+	s.AddUnit(helper.UnitStop, false, helper.UnitResponse{Unit: "a.service", Systemd: true, OK: true, LoadState: "loaded",
+		PriorActiveState: "inactive", ActiveState: "inactive"})
+	s.AddUnit(helper.UnitStop, false, helper.UnitResponse{Unit: "b.service", Systemd: true, OK: true, LoadState: "loaded",
+		PriorActiveState: "inactive", ActiveState: "inactive"})
+	s.AddUnit(helper.UnitStop, false, helper.UnitResponse{Unit: "typo.service", Systemd: true, LoadState: "not-found", ActiveState: "inactive"})
+	s.AddUnit(helper.UnitStop, false, helper.UnitResponse{Unit: "stuck.service", Systemd: true, LoadState: "loaded",
+		PriorActiveState: "active", ActiveState: "deactivating"})
+	u := s.Snapshot().Units
+	// a.service's second stop found it stopped: the first one changed it.
+	if u.Stopped != 1 || u.Unchanged != 1 || u.Failed != 2 {
+		t.Errorf("units %+v, want stopped 1, unchanged 1, failed 2", u)
+	}
+
+	var c modules.Stats
+	main := helper.Holder{Identity: helper.Identity{PID: 20, StartTime: 1}, MemMiB: 2048}
+	child := helper.Holder{Identity: helper.Identity{PID: 21, StartTime: 2}, MemMiB: 8192}
+	c.AddUnit(helper.UnitStop, true, helper.UnitResponse{Unit: "sglang.service", Systemd: true, LoadState: "loaded", ActiveState: "active",
+		KillMode: "process", MainPID: 20, GPUHolders: []helper.Holder{main, child}})
+	c.AddUnit(helper.UnitStop, true, helper.UnitResponse{Unit: "vllm.service", Systemd: true, LoadState: "loaded", ActiveState: "active",
+		GPUHolders: []helper.Holder{{Identity: helper.Identity{PID: 30, StartTime: 3}, MemMiB: -1}}})
+	c.AddUnit(helper.UnitStop, true, helper.UnitResponse{Unit: "typo.service", Systemd: true, LoadState: "not-found"})
+	if c.WouldEnd(20, 1) != "sglang.service" || c.WouldEnd(21, 2) != "" || c.WouldEnd(30, 3) != "vllm.service" {
+		t.Errorf("would end: main %q, child %q (KillMode=process leaves it), vllm's %q", c.WouldEnd(20, 1), c.WouldEnd(21, 2), c.WouldEnd(30, 3))
+	}
+	cu := c.Snapshot().Units
+	if cu.WouldStop != 2 || cu.WouldStopMiB != 2048 || cu.WouldStopMiBUnknown != 1 {
+		t.Errorf("check units %+v", cu)
 	}
 }
 

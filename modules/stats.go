@@ -7,7 +7,9 @@ import (
 	"github.com/gpush/gpush/helper"
 )
 
-// GPUStat is one GPU's memory as the run saw it: first reading and last reading.
+// GPUStat is one GPU's memory as the run saw it: first reading and last
+// reading. A reading the driver did not give is -1 (unknown), never 0: a
+// sum skips it and says how many were unknown.
 type GPUStat struct {
 	Index     int    `json:"index"`
 	UUID      string `json:"uuid,omitempty"`
@@ -25,23 +27,46 @@ type GPUStat struct {
 	Restarting bool `json:"restarting,omitempty"`
 }
 
-// KillStats counts kill outcomes over the whole run of one host.
+// KillStats counts kill outcomes over the whole run of one host, each
+// process (pid and start time) once, by its last outcome: a process a
+// script signals twice, or a dry run names three times, is one. Only
+// signals really delivered count: a target gone before any signal is
+// neither exited nor killed.
 type KillStats struct {
-	Exited   int `json:"exited"`
+	// Exited: gone after the first signal (TERM), before any KILL.
+	Exited int `json:"exited"`
+	// Killed: needed KILL, now gone.
 	Killed   int `json:"killed"`
 	Survived int `json:"survived"`
 	Skipped  int `json:"skipped"`
-	Would    int `json:"would"`
+	// Gone: a target that was gone before any signal reached it.
+	Gone  int `json:"gone,omitempty"`
+	Would int `json:"would"`
 }
 
-// UnitStats counts systemd actions over the whole run of one host; under
-// --check, what would have been stopped and the GPU memory those units'
-// processes hold.
+// UnitStats counts systemd actions over the whole run of one host, each
+// unit by its last action: Stopped are the units a stop changed (active,
+// now stopped), Unchanged those already stopped (inactive), Failed the
+// stops that did not end as asked (no such unit, no systemd, the unit still
+// running). Under --check, the units that would be stopped and the GPU
+// memory of what their stops would end (WouldStopMiBUnknown: holders of unknown
+// memory, not in the sum).
 type UnitStats struct {
-	Stopped      int   `json:"stopped"`
-	Started      int   `json:"started"`
-	WouldStop    int   `json:"would_stop"`
-	WouldStopMiB int64 `json:"would_stop_mib"`
+	Stopped             int   `json:"stopped"`
+	Started             int   `json:"started"`
+	Unchanged           int   `json:"unchanged,omitempty"`
+	Failed              int   `json:"failed,omitempty"`
+	WouldStop           int   `json:"would_stop"`
+	WouldStopMiB        int64 `json:"would_stop_mib"`
+	WouldStopMiBUnknown int   `json:"would_stop_mib_unknown,omitempty"`
+}
+
+// ManagerStats counts what restarts workers that gpu.free's
+// stop_restarters stopped (or, under --check, would stop), each once.
+type ManagerStats struct {
+	Stopped   int `json:"stopped,omitempty"`
+	WouldStop int `json:"would_stop,omitempty"`
+	Failed    int `json:"failed,omitempty"`
 }
 
 // StatsSnapshot is a copy of a host's stats, safe to keep and print.
@@ -49,9 +74,12 @@ type StatsSnapshot struct {
 	GPUs  []GPUStat `json:"gpus,omitempty"`
 	Kills KillStats `json:"kills"`
 	// WouldKillMiB is the GPU memory of the processes a --check run would
-	// have signalled, as their last reading said.
-	WouldKillMiB int64     `json:"would_kill_mib"`
-	Units        UnitStats `json:"units"`
+	// have signalled, as their last reading said, each process once;
+	// WouldKillMiBUnknown counts those of unknown memory, not in the sum.
+	WouldKillMiB        int64        `json:"would_kill_mib"`
+	WouldKillMiBUnknown int          `json:"would_kill_mib_unknown,omitempty"`
+	Units               UnitStats    `json:"units"`
+	Managers            ManagerStats `json:"managers,omitzero"`
 	// Freed lists the indices of the GPUs that went from used to free;
 	// Restarting those free now that a live manager would take back.
 	Freed      []int `json:"freed,omitempty"`
@@ -63,13 +91,22 @@ type StatsSnapshot struct {
 
 // Stats collects what the recap needs for one host. The zero value is ready.
 type Stats struct {
-	mu    sync.Mutex
-	gpus  map[int]*GPUStat
-	kills KillStats
-	units UnitStats
+	mu   sync.Mutex
+	gpus map[int]*GPUStat
+	// kills: each process's last kill outcome; units: each unit's last
+	// action's effect; managers: each manager's stop outcome (by key).
+	kills    map[procKey]string
+	units    map[string]string
+	started  int
+	managers map[string]string
 	// stale: GPUs whose last reading predates a change (a kill, a stop).
-	stale        map[int]bool
-	wouldKillMiB int64
+	stale map[int]bool
+	// wouldEnd: under --check, the processes of the units a systemd.stop
+	// would have stopped (their cgroups' processes and GPU holders): what
+	// the stop would end, so that a dry-run free plans only what is left.
+	wouldEnd map[procKey]string
+	// wouldStopMiB: the GPU memory of each would-stop unit's holders.
+	wouldStopMiB map[string][]int64
 	// holders: each holder's GPU memory and GPUs at its last reading: what
 	// a dry-run kill would free, and which readings a kill makes stale.
 	holders map[procKey]holderSeen
@@ -115,15 +152,14 @@ func (s *Stats) ObserveGPUs(gpus []helper.GPU, thresholds map[int]int64) {
 		s.gpus = map[int]*GPUStat{}
 	}
 	for _, g := range gpus {
-		if g.MemUsedMiB < 0 {
-			continue // the driver did not say; a reading of nothing
-		}
+		used := max(g.MemUsedMiB, -1) // -1: the driver did not say
 		st, ok := s.gpus[g.Index]
 		if !ok {
-			st = &GPUStat{Index: g.Index, BeforeMiB: g.MemUsedMiB}
+			st = &GPUStat{Index: g.Index, BeforeMiB: used}
 			s.gpus[g.Index] = st
 		}
-		st.UUID, st.TotalMiB, st.AfterMiB = g.UUID, g.MemTotalMiB, g.MemUsedMiB
+		st.UUID, st.TotalMiB, st.AfterMiB = g.UUID, g.MemTotalMiB, used
+		// Read after the change, even when the driver did not say: not stale.
 		delete(s.stale, g.Index)
 	}
 	for idx, t := range thresholds {
@@ -199,19 +235,69 @@ func (s *Stats) observeResponse(resp any) {
 	}
 }
 
+// Effects of a unit action, as the recap counts them.
+const (
+	unitChanged   = "changed"
+	unitUnchanged = "unchanged"
+	unitFailed    = "failed"
+	unitWould     = "would"
+)
+
+// activeState: systemd's states of a unit that a stop changes.
+func activeState(s string) bool {
+	return s == "active" || s == "activating" || s == "reloading" || s == "deactivating"
+}
+
 // AddUnit counts one systemd action: act as the script asked it, would under
 // --check (the helper then only reported the unit as it is), resp what the
-// helper said.
+// helper said. Each unit counts once, by its last action (a change stays
+// one): a stop changed it
+// (it was active, PriorActiveState, and is stopped now), found it stopped
+// already, or failed (no such unit, no systemd, still running); a failure is
+// never counted as stopped. Under --check, a unit that is active (or has GPU
+// holders) would be stopped, and what its KillMode= ends of its processes
+// is what that stop would end (WouldEnd); the memory of those is WouldStopMiB.
 func (s *Stats) AddUnit(act string, would bool, resp helper.UnitResponse) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.units == nil {
+		s.units = map[string]string{}
+	}
 	if would {
-		if act == helper.UnitStop || act == helper.UnitRestart {
-			if resp.ActiveState == "active" || resp.ActiveState == "activating" || resp.ActiveState == "reloading" || len(resp.GPUHolders) > 0 {
-				s.units.WouldStop++
-				for _, h := range resp.GPUHolders {
-					s.units.WouldStopMiB += h.MemMiB
+		if act != helper.UnitStop && act != helper.UnitRestart || resp.LoadState == "not-found" || !resp.Systemd {
+			return
+		}
+		if activeState(resp.ActiveState) || len(resp.GPUHolders) > 0 {
+			s.units[resp.Unit] = unitWould
+			if s.wouldEnd == nil {
+				s.wouldEnd = map[procKey]string{}
+				s.wouldStopMiB = map[string][]int64{}
+			}
+			// What the stop ends, by the unit's KillMode=: every process
+			// of its cgroup, its main process alone, or nothing.
+			ends := func(pid int) bool {
+				switch resp.KillMode {
+				case "process":
+					return pid == resp.MainPID
+				case "none":
+					return false
 				}
+				return true
+			}
+			var mibs []int64
+			for _, p := range resp.Remaining {
+				if ends(p.PID) {
+					s.wouldEnd[procKey{p.PID, p.StartTime}] = resp.Unit
+				}
+			}
+			for _, h := range resp.GPUHolders {
+				if ends(h.PID) {
+					s.wouldEnd[procKey{h.PID, h.StartTime}] = resp.Unit
+					mibs = append(mibs, h.MemMiB)
+				}
+			}
+			if act == helper.UnitStop {
+				s.wouldStopMiB[resp.Unit] = mibs
 			}
 		}
 		return
@@ -219,50 +305,164 @@ func (s *Stats) AddUnit(act string, would bool, resp helper.UnitResponse) {
 	switch act {
 	case helper.UnitStatus:
 		return
-	case helper.UnitStop:
-		s.units.Stopped++
 	case helper.UnitStart:
-		s.units.Started++
+		if resp.OK && !activeState(resp.PriorActiveState) {
+			s.started++
+		}
 	case helper.UnitRestart:
-		s.units.Stopped++
-		s.units.Started++
+		if !resp.OK || resp.LoadState == "not-found" || !resp.Systemd {
+			s.units[resp.Unit] = unitFailed
+			return
+		}
+		s.units[resp.Unit] = unitChanged
+		s.started++
+	case helper.UnitStop:
+		stopped := resp.ActiveState == "inactive" || resp.ActiveState == "failed"
+		switch {
+		case resp.LoadState == "not-found" || !resp.Systemd || !stopped:
+			// No such unit, no systemd, or still running: not stopped.
+			s.units[resp.Unit] = unitFailed
+			return
+		case activeState(resp.PriorActiveState):
+			// Stopped by this call; processes its KillMode= left in its
+			// cgroup are the leftovers a free ends, not an undone stop.
+			s.units[resp.Unit] = unitChanged
+		default:
+			if s.units[resp.Unit] != unitChanged {
+				// A unit an earlier stop of this run changed stays changed.
+				s.units[resp.Unit] = unitUnchanged
+			}
+			return
+		}
 	}
 	s.changed()
 }
 
-// AddKills counts the outcomes of one gpu.kill.
+// WouldEnd names the unit whose stop, under --check, would end the process
+// pid (started at start), or "": a dry run's plan leaves it to that stop.
+func (s *Stats) WouldEnd(pid int, start uint64) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wouldEnd[procKey{pid, start}]
+}
+
+// AddManagerStops counts the outcomes of a stop_restarters stop, each
+// manager once (by key), its last outcome kept.
+func (s *Stats) AddManagerStops(results []helper.ManagerResult) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.managers == nil {
+		s.managers = map[string]string{}
+	}
+	stopped := false
+	for _, r := range results {
+		s.managers[r.Manager.Key()] = r.Outcome
+		stopped = stopped || r.Outcome == helper.StopStopped
+	}
+	if stopped {
+		s.changed()
+	}
+}
+
+// AddKills counts the outcomes of one gpu.kill, each process once: a later
+// outcome of the same process replaces its earlier one, except that a
+// later look finding it gone (no signal) keeps what the signals did.
 func (s *Stats) AddKills(results []helper.KillResult) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.kills == nil {
+		s.kills = map[procKey]string{}
+	}
 	for _, r := range results {
-		if len(r.Signals) > 0 && r.Outcome != helper.OutcomeWould {
+		delivered := len(r.Signals) > 0 && r.Outcome != helper.OutcomeWould
+		if delivered {
 			s.killed(r)
 		}
-		switch r.Outcome {
-		case helper.OutcomeExited:
-			s.kills.Exited++
-		case helper.OutcomeKilled:
-			s.kills.Killed++
-		case helper.OutcomeSurvived:
-			s.kills.Survived++
-		case helper.OutcomeSkipped:
-			s.kills.Skipped++
-		case helper.OutcomeWould:
-			s.kills.Would++
-			s.wouldKillMiB += s.holders[procKey{r.PID, r.StartTime}].mib
+		k := procKey{r.PID, r.StartTime}
+		outcome := r.Outcome
+		switch {
+		case (outcome == helper.OutcomeExited || outcome == helper.OutcomeKilled) && len(r.Signals) == 0:
+			outcome = outcomeGone // no signal reached it: it ended by itself
+		case outcome == helper.OutcomeSurvived && len(r.Signals) == 0:
+			// The signal could not be sent (EPERM): never signalled, not "survived KILL".
+			outcome = helper.OutcomeSkipped
 		}
+		if prev, ok := s.kills[k]; ok && !delivered && prev != outcomeGone && prev != helper.OutcomeSkipped && prev != helper.OutcomeWould {
+			continue // signalled before; this call found it gone or refused it
+		}
+		s.kills[k] = outcome
 	}
 }
+
+// outcomeGone: a kill target that was gone before any signal (the helper
+// says exited, with no signal sent).
+const outcomeGone = "gone"
 
 // Snapshot copies the stats, GPUs sorted by index.
 func (s *Stats) Snapshot() StatsSnapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := StatsSnapshot{Kills: s.kills, Units: s.units, WouldKillMiB: s.wouldKillMiB, Stale: len(s.stale) > 0}
+	out := StatsSnapshot{Stale: len(s.stale) > 0}
+	for k, o := range s.kills {
+		switch o {
+		case helper.OutcomeExited:
+			out.Kills.Exited++
+		case helper.OutcomeKilled:
+			out.Kills.Killed++
+		case helper.OutcomeSurvived:
+			out.Kills.Survived++
+		case helper.OutcomeSkipped:
+			out.Kills.Skipped++
+		case outcomeGone:
+			out.Kills.Gone++
+		case helper.OutcomeWould:
+			out.Kills.Would++
+			switch seen, ok := s.holders[k]; {
+			case !ok || seen.mib == 0:
+				// Holds no memory nvidia-smi lists (a monitor, a group member).
+			case seen.mib < 0:
+				out.WouldKillMiBUnknown++
+			default:
+				out.WouldKillMiB += seen.mib
+			}
+		}
+	}
+	out.Units.Started = s.started
+	for u, e := range s.units {
+		switch e {
+		case unitChanged:
+			out.Units.Stopped++
+		case unitUnchanged:
+			out.Units.Unchanged++
+		case unitFailed:
+			out.Units.Failed++
+		case unitWould:
+			out.Units.WouldStop++
+			for _, mib := range s.wouldStopMiB[u] {
+				if mib < 0 {
+					out.Units.WouldStopMiBUnknown++
+				} else {
+					out.Units.WouldStopMiB += mib
+				}
+			}
+		}
+	}
+	for _, o := range s.managers {
+		switch o {
+		case helper.StopStopped:
+			out.Managers.Stopped++
+		case helper.StopWould:
+			out.Managers.WouldStop++
+		case helper.StopAlready:
+		default:
+			out.Managers.Failed++
+		}
+	}
 	for _, st := range s.gpus {
 		c := *st
-		c.Restarting = s.restarting[c.Index] && c.AfterMiB <= c.ThresholdMiB
-		c.Freed = c.BeforeMiB > c.ThresholdMiB && c.AfterMiB <= c.ThresholdMiB && !c.Restarting
+		free := c.AfterMiB >= 0 && c.AfterMiB <= c.ThresholdMiB
+		c.Restarting = s.restarting[c.Index] && free
+		c.Freed = c.BeforeMiB > c.ThresholdMiB && free && !c.Restarting
 		out.GPUs = append(out.GPUs, c)
 	}
 	sort.Slice(out.GPUs, func(i, j int) bool { return out.GPUs[i].Index < out.GPUs[j].Index })

@@ -38,18 +38,29 @@ type Totals struct {
 	GPUs      int `json:"gpus"`
 	GPUsFreed int `json:"gpus_freed"`
 	// GPUsRestarting: free now, with a live manager that would take them back.
-	GPUsRestarting int   `json:"gpus_restarting"`
-	MemBeforeMiB   int64 `json:"mem_before_mib"`
-	MemAfterMiB    int64 `json:"mem_after_mib"`
-	Killed         int   `json:"killed"`
-	Survived       int   `json:"survived"`
-	UnitsStopped   int   `json:"units_stopped"`
-	UnitsStarted   int   `json:"units_started"`
-	WouldKill      int   `json:"would_kill"`
-	WouldKillMiB   int64 `json:"would_kill_mib"`
-	WouldStop      int   `json:"would_stop"`
-	WouldStopMiB   int64 `json:"would_stop_mib"`
-	Rows           int   `json:"rows"`
+	GPUsRestarting int `json:"gpus_restarting"`
+	// Changed: hosts where something was (or would be) changed.
+	Changed             int   `json:"changed"`
+	MemBeforeMiB        int64 `json:"mem_before_mib"`
+	MemAfterMiB         int64 `json:"mem_after_mib"`
+	MemBeforeUnknown    int   `json:"mem_before_unknown"`
+	MemAfterUnknown     int   `json:"mem_after_unknown"`
+	Exited              int   `json:"exited"`
+	Killed              int   `json:"killed"`
+	Survived            int   `json:"survived"`
+	UnitsStopped        int   `json:"units_stopped"`
+	UnitsStarted        int   `json:"units_started"`
+	UnitsUnchanged      int   `json:"units_unchanged"`
+	UnitsFailed         int   `json:"units_failed"`
+	RestartersStopped   int   `json:"restarters_stopped"`
+	WouldKill           int   `json:"would_kill"`
+	WouldKillMiB        int64 `json:"would_kill_mib"`
+	WouldKillMiBUnknown int   `json:"would_kill_mib_unknown"`
+	WouldStop           int   `json:"would_stop"`
+	WouldStopMiB        int64 `json:"would_stop_mib"`
+	WouldStopMiBUnknown int   `json:"would_stop_mib_unknown"`
+	WouldStopRestarters int   `json:"would_stop_restarters"`
+	Rows                int   `json:"rows"`
 }
 
 // jsonSummary is the last line of --json.
@@ -76,7 +87,7 @@ func (p *Printer) writeHost(r Result) {
 	if IsRecords(r.Value) {
 		j.Value = nil // in rows
 	}
-	if r.Stats.HaveMem || r.Stats.Killed+r.Stats.Survived+r.Stats.WouldKill+r.Stats.WouldStop+r.Stats.UnitsStopped+r.Stats.UnitsStarted > 0 {
+	if r.Stats.HaveMem || r.Stats.Changed || r.Stats.Exited+r.Stats.Killed+r.Stats.Survived+r.Stats.WouldKill+r.Stats.WouldStop+r.Stats.UnitsStopped+r.Stats.UnitsStarted+r.Stats.UnitsUnchanged+r.Stats.UnitsFailed > 0 {
 		s := r.Stats
 		j.Stats = &s
 	}
@@ -109,16 +120,28 @@ func (p *Printer) writeSummary(rs []Result) {
 		t.GPUs += st.GPUs
 		t.GPUsFreed += st.GPUsFreed
 		t.GPUsRestarting += st.GPUsRestarting
+		if st.Changed {
+			t.Changed++
+		}
 		t.MemBeforeMiB += st.MemBeforeMiB
 		t.MemAfterMiB += st.MemAfterMiB
+		t.MemBeforeUnknown += st.MemBeforeUnknown
+		t.MemAfterUnknown += st.MemAfterUnknown
+		t.Exited += st.Exited
 		t.Killed += st.Killed
 		t.Survived += st.Survived
 		t.UnitsStopped += st.UnitsStopped
 		t.UnitsStarted += st.UnitsStarted
+		t.UnitsUnchanged += st.UnitsUnchanged
+		t.UnitsFailed += st.UnitsFailed
+		t.RestartersStopped += st.RestartersStopped
 		t.WouldKill += st.WouldKill
 		t.WouldKillMiB += st.WouldKillMiB
+		t.WouldKillMiBUnknown += st.WouldKillMiBUnknown
 		t.WouldStop += st.WouldStop
 		t.WouldStopMiB += st.WouldStopMiB
+		t.WouldStopMiBUnknown += st.WouldStopMiBUnknown
+		t.WouldStopRestarters += st.WouldStopRestarters
 		t.Rows += len(hostRecords(r))
 	}
 	b, err := json.Marshal(s)

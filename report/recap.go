@@ -34,8 +34,12 @@ func (p *Printer) recap(rs []Result) {
 	var groups []*recapGroup
 	idx := map[string]*recapGroup{}
 	counts := map[string]int{}
+	changed := 0
 	for _, r := range sorted {
 		counts[r.Status]++
+		if r.Stats.Changed {
+			changed++
+		}
 		detail := r.Error
 		if detail == "" {
 			detail = summary(r.Value)
@@ -71,7 +75,10 @@ func (p *Printer) recap(rs []Result) {
 	sort.SliceStable(groups, func(i, j int) bool { return statusRank[groups[i].status] < statusRank[groups[j].status] })
 
 	w.Line()
-	head := []termsafe.Safe{termsafe.Data("RECAP "), w.Paint(colOK, "ok"), termsafe.Dataf("=%d ", counts[StatusOK])}
+	// As Ansible's: changed counts the hosts where something was changed
+	// (under --check, would be).
+	head := []termsafe.Safe{termsafe.Data("RECAP "), w.Paint(colOK, "ok"), termsafe.Dataf("=%d ", counts[StatusOK]),
+		w.Paint(colWarn, "changed"), termsafe.Dataf("=%d ", changed)}
 	if counts[StatusSkipped] > 0 {
 		head = append(head, w.Paint(colWarn, "skipped"), termsafe.Dataf("=%d ", counts[StatusSkipped]))
 	}
@@ -146,41 +153,62 @@ func figureCells(st Stats) []string {
 	gpus, mem := "", ""
 	switch {
 	case !st.HaveMem:
-	case st.GPUsFreed == 0 && st.GPUsRestarting == 0 && st.MemBeforeMiB == st.MemAfterMiB:
+	case st.GPUsFreed == 0 && st.GPUsRestarting == 0 && st.MemBeforeMiB == st.MemAfterMiB && st.MemBeforeUnknown == st.MemAfterUnknown:
 		// A read-only script: say what is there, not "freed 0".
 		gpus = fmt.Sprintf("%d GPUs", st.GPUs)
-		mem = fmt.Sprintf("%d MiB used", st.MemAfterMiB)
+		mem = fmtMiB(st.MemAfterMiB, st.MemAfterUnknown) + " used"
 	default:
 		gpus = fmt.Sprintf("freed %d/%d GPUs", st.GPUsFreed, st.GPUs)
 		if st.GPUsRestarting > 0 {
 			// Free now, but what restarts their workers lives: apart.
 			gpus += fmt.Sprintf(", %d free with a restarter alive", st.GPUsRestarting)
 		}
-		mem = fmt.Sprintf("%d -> %d MiB", st.MemBeforeMiB, st.MemAfterMiB)
+		mem = strings.TrimSuffix(fmtMiB(st.MemBeforeMiB, st.MemBeforeUnknown), " MiB") + " -> " + fmtMiB(st.MemAfterMiB, st.MemAfterUnknown)
 	}
 	if st.Stale && mem != "" {
 		mem += " (read before the last stop/kill)"
 	}
 	var acts []string
 	if st.WouldStop > 0 {
-		acts = append(acts, fmt.Sprintf("would stop %s (%d MiB)", plural(st.WouldStop, "unit"), st.WouldStopMiB))
+		acts = append(acts, fmt.Sprintf("would stop %s (%s)", plural(st.WouldStop, "unit"), fmtMiB(st.WouldStopMiB, st.WouldStopMiBUnknown)))
+	}
+	if st.WouldStopRestarters > 0 {
+		acts = append(acts, "would stop "+plural(st.WouldStopRestarters, "restarter"))
 	}
 	if st.WouldKill > 0 {
-		acts = append(acts, fmt.Sprintf("would kill %s (%d MiB)", plural(st.WouldKill, "process"), st.WouldKillMiB))
+		acts = append(acts, fmt.Sprintf("would kill %s (%s)", plural(st.WouldKill, "process"), fmtMiB(st.WouldKillMiB, st.WouldKillMiBUnknown)))
 	}
 	if st.UnitsStopped > 0 {
 		acts = append(acts, "stopped "+plural(st.UnitsStopped, "unit"))
 	}
+	if st.UnitsFailed > 0 {
+		acts = append(acts, fmt.Sprintf("%s not stopped", plural(st.UnitsFailed, "unit")))
+	}
 	if st.UnitsStarted > 0 {
 		acts = append(acts, "started "+plural(st.UnitsStarted, "unit"))
 	}
+	if st.RestartersStopped > 0 {
+		acts = append(acts, "stopped "+plural(st.RestartersStopped, "restarter"))
+	}
+	if st.Exited > 0 {
+		acts = append(acts, fmt.Sprintf("%s exited after TERM", plural(st.Exited, "process")))
+	}
 	if st.Killed > 0 {
-		acts = append(acts, "killed "+plural(st.Killed, "process"))
+		acts = append(acts, fmt.Sprintf("%s killed with KILL", plural(st.Killed, "process")))
 	}
 	if st.Survived > 0 {
 		acts = append(acts, fmt.Sprintf("%d survived KILL", st.Survived))
 	}
 	return []string{gpus, mem, strings.Join(acts, ", ")}
+}
+
+// fmtMiB is a sum of memory and how many things of unknown memory it
+// leaves out: "7000 MiB", "7000 MiB + 1 unknown".
+func fmtMiB(known int64, unknown int) string {
+	if unknown == 0 {
+		return fmt.Sprintf("%d MiB", known)
+	}
+	return fmt.Sprintf("%d MiB + %d unknown", known, unknown)
 }
 
 func plural(n int, what string) string {

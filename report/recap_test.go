@@ -42,7 +42,7 @@ func TestRecapFoldsFailuresNamingTheirHost(t *testing.T) {
 		t.Fatalf("want the RECAP line and 4 groups:\n%s", s)
 	}
 	for i, want := range []string{
-		"RECAP ok=0 skipped=3 failed=24 unreachable=3",
+		"RECAP ok=0 changed=0 skipped=3 failed=24 unreachable=3",
 		"busy[1-2]   skipped  ",
 		"gpu1        skipped  ",
 		"gpu[01-24]  failed       freed 7/8 GPUs  10240-245760 -> 10240 MiB  100ms-2.4s  GPU 0: new-holder pid [4401-4424] on {host} (worker respawned)",
@@ -93,7 +93,19 @@ func TestRecapFigures(t *testing.T) {
 		{Stats{HaveMem: true, GPUs: 4, MemBeforeMiB: 30720, MemAfterMiB: 30720, WouldStop: 2, WouldStopMiB: 20480, WouldKill: 3, WouldKillMiB: 30720},
 			"4 GPUs|30720 MiB used|would stop 2 units (20480 MiB), would kill 3 processes (30720 MiB)"},
 		{Stats{HaveMem: true, GPUs: 1, MemBeforeMiB: 5, MemAfterMiB: 5, Stale: true, Killed: 1, Survived: 1},
-			"1 GPUs|5 MiB used (read before the last stop/kill)|killed 1 process, 1 survived KILL"},
+			"1 GPUs|5 MiB used (read before the last stop/kill)|1 process killed with KILL, 1 survived KILL"},
+		// Exited after TERM and killed with KILL apart.
+		{Stats{HaveMem: true, GPUs: 2, MemBeforeMiB: 9000, MemAfterMiB: 0, GPUsFreed: 2, Exited: 1, Killed: 2},
+			"freed 2/2 GPUs|9000 -> 0 MiB|1 process exited after TERM, 2 processes killed with KILL"},
+		// Unknown memory is never summed as -1 (a 7000 MiB holder and an unknown one).
+		{Stats{HaveMem: true, GPUs: 2, MemBeforeMiB: 7000, MemAfterMiB: 7000, MemBeforeUnknown: 1, MemAfterUnknown: 1, WouldKill: 2, WouldKillMiB: 7000, WouldKillMiBUnknown: 1},
+			"2 GPUs|7000 MiB + 1 unknown used|would kill 2 processes (7000 MiB + 1 unknown)"},
+		{Stats{HaveMem: true, GPUs: 2, MemBeforeMiB: 7000, MemAfterMiB: 0, MemAfterUnknown: 1, GPUsFreed: 1, Exited: 1},
+			"freed 1/2 GPUs|7000 -> 0 MiB + 1 unknown|1 process exited after TERM"},
+		// A unit already stopped is no change; a failed stop is never "stopped".
+		{Stats{UnitsUnchanged: 2, UnitsFailed: 1}, "||1 unit not stopped"},
+		{Stats{UnitsStopped: 1, UnitsUnchanged: 1, RestartersStopped: 1}, "||stopped 1 unit, stopped 1 restarter"},
+		{Stats{WouldStop: 1, WouldStopMiB: 10240, WouldStopRestarters: 1}, "||would stop 1 unit (10240 MiB), would stop 1 restarter"},
 		{Stats{}, "||"},
 	} {
 		if got := strings.Join(figureCells(c.st), "|"); got != c.want {
@@ -129,5 +141,20 @@ func TestRecapCountsEveryRow(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Errorf("recap lacks %q:\n%s", want, s)
 		}
+	}
+}
+
+// changed= counts the hosts where something changed (Ansible's): a unit
+// already stopped, or a failed stop, changes nothing.
+func TestRecapCountsChangedHosts(t *testing.T) {
+	var out bytes.Buffer
+	p := New(Options{Out: &out, Now: clock()})
+	p.Finish([]Result{
+		{Host: "a", Status: StatusOK, Stats: Stats{UnitsStopped: 1, Changed: true}},
+		{Host: "b", Status: StatusOK, Stats: Stats{UnitsUnchanged: 1}},
+		{Host: "c", Status: StatusFailed, Error: "no such unit", Stats: Stats{UnitsFailed: 1}},
+	})
+	if s := out.String(); !strings.Contains(s, "RECAP ok=2 changed=1 failed=1 unreachable=0") {
+		t.Errorf("recap:\n%s", s)
 	}
 }

@@ -33,8 +33,13 @@
 // one line with their node set; in a folded line, a detail that names each
 // host's own name or address shows {host} or {address} in its place, numbers
 // that differ show their range, bracketed in the detail (pid [4410-4433])
-// and bare in the figures (10240-20480 MiB). Memory figures are each GPU's newest
-// reading; under --check the recap says what would be stopped and killed.
+// and bare in the figures (10240-20480 MiB). Memory figures are each GPU's first
+// and newest reading, an unknown one counted apart ("7000 MiB + 1 unknown"), never
+// summed; under --check the recap says what would be stopped and killed. The
+// head counts changed= hosts, as Ansible's: a unit stopped or started, a
+// restarter stopped, a signal delivered (under --check: would be); a unit
+// already stopped or a failed stop is no change, and processes are "exited
+// after TERM" or "killed with KILL", each once.
 //
 // JSON (--json): one object per line, each with a "type": "host" objects as
 // each host finishes (host, status, value, error, address, rows, columns,
@@ -89,7 +94,9 @@ type Event struct {
 	Message string
 }
 
-// Stats are the GPU numbers of one host's run, shown in the recap.
+// Stats are the GPU numbers of one host's run, shown in the recap. Memory
+// sums skip what is unknown and count it apart (the ...Unknown fields): an
+// unknown reading is never read as 0.
 type Stats struct {
 	// HaveMem is false when the script never read GPU memory.
 	HaveMem   bool `json:"-"`
@@ -99,24 +106,45 @@ type Stats struct {
 	// workers again is alive: not freed, counted apart.
 	GPUsRestarting int `json:"gpus_restarting,omitempty"`
 	// MemBeforeMiB is the sum of each GPU's first reading, MemAfterMiB of
-	// its newest one.
-	MemBeforeMiB int64 `json:"mem_before_mib"`
-	MemAfterMiB  int64 `json:"mem_after_mib"`
+	// its newest one; MemBeforeUnknown and MemAfterUnknown count the GPUs
+	// whose reading was unknown, left out of the sums.
+	MemBeforeMiB     int64 `json:"mem_before_mib"`
+	MemAfterMiB      int64 `json:"mem_after_mib"`
+	MemBeforeUnknown int   `json:"mem_before_unknown,omitempty"`
+	MemAfterUnknown  int   `json:"mem_after_unknown,omitempty"`
 	// Stale: the newest reading came before a kill or a unit action (a
 	// reading at the end of the script failed).
 	Stale bool `json:"stale,omitempty"`
-	// Processes signalled that ended, and those that survived KILL.
+	// Changed: the run changed something on the host (a unit stopped or
+	// started, a restarter stopped, a signal delivered); under --check,
+	// it would have.
+	Changed bool `json:"changed"`
+	// Processes signalled, each once: gone after the first signal (TERM),
+	// gone after KILL, alive after KILL. A target gone before any signal
+	// is in none of them.
+	Exited   int `json:"exited,omitempty"`
 	Killed   int `json:"killed,omitempty"`
 	Survived int `json:"survived,omitempty"`
-	// Units stopped and started.
-	UnitsStopped int `json:"units_stopped,omitempty"`
-	UnitsStarted int `json:"units_started,omitempty"`
-	// Under --check: the processes that would be signalled and the units
-	// that would be stopped, with the GPU memory they hold.
-	WouldKill    int   `json:"would_kill,omitempty"`
-	WouldKillMiB int64 `json:"would_kill_mib,omitempty"`
-	WouldStop    int   `json:"would_stop,omitempty"`
-	WouldStopMiB int64 `json:"would_stop_mib,omitempty"`
+	// Units a stop changed (active, now stopped) and started; those a
+	// stop found stopped already; the stops that failed (no such unit,
+	// processes left): never counted as stopped.
+	UnitsStopped   int `json:"units_stopped,omitempty"`
+	UnitsStarted   int `json:"units_started,omitempty"`
+	UnitsUnchanged int `json:"units_unchanged,omitempty"`
+	UnitsFailed    int `json:"units_failed,omitempty"`
+	// Restarters (supervisors, units, containers, jobs) stop_restarters
+	// stopped.
+	RestartersStopped int `json:"restarters_stopped,omitempty"`
+	// Under --check: the processes that would be signalled, the units and
+	// restarters that would be stopped, with the GPU memory they hold
+	// (the ...Unknown fields: how many of unknown memory, not in the sum).
+	WouldKill           int   `json:"would_kill,omitempty"`
+	WouldKillMiB        int64 `json:"would_kill_mib,omitempty"`
+	WouldKillMiBUnknown int   `json:"would_kill_mib_unknown,omitempty"`
+	WouldStop           int   `json:"would_stop,omitempty"`
+	WouldStopMiB        int64 `json:"would_stop_mib,omitempty"`
+	WouldStopMiBUnknown int   `json:"would_stop_mib_unknown,omitempty"`
+	WouldStopRestarters int   `json:"would_stop_restarters,omitempty"`
 }
 
 // Result is one host's outcome. Value is the script's return value as plain

@@ -69,7 +69,7 @@ func TestStreamingAndRecapFolding(t *testing.T) {
 	for _, want := range []string{
 		"gpu01 | INFO stopped sglang.service\n",
 		"gpu02 | WARN slow\n",
-		"RECAP ok=4 failed=1 unreachable=1",
+		"RECAP ok=4 changed=0 failed=1 unreachable=1",
 		"8 GPUs          512 MiB used",
 		"{gpu01+gpu02+gpu10}  ok",
 		"freed 2/2 GPUs  20480 -> 0 MiB  1.1s-1.3s",

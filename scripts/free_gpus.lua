@@ -123,6 +123,7 @@ for _, row in ipairs(r.rows) do
   elseif row.freed then log.info("GPU %d freed (%s): %d -> %d MiB%s%s", row.gpu, row.step, row.before_mib, row.after_mib,
       row.killed ~= "" and ", killed " .. row.killed or "", row.note and "; " .. row.note or "")
   elseif row.step == "would-kill" then log.info("GPU %d would kill %s: %s", row.gpu, row.killed, row.reason)
+  elseif check and row.step == "released" then log.info("GPU %d %s", row.gpu, row.reason)
   else log.error("GPU %d not freed: %s", row.gpu, row.reason) end
 end
 -- The rows go with the failure too: the fleet table shows which GPUs were freed and why the others were not.

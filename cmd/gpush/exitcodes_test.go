@@ -155,7 +155,7 @@ return {{n = 3, step = "done"}, {n = 3, step = "done"}}
 		"a2      1  failed   read       1\na2      1  failed   not-freed  2\n",
 		"a3      1  skipped  read       1\n",
 		"9 rows of 4 hosts shown as 6",
-		"RECAP ok=2 skipped=1 failed=1 unreachable=0",
+		"RECAP ok=2 changed=0 skipped=1 failed=1 unreachable=0",
 		"busy: a3", "not freed on a2",
 	} {
 		if !strings.Contains(out, want) {

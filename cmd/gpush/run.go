@@ -204,28 +204,41 @@ func runRun(c *cli.Context) error {
 }
 
 // toReport turns a host's result into what the report shows: the recap's
-// figures are each GPU's first and newest readings, and what was (or under
-// --check would be) stopped and killed.
+// figures are each GPU's first and newest readings (unknown ones counted
+// apart, never summed), and what was (or under --check would be) stopped
+// and killed, each process and unit once.
 func toReport(r lua.HostResult, addr string) report.Result {
 	out := report.Result{Host: r.Host, Address: addr, Status: r.Status, Value: r.Value, Rows: r.Rows, Columns: r.Columns,
 		Error: r.Error, Elapsed: r.Elapsed}
 	s := r.Stats
+	st := &out.Stats
 	if len(s.GPUs) > 0 {
-		out.Stats.HaveMem = true
-		out.Stats.GPUs = len(s.GPUs)
-		out.Stats.GPUsFreed = len(s.Freed)
-		out.Stats.GPUsRestarting = len(s.Restarting)
+		st.HaveMem = true
+		st.GPUs = len(s.GPUs)
+		st.GPUsFreed = len(s.Freed)
+		st.GPUsRestarting = len(s.Restarting)
 		for _, g := range s.GPUs {
-			out.Stats.MemBeforeMiB += g.BeforeMiB
-			out.Stats.MemAfterMiB += g.AfterMiB
+			if g.BeforeMiB < 0 {
+				st.MemBeforeUnknown++
+			} else {
+				st.MemBeforeMiB += g.BeforeMiB
+			}
+			if g.AfterMiB < 0 {
+				st.MemAfterUnknown++
+			} else {
+				st.MemAfterMiB += g.AfterMiB
+			}
 		}
-		out.Stats.Stale = s.Stale
+		st.Stale = s.Stale
 	}
-	out.Stats.Killed = s.Kills.Exited + s.Kills.Killed
-	out.Stats.Survived = s.Kills.Survived
-	out.Stats.WouldKill, out.Stats.WouldKillMiB = s.Kills.Would, s.WouldKillMiB
-	out.Stats.UnitsStopped, out.Stats.UnitsStarted = s.Units.Stopped, s.Units.Started
-	out.Stats.WouldStop, out.Stats.WouldStopMiB = s.Units.WouldStop, s.Units.WouldStopMiB
+	st.Exited, st.Killed, st.Survived = s.Kills.Exited, s.Kills.Killed, s.Kills.Survived
+	st.WouldKill, st.WouldKillMiB, st.WouldKillMiBUnknown = s.Kills.Would, s.WouldKillMiB, s.WouldKillMiBUnknown
+	st.UnitsStopped, st.UnitsStarted = s.Units.Stopped, s.Units.Started
+	st.UnitsUnchanged, st.UnitsFailed = s.Units.Unchanged, s.Units.Failed
+	st.WouldStop, st.WouldStopMiB, st.WouldStopMiBUnknown = s.Units.WouldStop, s.Units.WouldStopMiB, s.Units.WouldStopMiBUnknown
+	st.RestartersStopped, st.WouldStopRestarters = s.Managers.Stopped, s.Managers.WouldStop
+	st.Changed = st.Exited+st.Killed+st.Survived+st.UnitsStopped+st.UnitsStarted+st.RestartersStopped+
+		st.WouldKill+st.WouldStop+st.WouldStopRestarters > 0
 	return out
 }
 

@@ -63,6 +63,9 @@ type freeRow struct {
 	// restarter, a settle that could not know the restart delay).
 	restarters []helper.Manager
 	note       string
+	// released: what the plan leaves freeing this GPU to (the stop of a
+	// unit or of a restarter that ends all its owners), or "".
+	released string
 }
 
 // freeRun is one gpu.free call.
@@ -150,7 +153,12 @@ func (r *freeRun) thresholds(gpus []helper.GPU) map[int]int64 {
 
 // look takes a fresh snapshot and judges it with gpu.free's threshold.
 func (r *freeRun) look() (map[int]helper.GPUStatus, map[int]helper.Holder, []int) {
-	s := r.m.fetch(r.L, freeFn)
+	return r.judge(r.m.fetch(r.L, freeFn))
+}
+
+// judge is a snapshot's GPUs judged with gpu.free's threshold, its holders
+// by pid and every GPU index.
+func (r *freeRun) judge(s helper.Snapshot) (map[int]helper.GPUStatus, map[int]helper.Holder, []int) {
 	byIdx := map[int]helper.GPUStatus{}
 	var all []int
 	for _, st := range snapshotStatus(s, r.thresholds(s.GPUs)) {
@@ -170,7 +178,8 @@ func (r *freeRun) run() {
 	for _, g := range r.m.h.Stats().Snapshot().GPUs {
 		firstReading[g.Index] = g.BeforeMiB
 	}
-	status, holders, all := r.look()
+	first := r.m.fetch(r.L, freeFn)
+	status, holders, all := r.judge(first)
 	chosen := r.o.gpus
 	if len(chosen) == 0 {
 		chosen = all
@@ -190,6 +199,10 @@ func (r *freeRun) run() {
 			continue
 		}
 		row.state, row.before, row.after, row.reason = st.State, st.UsedMiB, st.UsedMiB, st.Reason
+		if first, ok := firstReading[idx]; ok {
+			// The recap's "before" and the row's are one reading: the run's first.
+			row.before = first
+		}
 		row.first = map[int]bool{}
 		for _, pid := range append(append(append([]int{}, st.Owners...), st.Others...), st.Suspicious...) {
 			row.first[pid] = true
@@ -198,7 +211,7 @@ func (r *freeRun) run() {
 			n, ok := r.m.settled[idx]
 			row.step, row.freed, row.settled = StepAlreadyFree, true, ok && n == len(r.m.h.Managers().List())
 			if first, ok := firstReading[idx]; ok && first > st.ThresholdMiB {
-				row.step, row.before = StepReleased, first
+				row.step = StepReleased
 			}
 			continue
 		}
@@ -211,6 +224,10 @@ func (r *freeRun) run() {
 	if r.o.stopRestarters {
 		r.stopRestarters(pending, status, holders)
 	}
+	// The plan: what the stops end (or, under check, would end) is left to
+	// them; the stages are planned on what remains, in the run and in its
+	// dry run alike.
+	status, holders, pending = r.plan(first, status, holders, pending)
 	if r.check {
 		r.dryRun(pending, status, holders)
 		return
@@ -248,6 +265,11 @@ func (r *freeRun) run() {
 	}
 	r.waitBeside(beside, holders)
 	stay := r.wait(StepStage1, waitFor)
+	for _, idx := range waitFor {
+		if row := r.rows[idx]; row.freed && row.released != "" && len(row.killed) == 0 {
+			row.step = StepReleased
+		}
+	}
 
 	// Stage 2: the rest of the holders, only where memory stays held.
 	if len(stay) > 0 {
@@ -563,6 +585,11 @@ func (r *freeRun) settleFreed() {
 func (r *freeRun) dryRun(pending []int, status map[int]helper.GPUStatus, holders map[int]helper.Holder) {
 	targets := map[int][]int{}
 	for _, idx := range pending {
+		if row := r.rows[idx]; row.released != "" && status[idx].State == helper.GPUFree {
+			// Nothing left to kill: the stops would free it.
+			row.step, row.reason = StepReleased, "would be released by "+row.released
+			continue
+		}
 		t := r.stage1(status[idx], holders)
 		if why := r.outside(status[idx].Owners, holders); why != "" && len(t) == 0 {
 			r.notFreed(r.rows[idx], why)
@@ -604,6 +631,19 @@ func (r *freeRun) table() *glua.LTable {
 		rt.RawSetString("before_mib", glua.LNumber(row.before))
 		rt.RawSetString("after_mib", glua.LNumber(row.after))
 		rt.RawSetString("killed", glua.LString(intsText(row.killed, ",")))
+		// Of killed: those gone after the first signal, and those that needed KILL.
+		var exited, sigkilled []int
+		for _, pid := range row.killed {
+			switch r.outcome[pid].Outcome {
+			case helper.OutcomeExited:
+				exited = append(exited, pid)
+			case helper.OutcomeKilled:
+				sigkilled = append(sigkilled, pid)
+			}
+		}
+		luaconv.SetStr(rt, "exited", intsText(exited, ","))
+		luaconv.SetStr(rt, "sigkilled", intsText(sigkilled, ","))
+		luaconv.SetStr(rt, "released_by", row.released)
 		reason := row.reason
 		if row.freed {
 			reason = "" // what held it is in killed; a freed GPU needs no excuse

@@ -380,6 +380,16 @@ func (m *mod) callKill(L *glua.LState, fn string, req helper.KillRequest) helper
 		return resp
 	}
 	modules.CallHelper(L, m.h, fn, helper.VerbKill, req, &resp)
+	if req.DryRun {
+		// The plan: what a unit's stop of this run would end is that
+		// stop's, not a kill's (the run's kill would not find it).
+		for i, k := range resp.Results {
+			if u := m.h.Stats().WouldEnd(k.PID, k.StartTime); u != "" && k.Outcome == helper.OutcomeWould {
+				resp.Results[i].Outcome, resp.Results[i].Signals = helper.OutcomeSkipped, nil
+				resp.Results[i].Reason = "the stop of " + u + " would end it"
+			}
+		}
+	}
 	m.h.Stats().AddKills(resp.Results)
 	m.h.Managers().Add(resp.Managers...)
 	return resp
@@ -418,6 +428,13 @@ func checkIdentity(L *glua.LState, n int, t *glua.LTable, fn, what string) helpe
 	st, ok2 := t.RawGetString("start_time").(glua.LNumber)
 	if !ok1 || !ok2 || pid <= 0 {
 		L.ArgError(n, fmt.Sprintf("%s: %s: a holder needs pid and start_time (use the tables gpu.holders() returns)", fn, what))
+	}
+	// A pid of 1.5 is no pid: never read it as pid 1.
+	if float64(pid) != float64(int(pid)) {
+		L.ArgError(n, fmt.Sprintf("%s: %s: pid %v is not an integer", fn, what, pid))
+	}
+	if st < 0 || float64(st) != float64(uint64(st)) {
+		L.ArgError(n, fmt.Sprintf("%s: %s: start_time %v is not a non-negative integer", fn, what, st))
 	}
 	id := helper.Identity{PID: int(pid), StartTime: uint64(st)}
 	if b, ok := t.RawGetString("boot_id").(glua.LString); ok {

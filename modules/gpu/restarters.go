@@ -67,6 +67,7 @@ func (r *freeRun) stopManagers(ms []helper.Manager) {
 	modules.CallHelper(r.L, r.m.h, freeFn, helper.VerbManagers, helper.ManagersRequest{Config: r.m.h.HelperConfig(),
 		Action: helper.ManagersStop, Managers: todo, Grace: helper.Duration(r.o.grace), DryRun: r.check}, &resp)
 	r.stops = append(r.stops, resp.Results...)
+	r.m.h.Stats().AddManagerStops(resp.Results)
 	for _, res := range resp.Results {
 		r.m.h.Managers().Add(res.Manager)
 		if res.Outcome == helper.StopStopped && !res.Alive {

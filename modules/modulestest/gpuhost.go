@@ -1037,9 +1037,16 @@ func (g *GPUHost) unit(req helper.UnitRequest) helper.UnitResponse {
 		resp.LoadState, resp.ActiveState, resp.SubState = "not-found", "inactive", "dead"
 		return resp
 	}
-	resp.LoadState, resp.Restart = "loaded", u.Restart
+	resp.LoadState, resp.Restart, resp.KillMode = "loaded", u.Restart, "control-group"
+	if u.StayAfterStop {
+		resp.KillMode = "process"
+	}
 	if resp.Restart == "" {
 		resp.Restart = "no"
+	}
+	resp.PriorActiveState = "inactive"
+	if u.Active {
+		resp.PriorActiveState = "active"
 	}
 	switch req.Action {
 	case helper.UnitStop:
@@ -1063,7 +1070,8 @@ func (g *GPUHost) unit(req helper.UnitRequest) helper.UnitResponse {
 	for _, h := range g.holderList() {
 		if h.Unit == u.Name {
 			resp.GPUHolders = append(resp.GPUHolders, h)
-			if req.Action == helper.UnitStop && !u.ExitingAfterStop {
+			// As the helper, a stop and a status list what is in the cgroup.
+			if req.Action == helper.UnitStatus || req.Action == helper.UnitStop && !u.ExitingAfterStop {
 				resp.Remaining = append(resp.Remaining, helper.Proc{Identity: h.Identity, Comm: h.Comm,
 					Cmdline: h.Cmdline, State: h.State})
 			}

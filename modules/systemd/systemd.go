@@ -153,7 +153,11 @@ func result(L *glua.LState, h modules.Host, act string, would, refused bool, res
 	t := unitTable(L, resp)
 	t.RawSetString("missing", glua.LBool(resp.Unknown() != ""))
 	if refused {
+		if resp.Unknown() != "" {
+			h.Stats().AddUnit(act, would, resp) // counted failed, never stopped
+		}
 		t.RawSetString("action", glua.LString(act))
+		t.RawSetString("changed", glua.LFalse)
 		return t
 	}
 	h.Stats().AddUnit(act, would, resp)
@@ -164,8 +168,31 @@ func result(L *glua.LState, h modules.Host, act string, would, refused bool, res
 		t.RawSetString("ok", glua.LTrue)
 		t.RawSetString("would", glua.LTrue)
 		t.RawSetString("action", glua.LString(act))
+		return t
 	}
+	// changed, as Ansible's: the action changed the unit's state (a stop of
+	// an active unit, a start of an inactive one), as the recap counts it.
+	t.RawSetString("changed", glua.LBool(changed(act, resp)))
 	return t
+}
+
+// changed: act changed the unit (it was running and is stopped now, or
+// the other way round; a restart always).
+func changed(act string, r helper.UnitResponse) bool {
+	if !r.Systemd || r.LoadState == "not-found" {
+		return false
+	}
+	was := r.PriorActiveState == "active" || r.PriorActiveState == "activating" || r.PriorActiveState == "reloading" ||
+		r.PriorActiveState == "deactivating"
+	switch act {
+	case helper.UnitStop:
+		return was && (r.ActiveState == "inactive" || r.ActiveState == "failed")
+	case helper.UnitStart:
+		return r.OK && !was
+	case helper.UnitRestart:
+		return r.OK
+	}
+	return false
 }
 
 // noteRestart records a stopped unit whose Restart= is set as something
@@ -184,7 +211,7 @@ func noteRestart(h modules.Host, r helper.UnitResponse) {
 // unitTable is one unit's result, its tables sized for their fields (see
 // modules.FuncTable); result may add 3 to it.
 func unitTable(L *glua.LState, r helper.UnitResponse) *glua.LTable {
-	t := L.CreateTable(0, 15)
+	t := L.CreateTable(0, 18)
 	t.RawSetString("ok", glua.LBool(r.OK))
 	t.RawSetString("unit", glua.LString(r.Unit))
 	t.RawSetString("action", glua.LString(r.Action))
@@ -192,6 +219,8 @@ func unitTable(L *glua.LState, r helper.UnitResponse) *glua.LTable {
 	luaconv.SetStr(t, "load_state", r.LoadState)
 	luaconv.SetStr(t, "restart", r.Restart)
 	luaconv.SetStr(t, "active_state", r.ActiveState)
+	luaconv.SetStr(t, "prior_active_state", r.PriorActiveState)
+	luaconv.SetStr(t, "kill_mode", r.KillMode)
 	luaconv.SetStr(t, "sub_state", r.SubState)
 	t.RawSetString("main_pid", glua.LNumber(r.MainPID))
 	luaconv.SetStr(t, "reason", r.Reason)

@@ -20,7 +20,9 @@ assert.len(back, 1)
 local calls = #fake.calls("managers")
 r = gpu.free{grace = "10ms", timeout = "1s", settle = "5s", stop_restarters = true}
 assert.eq(r.ok, true, r.reason)
-assert.eq(r.rows[1].step, "stage 1")
+assert.eq(r.rows[1].step, "released", "the supervisor's stop ended its worker: nothing left to kill")
+assert.eq(r.rows[1].killed, "")
+assert.match(r.rows[1].released_by, "^the stop of pid 633")
 assert.eq(#r.rows[1].restarters, 0)
 assert.eq(r.rows[2].step, "already-free")
 assert.eq(fake.alive(sup), false)
@@ -60,8 +62,11 @@ fake.add_holder{mem = {[0] = 300}, ppid = sup4}
 fake.check(true)
 r = gpu.free{gpus = {0}, stop_restarters = true}
 fake.check(false)
-assert.eq(r.rows[1].step, "would-kill")
+assert.eq(r.rows[1].step, "released", "the plan: the supervisor's stop would end its worker, as in the run")
+assert.match(r.rows[1].reason, "^would be released by the stop of pid " .. sup4)
+assert.eq(r.rows[1].killed, "")
 assert.eq(r.stopped[1].outcome, "would-stop")
+assert.eq(fake.stats().managers.would_stop, 1)
 assert.eq(fake.alive(sup4), true)
 gpu.free{gpus = {0}, grace = "10ms", settle = "200ms", stop_restarters = true}
 assert.eq(fake.alive(sup4), false)

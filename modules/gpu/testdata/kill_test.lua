@@ -60,13 +60,18 @@ assert.eq(#fake.calls("kill"), before)
 -- argument errors
 assert.error(function() gpu.kill() end, "table expected")
 assert.error(function() gpu.kill({pid = 5}) end, "needs pid and start_time")
+assert.error(function() gpu.kill({pid = 1.5, start_time = 1}) end, "pid 1.5 is not an integer")
+assert.error(function() gpu.kill({{pid = 1.5, start_time = 1}}) end, "pid 1.5 is not an integer")
+assert.error(function() gpu.kill({pid = 5, start_time = 0.5}) end, "start_time 0.5 is not")
+assert.error(function() gpu.kill({1.5}) end, "1.5 is not a pid")
 assert.error(function() gpu.kill({"x"}) end, "want a holder")
 assert.error(function() gpu.kill({5}, {grase = "1s"}) end, "unknown option grase")
 assert.error(function() gpu.kill({5}, {signal = "BOOM"}) end, "unknown signal")
 assert.error(function() gpu.kill({5}, {grace = "soon"}) end, "duration")
 
--- stats count every outcome of the run
+-- stats count every outcome of the run; the stale identity was never signalled: not counted
 local st = fake.stats()
-assert.eq(st.kills.exited, 1 + 2 + 1 + 1)
+assert.eq(st.kills.exited, 1 + 2 + 1)
+assert.eq(st.kills.gone, 1)
 assert.eq(st.kills.killed, 1)
 assert.eq(st.kills.survived, 1)

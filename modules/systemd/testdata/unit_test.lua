@@ -6,7 +6,7 @@ assert.eq(st.ok, true)
 assert.eq(st.active_state, "active")
 assert.eq(st.main_pid, 2000)
 assert.eq(st.gpu_holders[1].pid, w)
-assert.eq(st.remaining, {})
+assert.eq(st.remaining[1].pid, w, "a status lists what is in the unit's cgroup, as the helper does")
 
 local r = systemd.stop("sglang.service", {timeout = "60s"})
 assert.eq(r.ok, true)
@@ -38,3 +38,15 @@ assert.error(function() systemd.stop("x;reboot") end, "invalid unit name")
 assert.error(function() systemd.stop() end, "string expected")
 assert.error(function() systemd.stop("a.service", {time = 1}) end, "unknown option time")
 assert.eq(#fake.calls("unit"), n)
+
+-- changed, as Ansible's: a stop of an inactive unit changes nothing
+fake.add_unit{name = "idle2.service", active = false}
+local again = systemd.stop("idle2.service")
+assert.eq(again.changed, false)
+assert.eq(again.prior_active_state, "inactive")
+fake.add_unit{name = "busy2.service"}
+local once = systemd.stop("busy2.service")
+assert.eq(once.changed, true)
+assert.eq(once.prior_active_state, "active")
+assert.eq(once.kill_mode, "control-group")
+assert.eq(systemd.stop("nosuch2.service").changed, false)
