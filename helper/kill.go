@@ -127,6 +127,7 @@ func (s *scanner) signal(v *victim, sig unix.Signal, name string) (sent bool, wh
 		return false, fmt.Sprintf("signal %s to pid %d: %v", name, v.res.PID, err)
 	}
 	v.res.Signals = append(v.res.Signals, name)
+	v.res.SignalTimes = append(v.res.SignalTimes, time.Now())
 	return true, ""
 }
 

@@ -473,15 +473,50 @@ func (s *serveSession) call(ctx context.Context, verb string, body []byte, resp 
 		}
 		return s.lostErr(verb)
 	case <-ctx.Done():
-		s.forget(id)
 		go func() {
 			cancel, _ := json.Marshal(helper.ServeRequest{ID: id, Cancel: true})
 			if err := s.writeLine(cancel); err != nil {
 				s.c.log.Debug("serve: cancel frame not sent", "id", id, "err", err)
 			}
 		}()
+		// The helper answers a cancelled request with what it did so far
+		// (the signals a kill sent, a wait's last reading): read it for a
+		// moment, so that the record of what was done survives Ctrl-C.
+		t := time.NewTimer(CancelAnswerWait)
+		defer t.Stop()
+		select {
+		case r := <-ch:
+			if derr := s.decode(verb, r, resp); derr == nil {
+				return fmt.Errorf("%s: helper %s: %w", host, verb, &AnsweredError{Err: ctx.Err()})
+			}
+		case <-s.done:
+		case <-t.C:
+		}
+		s.forget(id)
 		return fmt.Errorf("%s: helper %s: %w", host, verb, ctx.Err())
 	}
+}
+
+// CancelAnswerWait bounds how long a cancelled helper call waits for the
+// helper's answer to the cancel (what it did before it stopped).
+var CancelAnswerWait = time.Second
+
+// AnsweredError is a helper call cut off by its context whose response
+// was still read (the helper's answer to the cancel): the response value
+// holds what the helper did before it stopped. It unwraps to the
+// context's error.
+type AnsweredError struct{ Err error }
+
+func (e *AnsweredError) Error() string {
+	return e.Err.Error() + " (the helper's answer to the cancel was read)"
+}
+
+func (e *AnsweredError) Unwrap() error { return e.Err }
+
+// Answered reports whether err is a cut-off call whose response was read.
+func Answered(err error) bool {
+	var a *AnsweredError
+	return errors.As(err, &a)
 }
 
 func (s *serveSession) forget(id uint64) {

@@ -134,8 +134,13 @@ func runRun(c *cli.Context) error {
 				if quit.Load() {
 					return
 				}
-				if e.Kind == modules.EventLog {
+				switch e.Kind {
+				case modules.EventLog, modules.EventKill, modules.EventExit, modules.EventFreed, modules.EventUnit:
+					// What was done streams as it happens, not only at the
+					// script's end: a host cut off keeps these lines too.
 					p.Event(report.Event{Host: e.Host, Time: e.Time, Kind: e.Kind, Level: e.Level, Message: e.Message})
+				case modules.EventStep:
+					p.Step(e.Host, e.Message, e.Time)
 				}
 			},
 			// The whole result, as soon as a host ends: --json streams it.
@@ -203,7 +208,10 @@ func runRun(c *cli.Context) error {
 // --check would be) stopped and killed.
 func toReport(r lua.HostResult, addr string) report.Result {
 	out := report.Result{Host: r.Host, Address: addr, Status: r.Status, Value: r.Value, Rows: r.Rows, Columns: r.Columns,
-		Error: r.Error, Elapsed: r.Elapsed}
+		Error: r.Error, Elapsed: r.Elapsed, FromJournal: r.FromJournal}
+	if !r.Journal.Empty() {
+		out.Journal = r.Journal
+	}
 	s := r.Stats
 	if len(s.GPUs) > 0 {
 		out.Stats.HaveMem = true

@@ -1,0 +1,299 @@
+package modules
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpush/gpush/helper"
+)
+
+// Event kinds beyond log lines: what a host's run did, streamed the moment
+// the helper's answer says so. EventStep is the step a host is at (for the
+// progress line), not a line of output.
+const (
+	// EventKill: signals sent to one process (pid, signals).
+	EventKill = "kill"
+	// EventExit: a signalled process is gone (exited, or killed by KILL),
+	// or survived KILL (level warn).
+	EventExit = "exit"
+	// EventUnit: a systemd unit stopped, started or restarted.
+	EventUnit = "unit"
+	// EventFreed: a GPU reads free after gpu.free's kills.
+	EventFreed = "freed"
+	// EventStep: what the host is doing now ("gpu.free stage 1: killed 2,
+	// waiting GPU 0,3").
+	EventStep = "step"
+)
+
+// Journal is the record of what a host's run did, kept as each helper
+// answer comes (CallHelper feeds it): every signal sent, every unit
+// stopped or started, each GPU's readings, each GPU gpu.free found free.
+// It survives whatever ends the host: a script cancelled inside gpu.free
+// never returns its rows, but the journal has what was done so far, and
+// the runner builds the host's rows from it.
+type Journal struct {
+	mu      sync.Mutex
+	signals []SignalRecord
+	units   []UnitRecord
+	gpus    map[int]*GPUReading
+	freed   map[int]FreedRecord
+	holders map[procKey][]int // each holder's GPUs at its last reading
+}
+
+// SignalRecord is one signal sent to one process.
+type SignalRecord struct {
+	PID       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"`
+	Comm      string `json:"comm,omitempty"`
+	Signal    string `json:"signal"`
+	// Time is when the helper sent it (the host's clock), or when its
+	// answer came when the helper did not say.
+	Time time.Time `json:"time"`
+	// Outcome is the process's as the kill's answer says (exited, killed,
+	// survived); Via why it was a target (target, group of PID, ...).
+	Outcome string `json:"outcome"`
+	Via     string `json:"via,omitempty"`
+	// GPUs it held at its last reading.
+	GPUs []int `json:"gpus,omitempty"`
+}
+
+// UnitRecord is one systemd action done.
+type UnitRecord struct {
+	Unit        string    `json:"unit"`
+	Action      string    `json:"action"`
+	OK          bool      `json:"ok"`
+	ActiveState string    `json:"active_state,omitempty"`
+	Time        time.Time `json:"time"`
+}
+
+// GPUReading is one GPU's first and last memory reading in the run.
+type GPUReading struct {
+	Index     int       `json:"gpu"`
+	FirstMiB  int64     `json:"first_mib"`
+	MiB       int64     `json:"mib"`
+	TotalMiB  int64     `json:"total_mib,omitempty"`
+	Time      time.Time `json:"time"`
+	Readings  int       `json:"readings"`
+	FirstTime time.Time `json:"-"`
+}
+
+// FreedRecord: gpu.free found the GPU free at this step.
+type FreedRecord struct {
+	GPU  int       `json:"gpu"`
+	Step string    `json:"step"`
+	Time time.Time `json:"time"`
+}
+
+// JournalSnapshot is a copy of a journal, GPUs sorted by index.
+type JournalSnapshot struct {
+	Signals []SignalRecord `json:"signals,omitempty"`
+	Units   []UnitRecord   `json:"units,omitempty"`
+	GPUs    []GPUReading   `json:"gpus,omitempty"`
+	Freed   []FreedRecord  `json:"freed,omitempty"`
+}
+
+// Empty: nothing was done or read.
+func (j JournalSnapshot) Empty() bool {
+	return len(j.Signals)+len(j.Units)+len(j.GPUs)+len(j.Freed) == 0
+}
+
+// Journal is the host's journal.
+func (s *Stats) Journal() *Journal { return &s.journal }
+
+// Snapshot copies the journal.
+func (j *Journal) Snapshot() JournalSnapshot {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := JournalSnapshot{Signals: append([]SignalRecord(nil), j.signals...), Units: append([]UnitRecord(nil), j.units...)}
+	for _, g := range j.gpus {
+		out.GPUs = append(out.GPUs, *g)
+	}
+	sort.Slice(out.GPUs, func(a, b int) bool { return out.GPUs[a].Index < out.GPUs[b].Index })
+	for _, f := range j.freed {
+		out.Freed = append(out.Freed, f)
+	}
+	sort.Slice(out.Freed, func(a, b int) bool { return out.Freed[a].GPU < out.Freed[b].GPU })
+	return out
+}
+
+// readGPUs records a reading of gpus at t.
+func (j *Journal) readGPUs(gpus []helper.GPU, t time.Time) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.gpus == nil {
+		j.gpus = map[int]*GPUReading{}
+	}
+	for _, g := range gpus {
+		if g.MemUsedMiB < 0 {
+			continue
+		}
+		r, ok := j.gpus[g.Index]
+		if !ok {
+			r = &GPUReading{Index: g.Index, FirstMiB: g.MemUsedMiB, FirstTime: t}
+			j.gpus[g.Index] = r
+		}
+		r.MiB, r.TotalMiB, r.Time = g.MemUsedMiB, g.MemTotalMiB, t
+		r.Readings++
+	}
+}
+
+func (j *Journal) readHolders(hs []helper.Holder) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.holders == nil {
+		j.holders = map[procKey][]int{}
+	}
+	for _, h := range hs {
+		j.holders[procKey{h.PID, h.StartTime}] = h.GPUs
+	}
+}
+
+// Freed records that gpu.free found GPU idx free at step, and says so.
+func (j *Journal) Freed(h Host, idx int, step string, before, after int64) {
+	now := time.Now()
+	j.mu.Lock()
+	if j.freed == nil {
+		j.freed = map[int]FreedRecord{}
+	}
+	j.freed[idx] = FreedRecord{GPU: idx, Step: step, Time: now}
+	j.mu.Unlock()
+	h.Emit(Event{Time: now, Kind: EventFreed, Level: LevelInfo,
+		Message: fmt.Sprintf("GPU %d free (%s): %d -> %d MiB", idx, step, before, after)})
+}
+
+// NotFreed forgets that GPU idx was found free (a settle it did not pass).
+func (j *Journal) NotFreed(idx int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	delete(j.freed, idx)
+}
+
+// kills records the signals of a kill's answer and streams one kill event
+// per process signalled and one exit event per process gone (or left).
+func (j *Journal) kills(h Host, results []helper.KillResult) {
+	now := time.Now()
+	var events []Event
+	j.mu.Lock()
+	for _, k := range results {
+		if len(k.Signals) == 0 || k.Outcome == helper.OutcomeWould {
+			continue
+		}
+		gpus := j.holders[procKey{k.PID, k.StartTime}]
+		var sent []string
+		last := now
+		for i, sig := range k.Signals {
+			t := now
+			if i < len(k.SignalTimes) && !k.SignalTimes[i].IsZero() {
+				t = k.SignalTimes[i]
+			}
+			last = t
+			j.signals = append(j.signals, SignalRecord{PID: k.PID, StartTime: k.StartTime, Comm: k.Comm, Signal: sig,
+				Time: t, Outcome: k.Outcome, Via: k.Via, GPUs: gpus})
+			sent = append(sent, sig+" at "+t.Format("15:04:05.000"))
+		}
+		who := helper.Label(k.PID, k.Comm, nil)
+		on := ""
+		if len(gpus) > 0 {
+			on = " on GPU " + joinInts(gpus)
+		}
+		events = append(events, Event{Time: last, Kind: EventKill, Level: LevelInfo,
+			Message: fmt.Sprintf("signalled %s%s: %s", who, on, strings.Join(sent, ", "))})
+		switch k.Outcome {
+		case helper.OutcomeExited:
+			events = append(events, Event{Time: now, Kind: EventExit, Level: LevelInfo, Message: fmt.Sprintf("%s exited after %s", who, k.Signals[len(k.Signals)-1])})
+		case helper.OutcomeKilled:
+			events = append(events, Event{Time: now, Kind: EventExit, Level: LevelInfo, Message: fmt.Sprintf("%s killed by %s", who, k.Signals[len(k.Signals)-1])})
+		case helper.OutcomeSurvived:
+			events = append(events, Event{Time: now, Kind: EventExit, Level: LevelWarn, Message: fmt.Sprintf("%s still alive after %s: %s", who, strings.Join(k.Signals, ", "), k.Reason)})
+		}
+	}
+	j.mu.Unlock()
+	for _, e := range events {
+		h.Emit(e)
+	}
+}
+
+// unit records one systemd action done (not a status, not under check).
+func (j *Journal) unit(h Host, r helper.UnitResponse) {
+	switch r.Action {
+	case helper.UnitStop, helper.UnitStart, helper.UnitRestart:
+	default:
+		return
+	}
+	if r.Unit == "" {
+		return
+	}
+	now := time.Now()
+	j.mu.Lock()
+	j.units = append(j.units, UnitRecord{Unit: r.Unit, Action: r.Action, OK: r.OK, ActiveState: r.ActiveState, Time: now})
+	j.mu.Unlock()
+	// Debug: scripts log their stops themselves (free_gpus.lua does).
+	msg := fmt.Sprintf("%s %s: %s", r.Action, r.Unit, r.ActiveState)
+	if !r.OK {
+		msg += " (not ok: " + r.Reason + ")"
+	}
+	lvl := LevelDebug
+	h.Emit(Event{Time: now, Kind: EventUnit, Level: lvl, Message: msg})
+}
+
+// Record notes a helper answer the caller got without CallHelper (the
+// runner's last reading).
+func (j *Journal) Record(h Host, resp any) { j.record(h, resp) }
+
+// record is what CallHelper notes of every answer: the journal's part.
+func (j *Journal) record(h Host, resp any) {
+	now := time.Now()
+	switch r := resp.(type) {
+	case *helper.Snapshot:
+		j.readGPUs(r.GPUs, now)
+		j.readHolders(r.Holders)
+	case *helper.WaitFreeResponse:
+		j.readGPUs(r.GPUs, now)
+		j.readHolders(r.Holders)
+	case *helper.KillResponse:
+		j.kills(h, r.Results)
+	case *helper.UnitResponse:
+		if len(r.Units) > 0 {
+			for _, u := range r.Units {
+				if u.Action == "" {
+					u.Action = r.Action
+				}
+				j.unit(h, u)
+			}
+			return
+		}
+		j.unit(h, *r)
+	}
+}
+
+// observeAnswered does for an answer read after its call was cut off
+// (remote.Answered: the helper's answer to a cancel) what the module that
+// made the call would have done with it: count the kills and the managers
+// they found, record the GPU readings.
+func observeAnswered(h Host, resp any) {
+	switch r := resp.(type) {
+	case *helper.KillResponse:
+		h.Stats().AddKills(r.Results)
+		h.Managers().Add(r.Managers...)
+	case *helper.WaitFreeResponse:
+		h.Stats().ObserveGPUs(r.GPUs, r.ThresholdMiB)
+	case *helper.Snapshot:
+		h.Stats().ObserveGPUs(r.GPUs, nil)
+	}
+}
+
+// Step reports what host h is doing now, for the progress line.
+func Step(h Host, format string, args ...any) {
+	h.Emit(Event{Kind: EventStep, Level: LevelDebug, Message: fmt.Sprintf(format, args...)})
+}
+
+func joinInts(xs []int) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprint(x)
+	}
+	return strings.Join(parts, ",")
+}
