@@ -324,6 +324,7 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 		sent, why := s.signal(v, sig, sigName)
 		switch {
 		case sent:
+			reportSignal(ctx, &v.res)
 			waiting = append(waiting, v)
 		case why == "gone":
 			v.res.Outcome, v.done = OutcomeExited, true
@@ -420,6 +421,7 @@ func (s *scanner) killSurvivors(ctx context.Context, vs []*victim) []*victim {
 		sent, why := s.signal(v, unix.SIGKILL, "KILL")
 		switch {
 		case sent:
+			reportSignal(ctx, &v.res)
 			killed = append(killed, v)
 		case why == "gone" || why == "pid reused":
 			// It exited between the last poll and now.
@@ -470,4 +472,3 @@ var systemReapers = []string{
 	"systemd", "init", "containerd-shim*", "conmon", "tini", "dumb-init", "catatonit",
 	"docker-init", "runc", "crun", "s6-svscan", "(sd-pam)", "kthreadd",
 }
-

@@ -2,6 +2,7 @@ package modules
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -102,6 +103,9 @@ func CallHelper(L *glua.LState, h Host, fn, verb string, req, resp any) {
 		ctx, cancel = context.WithTimeout(parent, b.Budget()+HelperMargin)
 		defer cancel()
 	}
+	// What the helper does streams into the journal as it is done (a
+	// kill's TERM long before its grace ends).
+	ctx = remote.WithProgress(ctx, func(b json.RawMessage) { h.Stats().Journal().progress(h, b) })
 	if err := c.Helper(ctx, verb, req, resp); err != nil {
 		if remote.Answered(err) {
 			// Cut off, but the helper said what it did before it

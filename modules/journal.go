@@ -1,6 +1,7 @@
 package modules
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -53,7 +54,8 @@ type SignalRecord struct {
 	// answer came when the helper did not say.
 	Time time.Time `json:"time"`
 	// Outcome is the process's as the kill's answer says (exited, killed,
-	// survived); Via why it was a target (target, group of PID, ...).
+	// survived), "signalled" while no answer came (the kill was cut off
+	// and its answer lost: the signal streamed as it was sent); Via why it was a target (target, group of PID, ...).
 	Outcome string `json:"outcome"`
 	Via     string `json:"via,omitempty"`
 	// GPUs it held at its last reading.
@@ -171,8 +173,47 @@ func (j *Journal) NotFreed(idx int) {
 	delete(j.freed, idx)
 }
 
-// kills records the signals of a kill's answer and streams one kill event
-// per process signalled and one exit event per process gone (or left).
+// progress records what the helper reported while a request ran: a
+// signal sent is in the journal, and streamed, the moment it went out.
+func (j *Journal) progress(h Host, b json.RawMessage) {
+	var p helper.Progress
+	if err := json.Unmarshal(b, &p); err != nil || p.Signal == nil {
+		return
+	}
+	sig := p.Signal
+	j.mu.Lock()
+	gpus := j.holders[procKey{sig.PID, sig.StartTime}]
+	if j.has(sig.PID, sig.StartTime, sig.Signal, sig.Time) {
+		j.mu.Unlock()
+		return
+	}
+	j.signals = append(j.signals, SignalRecord{PID: sig.PID, StartTime: sig.StartTime, Comm: sig.Comm, Signal: sig.Signal,
+		Time: sig.Time, Outcome: "signalled", Via: sig.Via, GPUs: gpus})
+	j.mu.Unlock()
+	h.Emit(Event{Time: sig.Time, Kind: EventKill, Level: LevelInfo,
+		Message: fmt.Sprintf("signalled %s%s: %s at %s", helper.Label(sig.PID, sig.Comm, nil), onGPUs(gpus), sig.Signal, sig.Time.Format("15:04:05.000"))})
+}
+
+// has: that signal is recorded already (streamed); callers hold j.mu.
+func (j *Journal) has(pid int, start uint64, sig string, t time.Time) bool {
+	for _, r := range j.signals {
+		if r.PID == pid && r.StartTime == start && r.Signal == sig && r.Time.Equal(t) {
+			return true
+		}
+	}
+	return false
+}
+
+func onGPUs(gpus []int) string {
+	if len(gpus) == 0 {
+		return ""
+	}
+	return " on GPU " + joinInts(gpus)
+}
+
+// kills records the signals of a kill's answer and streams a kill event
+// for each process signalled whose signals did not stream already, and an
+// exit event for each process gone (or left alive).
 func (j *Journal) kills(h Host, results []helper.KillResult) {
 	now := time.Now()
 	var events []Event
@@ -190,17 +231,24 @@ func (j *Journal) kills(h Host, results []helper.KillResult) {
 				t = k.SignalTimes[i]
 			}
 			last = t
+			if j.has(k.PID, k.StartTime, sig, t) {
+				continue
+			}
 			j.signals = append(j.signals, SignalRecord{PID: k.PID, StartTime: k.StartTime, Comm: k.Comm, Signal: sig,
 				Time: t, Outcome: k.Outcome, Via: k.Via, GPUs: gpus})
 			sent = append(sent, sig+" at "+t.Format("15:04:05.000"))
 		}
-		who := helper.Label(k.PID, k.Comm, nil)
-		on := ""
-		if len(gpus) > 0 {
-			on = " on GPU " + joinInts(gpus)
+		// The answer's outcome for every signal of the process.
+		for i := range j.signals {
+			if r := &j.signals[i]; r.PID == k.PID && r.StartTime == k.StartTime {
+				r.Outcome = k.Outcome
+			}
 		}
-		events = append(events, Event{Time: last, Kind: EventKill, Level: LevelInfo,
-			Message: fmt.Sprintf("signalled %s%s: %s", who, on, strings.Join(sent, ", "))})
+		who := helper.Label(k.PID, k.Comm, nil)
+		if len(sent) > 0 {
+			events = append(events, Event{Time: last, Kind: EventKill, Level: LevelInfo,
+				Message: fmt.Sprintf("signalled %s%s: %s", who, onGPUs(gpus), strings.Join(sent, ", "))})
+		}
 		switch k.Outcome {
 		case helper.OutcomeExited:
 			events = append(events, Event{Time: now, Kind: EventExit, Level: LevelInfo, Message: fmt.Sprintf("%s exited after %s", who, k.Signals[len(k.Signals)-1])})

@@ -69,7 +69,9 @@ type serveSession struct {
 	mu      sync.Mutex
 	nextID  uint64
 	pending map[uint64]chan helper.ServeReply
-	ended   bool
+	// progress: the progress function of each pending call that has one.
+	progress map[uint64]func(json.RawMessage)
+	ended    bool
 
 	done     chan struct{} // closed when the session ended
 	endErr   error         // why; set before done closes
@@ -323,9 +325,20 @@ func (s *serveSession) read(br *bufio.Reader) {
 			return
 		}
 		r.ServeReply.ID = *r.ID
+		if r.Progress != nil {
+			// Not the reply: what the request did so far.
+			s.mu.Lock()
+			fn := s.progress[r.ServeReply.ID]
+			s.mu.Unlock()
+			if fn != nil {
+				fn(r.Progress)
+			}
+			continue
+		}
 		s.mu.Lock()
 		ch := s.pending[r.ServeReply.ID]
 		delete(s.pending, r.ServeReply.ID)
+		delete(s.progress, r.ServeReply.ID)
 		s.mu.Unlock()
 		if ch != nil { // nil: its caller gave up (a late response)
 			ch <- r.ServeReply
@@ -433,6 +446,12 @@ func (s *serveSession) call(ctx context.Context, verb string, body []byte, resp 
 	id := s.nextID
 	ch := make(chan helper.ServeReply, 1)
 	s.pending[id] = ch
+	if fn := progressOf(ctx); fn != nil {
+		if s.progress == nil {
+			s.progress = map[uint64]func(json.RawMessage){}
+		}
+		s.progress[id] = fn
+	}
 	s.mu.Unlock()
 	line, err := json.Marshal(helper.ServeRequest{ID: id, Verb: verb, Req: body})
 	if err != nil {
@@ -497,6 +516,20 @@ func (s *serveSession) call(ctx context.Context, verb string, body []byte, resp 
 	}
 }
 
+type progressKey struct{}
+
+// WithProgress makes the helper calls under ctx hand each progress report
+// of their request (helper.Progress, as JSON) to fn, as it comes: from
+// the connection's reader, so fn must not block for long.
+func WithProgress(ctx context.Context, fn func(json.RawMessage)) context.Context {
+	return context.WithValue(ctx, progressKey{}, fn)
+}
+
+func progressOf(ctx context.Context) func(json.RawMessage) {
+	fn, _ := ctx.Value(progressKey{}).(func(json.RawMessage))
+	return fn
+}
+
 // CancelAnswerWait bounds how long a cancelled helper call waits for the
 // helper's answer to the cancel (what it did before it stopped).
 var CancelAnswerWait = time.Second
@@ -522,6 +555,7 @@ func Answered(err error) bool {
 func (s *serveSession) forget(id uint64) {
 	s.mu.Lock()
 	delete(s.pending, id)
+	delete(s.progress, id)
 	s.mu.Unlock()
 }
 
