@@ -105,7 +105,7 @@ func CallHelper(L *glua.LState, h Host, fn, verb string, req, resp any) {
 	}
 	// What the helper does streams into the journal as it is done (a
 	// kill's TERM long before its grace ends).
-	ctx = remote.WithProgress(ctx, func(b json.RawMessage) { h.Stats().Journal().progress(h, b) })
+	ctx = remote.WithProgress(ctx, func(b json.RawMessage) { FeedProgress(h, b) })
 	if err := c.Helper(ctx, verb, req, resp); err != nil {
 		if remote.Answered(err) {
 			// Cut off, but the helper said what it did before it

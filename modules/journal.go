@@ -345,3 +345,7 @@ func joinInts(xs []int) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// FeedProgress hands one progress report of a helper request (a
+// remote.WithProgress line) to h's journal, as CallHelper does.
+func FeedProgress(h Host, b json.RawMessage) { h.Stats().Journal().progress(h, b) }
