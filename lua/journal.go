@@ -136,6 +136,8 @@ func endStep(r *HostResult) string {
 		return "interrupted"
 	case strings.HasPrefix(r.Error, "timed out"), strings.Contains(r.Error, "--timeout"):
 		return "timed-out"
+	case strings.HasPrefix(r.Error, "unfinished"), strings.Contains(r.Error, "interrupt"):
+		return "interrupted" // quit at a second Ctrl-C
 	}
 	return "unfinished"
 }

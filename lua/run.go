@@ -77,6 +77,12 @@ type Options struct {
 	// known (before its done event), from the host goroutines: a caller
 	// that stops waiting for Run (a second Ctrl-C) still has those.
 	OnResult func(HostResult)
+	// OnHost, when set, gets for each host, once it has started, a
+	// function that returns its result so far with the given status and
+	// error (its stats, journal and rows, from the journal when it has
+	// none): a caller that stops waiting for Run (a second Ctrl-C) still
+	// shows what the unfinished hosts did.
+	OnHost func(host string, sofar func(status, msg string) HostResult)
 	// Logger gets debug logging (nil: discarded).
 	Logger *slog.Logger
 }
@@ -243,6 +249,15 @@ func (hr *hostRun) setHS(hs *hostState) {
 	hr.mu.Lock()
 	hr.hs = hs
 	hr.mu.Unlock()
+	if hr.outer.OnHost != nil {
+		hr.outer.OnHost(hr.h.Name, func(status, msg string) HostResult {
+			r := HostResult{Host: hr.h.Name, Status: status, Error: msg, Elapsed: time.Since(hr.start), Stats: hs.stats.Snapshot(),
+				Journal: hs.stats.Journal().Snapshot()}
+			r.Rows, r.Columns = hs.tableRows()
+			fromJournal(&r)
+			return r
+		})
+	}
 }
 
 // end reports the script's result, unless the host was abandoned.

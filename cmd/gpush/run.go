@@ -118,6 +118,7 @@ func runRun(c *cli.Context) error {
 	}
 	var mu sync.Mutex
 	ended := make(map[string]lua.HostResult, len(hosts))
+	sofar := make(map[string]func(status, msg string) lua.HostResult, len(hosts))
 	var quit atomic.Bool // after the second interrupt nothing more is printed
 	ran := make(chan []lua.HostResult, 1)
 	go func() {
@@ -152,6 +153,12 @@ func runRun(c *cli.Context) error {
 					p.Done(toReport(r, addrs[r.Host]))
 				}
 			},
+			// What a host did so far, for a quit before it ends.
+			OnHost: func(host string, fn func(status, msg string) lua.HostResult) {
+				mu.Lock()
+				sofar[host] = fn
+				mu.Unlock()
+			},
 			Logger: f.logger,
 		})
 	}()
@@ -174,7 +181,11 @@ func runRun(c *cli.Context) error {
 			for i, h := range hosts {
 				r, ok := ended[h.Name]
 				if !ok {
-					r = lua.HostResult{Host: h.Name, Status: lua.StatusFailed, Error: "unfinished: quit at the second interrupt"}
+					const why = "unfinished: quit at the second interrupt"
+					r = lua.HostResult{Host: h.Name, Status: lua.StatusFailed, Error: why}
+					if fn := sofar[h.Name]; fn != nil {
+						r = fn(lua.StatusFailed, why)
+					}
 					left = append(left, h.Name)
 				}
 				results[i] = r
