@@ -13,6 +13,9 @@ import (
 type Progress struct {
 	// Signal: a signal just sent to a process.
 	Signal *SignalSent `json:"signal,omitempty"`
+	// Reading: a wait-free poll's reading of the chosen GPUs (sent when
+	// it changed, or at most once a second while it does not).
+	Reading *Sample `json:"reading,omitempty"`
 }
 
 // SignalSent is one signal sent by a kill.

@@ -142,6 +142,22 @@ func (j *Journal) readGPUs(gpus []helper.GPU, t time.Time) {
 	}
 }
 
+// readMiB records a wait's reading of used MiB per GPU, streamed while it
+// polls.
+func (j *Journal) readMiB(used map[int]int64, t time.Time) {
+	gpus := make([]helper.GPU, 0, len(used))
+	j.mu.Lock()
+	for idx, mib := range used {
+		g := helper.GPU{Index: idx, MemUsedMiB: mib}
+		if r, ok := j.gpus[idx]; ok {
+			g.MemTotalMiB = r.TotalMiB
+		}
+		gpus = append(gpus, g)
+	}
+	j.mu.Unlock()
+	j.readGPUs(gpus, t)
+}
+
 func (j *Journal) readHolders(hs []helper.Holder) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -177,7 +193,13 @@ func (j *Journal) NotFreed(idx int) {
 // signal sent is in the journal, and streamed, the moment it went out.
 func (j *Journal) progress(h Host, b json.RawMessage) {
 	var p helper.Progress
-	if err := json.Unmarshal(b, &p); err != nil || p.Signal == nil {
+	if err := json.Unmarshal(b, &p); err != nil {
+		return
+	}
+	if p.Reading != nil {
+		j.readMiB(p.Reading.UsedMiB, time.Now())
+	}
+	if p.Signal == nil {
 		return
 	}
 	sig := p.Signal
