@@ -49,6 +49,12 @@ func startCatcher(t *testing.T, h lab.Host, idx int, mib int) int {
 // (it sees each stdout line) or, with after > 0, after that long, and
 // returns what it printed, its status and when the interrupt went.
 func interruptedRun(t *testing.T, l *lab.Lab, ready func(line string) bool, after time.Duration, args ...string) (runResult, time.Duration) {
+	return interruptRun(t, l, ready, after, false, args...)
+}
+
+// interruptRun is interruptedRun; twice sends a second SIGINT 2 ms
+// after the first (quit at once).
+func interruptRun(t *testing.T, l *lab.Lab, ready func(line string) bool, after time.Duration, twice bool, args ...string) (runResult, time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -69,11 +75,16 @@ func interruptedRun(t *testing.T, l *lab.Lab, ready func(line string) bool, afte
 	var out strings.Builder
 	var sent atomic.Bool
 	var at time.Duration
-	if after > 0 {
-		timer := time.AfterFunc(after, func() {
-			sent.Store(true)
+	interrupt := func() {
+		sent.Store(true)
+		cmd.Process.Signal(syscall.SIGINT)
+		if twice {
+			time.Sleep(2 * time.Millisecond)
 			cmd.Process.Signal(syscall.SIGINT)
-		})
+		}
+	}
+	if after > 0 {
+		timer := time.AfterFunc(after, interrupt)
 		defer timer.Stop()
 		at = after
 	}
@@ -82,9 +93,8 @@ func interruptedRun(t *testing.T, l *lab.Lab, ready func(line string) bool, afte
 	for sc.Scan() {
 		out.WriteString(sc.Text() + "\n")
 		if ready != nil && !sent.Load() && ready(sc.Text()) {
-			sent.Store(true)
 			at = time.Since(start)
-			cmd.Process.Signal(syscall.SIGINT)
+			go interrupt()
 		}
 	}
 	err = cmd.Wait()
@@ -206,4 +216,50 @@ func TestInterruptKeepsWhatWasDone(t *testing.T) {
 	if !streamed {
 		t.Errorf("log lacks the kill event of pid %d: %+v", pid, host.Log)
 	}
+}
+
+// Ctrl-C while gpu.free waits for a GPU a supervisor keeps taking back:
+// the unit stopped, the kills of stage 1 and the GPUs freed so far are in
+// the table; a second Ctrl-C (quit at once) keeps them too.
+func TestInterruptDuringWaitKeepsUnitsAndFreed(t *testing.T) {
+	l := startLab(t, lab.Options{Scenario: lab.ScenarioRespawn})
+	if l.NoServices != "" {
+		t.Skip("no services in this lab: " + l.NoServices)
+	}
+	h := l.Hosts[0]
+	check := func(r runResult, code int, first bool) {
+		t.Helper()
+		if r.code != code {
+			t.Errorf("exit %d, want %d", r.code, code)
+		}
+		var unit, gpu1, gpu3 string
+		for _, line := range strings.Split(r.stdout, "\n") {
+			f := strings.Fields(line)
+			switch {
+			case len(f) > 3 && f[0] == h.Name && strings.Contains(line, "vllm-embed.service"):
+				unit = line
+			case len(f) > 3 && f[0] == h.Name && f[1] == "failed" && f[2] == "1":
+				gpu1 = line
+			case len(f) > 3 && f[0] == h.Name && f[1] == "failed" && f[2] == "3":
+				gpu3 = line
+			}
+		}
+		if !strings.Contains(unit, "stop at ") {
+			t.Errorf("no row of the unit stopped: %q", unit)
+		}
+		if first && (!strings.Contains(gpu1, "interrupted") || !strings.Contains(gpu1, "true") || !strings.Contains(gpu1, "TERM")) {
+			t.Errorf("GPU 1's row %q: want it freed, its TERM, step interrupted", gpu1)
+		}
+		if !strings.Contains(gpu3, "TERM") {
+			t.Errorf("GPU 3's row %q: want its worker's TERM", gpu3)
+		}
+	}
+	freed := func(line string) bool { return strings.Contains(line, "GPU 1 free (stage 1)") }
+	r, _ := interruptedRun(t, l, freed, 0, "run", "free_gpus.lua")
+	check(r, 99, true)
+	requireContains(t, r.stdout, "INFO GPU 1 free (stage 1)")
+	// Again (GPUs 0-2 are free now; the supervisor brought GPU 3's worker
+	// back), quit at a second Ctrl-C once GPU 3's worker is signalled.
+	r, _ = interruptRun(t, l, func(line string) bool { return strings.Contains(line, "INFO signalled pid") }, 0, true, "run", "free_gpus.lua")
+	check(r, 130, false)
 }
