@@ -532,7 +532,7 @@ func progressOf(ctx context.Context) func(json.RawMessage) {
 
 // CancelAnswerWait bounds how long a cancelled helper call waits for the
 // helper's answer to the cancel (what it did before it stopped).
-var CancelAnswerWait = time.Second
+var CancelAnswerWait = 500 * time.Millisecond
 
 // AnsweredError is a helper call cut off by its context whose response
 // was still read (the helper's answer to the cancel): the response value
