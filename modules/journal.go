@@ -313,6 +313,27 @@ func (j *Journal) unit(h Host, r helper.UnitResponse) {
 // runner's last reading).
 func (j *Journal) Record(h Host, resp any) { j.record(h, resp) }
 
+// managers records the restarters a stop (gpu.free's stop_restarters)
+// stopped or failed to stop: a unit, a container, a job, a supervisor's
+// tree, named by its key ("unit:sglang.service").
+func (j *Journal) managers(h Host, results []helper.ManagerResult) {
+	now := time.Now()
+	for _, res := range results {
+		if res.Outcome != helper.StopStopped && res.Outcome != helper.StopFailed {
+			continue
+		}
+		ok := res.Outcome == helper.StopStopped
+		j.mu.Lock()
+		j.units = append(j.units, UnitRecord{Unit: res.Manager.Key(), Action: helper.UnitStop, OK: ok, ActiveState: res.State, Time: now})
+		j.mu.Unlock()
+		msg, lvl := fmt.Sprintf("stopped %s: %s", res.Manager.Key(), res.State), LevelInfo
+		if !ok {
+			msg, lvl = fmt.Sprintf("stop %s failed: %s", res.Manager.Key(), res.Reason), LevelWarn
+		}
+		h.Emit(Event{Time: now, Kind: EventUnit, Level: lvl, Message: msg})
+	}
+}
+
 // record is what CallHelper notes of every answer: the journal's part.
 func (j *Journal) record(h Host, resp any) {
 	now := time.Now()
@@ -325,6 +346,8 @@ func (j *Journal) record(h Host, resp any) {
 		j.readHolders(r.Holders)
 	case *helper.KillResponse:
 		j.kills(h, r.Results)
+	case *helper.ManagersResponse:
+		j.managers(h, r.Results)
 	case *helper.UnitResponse:
 		if len(r.Units) > 0 {
 			for _, u := range r.Units {
