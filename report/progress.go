@@ -135,14 +135,24 @@ func (p *Printer) progressLine(force bool) string {
 		}
 	}
 	fmt.Fprintf(&b, " %s", fmtDur(now.Sub(p.start)))
-	if host, st, ok := p.slowestStep(); ok {
-		// Sanitized: the host's name and the step are the hosts' data.
-		fmt.Fprintf(&b, " %s %s (%s)", termsafe.String(host), termsafe.String(st.msg), fmtDur(now.Sub(st.since)))
-	}
 	width := 80
 	if p.o.Width != nil {
 		if w := p.o.Width(); w > 0 {
 			width = w
+		}
+	}
+	if host, st, ok := p.slowestStep(); ok {
+		// Sanitized: the host's name and the step are the hosts' data.
+		// The step is cut to the width, its time kept.
+		head := " " + termsafe.String(host) + " "
+		tail := " (" + fmtDur(now.Sub(st.since)) + ")"
+		msg := []rune(termsafe.String(st.msg))
+		room := width - 1 - utf8.RuneCountInString(b.String()) - utf8.RuneCountInString(head+tail)
+		if room > 1 && len(msg) > room {
+			msg = append([]rune(strings.TrimRight(string(msg[:room-1]), " ")), '…')
+		}
+		if room > 1 {
+			b.WriteString(head + string(msg) + tail)
 		}
 	}
 	// One column short of the width: a line that fills the last column

@@ -33,6 +33,12 @@ func TestProgressShowsTheStep(t *testing.T) {
 	if got, _ := lastDrawn(&errb); !strings.Contains(got, "lab02 gpu.free stage 1: signalling 1 (TERM, KILL after 5s) (3.0s)") {
 		t.Errorf("line %q: want lab02's step", got)
 	}
+	// A narrow terminal cuts the step, never its time.
+	p.o.Width = func() int { return 60 }
+	p.Tick()
+	if got, _ := lastDrawn(&errb); got != "[1/2] ok=1 4.2s lab02 gpu.free stage 1: signalling… (3.0s)" {
+		t.Errorf("narrow line %q", got)
+	}
 	// A late step of a host done is not shown.
 	p.Step("lab01", "late", clk.now())
 	p.Tick()
