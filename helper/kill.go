@@ -127,6 +127,7 @@ func (s *scanner) signal(v *victim, sig unix.Signal, name string) (sent bool, wh
 		return false, fmt.Sprintf("signal %s to pid %d: %v", name, v.res.PID, err)
 	}
 	v.res.Signals = append(v.res.Signals, name)
+	v.res.SignalTimes = append(v.res.SignalTimes, time.Now())
 	return true, ""
 }
 
@@ -323,6 +324,7 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 		sent, why := s.signal(v, sig, sigName)
 		switch {
 		case sent:
+			reportSignal(ctx, &v.res)
 			waiting = append(waiting, v)
 		case why == "gone":
 			v.res.Outcome, v.done = OutcomeExited, true
@@ -419,6 +421,7 @@ func (s *scanner) killSurvivors(ctx context.Context, vs []*victim) []*victim {
 		sent, why := s.signal(v, unix.SIGKILL, "KILL")
 		switch {
 		case sent:
+			reportSignal(ctx, &v.res)
 			killed = append(killed, v)
 		case why == "gone" || why == "pid reused":
 			// It exited between the last poll and now.

@@ -42,10 +42,14 @@ type ServeRequest struct {
 
 // ServeReply is one response line: Resp is exactly what Serve writes for
 // the verb (an ErrorResponse when it failed, with Failed set).
+//
+// A line with Progress instead is no reply: the request goes on (see
+// Progress); any number of them may come before its reply.
 type ServeReply struct {
-	ID     uint64          `json:"id"`
-	Resp   json.RawMessage `json:"resp"`
-	Failed bool            `json:"failed,omitempty"`
+	ID       uint64          `json:"id"`
+	Resp     json.RawMessage `json:"resp,omitempty"`
+	Failed   bool            `json:"failed,omitempty"`
+	Progress json.RawMessage `json:"progress,omitempty"`
 }
 
 // ServeFatal is the last line of a serve loop whose input is out of step
@@ -158,6 +162,11 @@ func ServeLoop(ctx context.Context, token string, stdin io.Reader, stdout io.Wri
 			continue
 		}
 		rctx, rcancel := context.WithCancel(ctx)
+		rctx = WithProgress(rctx, func(p Progress) {
+			if b, err := json.Marshal(p); err == nil {
+				_ = write(ServeReply{ID: id, Progress: b})
+			}
+		})
 		mu.Lock()
 		running[id] = rcancel
 		mu.Unlock()

@@ -59,13 +59,20 @@ func (l *inLoop) call(verb string, req, resp any) {
 	if _, err := l.in.Write(append(line, '\n')); err != nil {
 		l.t.Fatal(err)
 	}
-	text, err := l.out.ReadString('\n')
-	if err != nil {
-		l.t.Fatalf("%s: read reply: %v", verb, err)
-	}
 	var r ServeReply
-	if err := json.Unmarshal([]byte(text), &r); err != nil || r.ID != l.id || r.Failed {
-		l.t.Fatalf("%s: reply %q (%v)", verb, text, err)
+	var text string
+	for {
+		text, err = l.out.ReadString('\n')
+		if err != nil {
+			l.t.Fatalf("%s: read reply: %v", verb, err)
+		}
+		r = ServeReply{}
+		if err := json.Unmarshal([]byte(text), &r); err != nil || r.ID != l.id || r.Failed {
+			l.t.Fatalf("%s: reply %q (%v)", verb, text, err)
+		}
+		if r.Progress == nil {
+			break // progress lines come before the reply
+		}
 	}
 	if err := json.Unmarshal(r.Resp, resp); err != nil {
 		l.t.Fatalf("%s: response %s: %v", verb, r.Resp, err)

@@ -3,6 +3,7 @@ package helper
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -123,6 +124,7 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 			defer release()
 		}
 	}
+	var reported time.Time // when a reading was last reported (Progress)
 	endStream := func(why string) {
 		stream.close()
 		stream = nil
@@ -258,6 +260,10 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 			sample.UsedMiB[g.Index] = g.MemUsedMiB
 		}
 		resp.Timeline = append(resp.Timeline, sample)
+		if n := len(resp.Timeline); n == 1 || !maps.Equal(sample.UsedMiB, resp.Timeline[n-2].UsedMiB) || time.Since(reported) >= time.Second {
+			reported = time.Now()
+			reportProgress(ctx, Progress{Reading: &sample})
+		}
 		if waitPollHook != nil {
 			waitPollHook(resp.Polls)
 		}

@@ -388,6 +388,8 @@ type KillResult struct {
 	State   string   `json:"state,omitempty"`  // for survived: the state it is stuck in
 	Reason  string   `json:"reason,omitempty"` // for skipped and survived
 	Signals []string `json:"signals,omitempty"`
+	// SignalTimes: when each of Signals was sent, by the host's clock.
+	SignalTimes []time.Time `json:"signal_times,omitempty"`
 	// Via says why it was a target: "target", "group of PID", "child of PID".
 	Via string `json:"via,omitempty"`
 	// PPID is its parent when it was signalled.

@@ -44,6 +44,10 @@ const (
 // host's script when a kill or a unit action came after its newest one.
 const LastReadingTimeout = 10 * time.Second
 
+// InterruptReadingTimeout bounds that reading for a host cut off by Ctrl-C
+// or its --timeout: within StopGrace, with the kill's answer read first.
+const InterruptReadingTimeout = time.Second
+
 // Options tunes a run.
 type Options struct {
 	// Forks bounds how many hosts run at once (0: DefaultForks).
@@ -73,6 +77,12 @@ type Options struct {
 	// known (before its done event), from the host goroutines: a caller
 	// that stops waiting for Run (a second Ctrl-C) still has those.
 	OnResult func(HostResult)
+	// OnHost, when set, gets for each host, once it has started, a
+	// function that returns its result so far with the given status and
+	// error (its stats, journal and rows, from the journal when it has
+	// none): a caller that stops waiting for Run (a second Ctrl-C) still
+	// shows what the unfinished hosts did.
+	OnHost func(host string, sofar func(status, msg string) HostResult)
 	// Logger gets debug logging (nil: discarded).
 	Logger *slog.Logger
 }
@@ -94,6 +104,12 @@ type HostResult struct {
 	Error   string                `json:"error,omitempty"`
 	Elapsed time.Duration         `json:"elapsed"`
 	Stats   modules.StatsSnapshot `json:"stats"`
+	// Journal is what the host's run did (signals sent, units acted on,
+	// each GPU's last reading), whatever its outcome.
+	Journal modules.JournalSnapshot `json:"journal"`
+	// FromJournal: the script left no rows (it was interrupted, timed
+	// out, or failed after acting) and Rows were built from Journal.
+	FromJournal bool `json:"from_journal,omitempty"`
 }
 
 // Run runs s on every host, at most o.Forks at once, and returns one
@@ -237,6 +253,15 @@ func (hr *hostRun) setHS(hs *hostState) {
 	hr.mu.Lock()
 	hr.hs = hs
 	hr.mu.Unlock()
+	if hr.outer.OnHost != nil {
+		hr.outer.OnHost(hr.h.Name, func(status, msg string) HostResult {
+			r := HostResult{Host: hr.h.Name, Status: status, Error: msg, Elapsed: time.Since(hr.start), Stats: hs.stats.Snapshot(),
+				Journal: hs.stats.Journal().Snapshot()}
+			r.Rows, r.Columns = hs.tableRows()
+			fromJournal(&r)
+			return r
+		})
+	}
 }
 
 // end reports the script's result, unless the host was abandoned.
@@ -260,12 +285,28 @@ func (hr *hostRun) finish(r *HostResult) {
 	if hr.hs != nil {
 		r.Stats = hr.hs.stats.Snapshot()
 		r.Rows, r.Columns = hr.hs.tableRows()
+		r.Journal = hr.hs.stats.Journal().Snapshot()
+		fromJournal(r)
 	}
 	if hr.outer.OnResult != nil {
 		hr.outer.OnResult(*r)
 	}
 	emitDone(*hr.outer, *r)
 	hr.report(*r)
+}
+
+// fromJournal gives a host that ended without rows of its own the rows of
+// its journal: one cut off by Ctrl-C or its time (even inside gpu.free,
+// whose rows it never returned), or one that failed after it acted.
+func fromJournal(r *HostResult) {
+	if len(r.Rows) > 0 || hasRecords(r.Value) || r.Journal.Empty() || r.Status == StatusOK || r.Status == StatusSkipped {
+		return
+	}
+	step := endStep(r)
+	if step == "unfinished" && len(r.Journal.Signals)+len(r.Journal.Units) == 0 {
+		return
+	}
+	r.Rows, r.FromJournal = journalRows(r.Journal, r.Stats, step), true
 }
 
 // abandon reports a host whose script did not stop within its grace.
@@ -430,15 +471,22 @@ func (r *scriptRun) conclude(callErr error) *HostResult {
 // after the newest one (a drain that read 30720 MiB, then stopped a unit),
 // so that the recap's figures are the GPUs' state at the end, not a reading
 // the script made obsolete. A failed reading leaves the figures marked stale.
+//
+// A host cut off (Ctrl-C, its --timeout) gets it too, within
+// InterruptReadingTimeout: its GPUs' state once the kills stopped.
 func lastReading(ctx context.Context, hs *hostState) {
-	if !hs.stats.NeedsReading() || hs.connError() != nil || ctx.Err() != nil {
+	if !hs.stats.NeedsReading() || hs.connError() != nil {
 		return
+	}
+	timeout := LastReadingTimeout
+	if ctx.Err() != nil {
+		ctx, timeout = context.WithoutCancel(ctx), InterruptReadingTimeout
 	}
 	c, err := hs.Conn(ctx)
 	if err != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, LastReadingTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var s helper.Snapshot
 	if err := c.Helper(ctx, helper.VerbSnapshot, helper.SnapshotRequest{Config: hs.cfg}, &s); err != nil {
@@ -447,6 +495,7 @@ func lastReading(ctx context.Context, hs *hostState) {
 	}
 	hs.stats.ObserveGPUs(s.GPUs, nil)
 	hs.stats.ObserveHolders(s.Holders)
+	hs.stats.Journal().Record(hs, &s)
 }
 
 // Compile parses and compiles the script, as every host's state would load

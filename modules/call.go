@@ -2,6 +2,7 @@ package modules
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -102,7 +103,17 @@ func CallHelper(L *glua.LState, h Host, fn, verb string, req, resp any) {
 		ctx, cancel = context.WithTimeout(parent, b.Budget()+HelperMargin)
 		defer cancel()
 	}
+	// What the helper does streams into the journal as it is done (a
+	// kill's TERM long before its grace ends).
+	ctx = remote.WithProgress(ctx, func(b json.RawMessage) { FeedProgress(h, b) })
 	if err := c.Helper(ctx, verb, req, resp); err != nil {
+		if remote.Answered(err) {
+			// Cut off, but the helper said what it did before it
+			// stopped (the signals a kill sent): keep that.
+			observeAnswered(h, resp)
+			h.Stats().observeResponse(resp)
+			h.Stats().Journal().record(h, resp)
+		}
 		if bounded && ctx.Err() != nil && parent.Err() == nil {
 			// Our cut-off, not the run's or the host's deadline.
 			err = fmt.Errorf("%s: helper %s gave no answer within %s (its request's %s and %s for the transport): %w",
@@ -111,4 +122,5 @@ func CallHelper(L *glua.LState, h Host, fn, verb string, req, resp any) {
 		Raise(L, h, fn, err)
 	}
 	h.Stats().observeResponse(resp)
+	h.Stats().Journal().record(h, resp)
 }

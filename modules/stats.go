@@ -113,6 +113,8 @@ type Stats struct {
 	// restarting: GPUs free now whose workers a live manager would start
 	// again (see SetRestarting).
 	restarting map[int]bool
+	// journal: what was done, for a host whose script never returned.
+	journal Journal
 }
 
 // SetRestarting records gpu.free's verdict on GPU idx: free now, but a

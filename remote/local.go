@@ -3,6 +3,7 @@ package remote
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -138,7 +139,15 @@ func (c *localConn) Helper(ctx context.Context, verb string, req, resp any) erro
 		defer stop(nil)
 		out := newCapWriter("stdout", HelperMaxOutput, func(*capWriter) { stop(ErrOutputCap) })
 		res := &Result{}
-		serr := helper.Serve(c.session.Bind(sctx), verb, bytes.NewReader(body), out)
+		hctx := c.session.Bind(sctx)
+		if fn := progressOf(ctx); fn != nil {
+			hctx = helper.WithProgress(hctx, func(p helper.Progress) {
+				if b, err := json.Marshal(p); err == nil {
+					fn(b)
+				}
+			})
+		}
+		serr := helper.Serve(hctx, verb, bytes.NewReader(body), out)
 		if cerr := capErr(c.host.Name, "helper "+verb, out); cerr != nil {
 			return cerr
 		}

@@ -69,7 +69,9 @@ type serveSession struct {
 	mu      sync.Mutex
 	nextID  uint64
 	pending map[uint64]chan helper.ServeReply
-	ended   bool
+	// progress: the progress function of each pending call that has one.
+	progress map[uint64]func(json.RawMessage)
+	ended    bool
 
 	done     chan struct{} // closed when the session ended
 	endErr   error         // why; set before done closes
@@ -323,9 +325,20 @@ func (s *serveSession) read(br *bufio.Reader) {
 			return
 		}
 		r.ServeReply.ID = *r.ID
+		if r.Progress != nil {
+			// Not the reply: what the request did so far.
+			s.mu.Lock()
+			fn := s.progress[r.ServeReply.ID]
+			s.mu.Unlock()
+			if fn != nil {
+				fn(r.Progress)
+			}
+			continue
+		}
 		s.mu.Lock()
 		ch := s.pending[r.ServeReply.ID]
 		delete(s.pending, r.ServeReply.ID)
+		delete(s.progress, r.ServeReply.ID)
 		s.mu.Unlock()
 		if ch != nil { // nil: its caller gave up (a late response)
 			ch <- r.ServeReply
@@ -433,6 +446,12 @@ func (s *serveSession) call(ctx context.Context, verb string, body []byte, resp 
 	id := s.nextID
 	ch := make(chan helper.ServeReply, 1)
 	s.pending[id] = ch
+	if fn := progressOf(ctx); fn != nil {
+		if s.progress == nil {
+			s.progress = map[uint64]func(json.RawMessage){}
+		}
+		s.progress[id] = fn
+	}
 	s.mu.Unlock()
 	line, err := json.Marshal(helper.ServeRequest{ID: id, Verb: verb, Req: body})
 	if err != nil {
@@ -473,20 +492,70 @@ func (s *serveSession) call(ctx context.Context, verb string, body []byte, resp 
 		}
 		return s.lostErr(verb)
 	case <-ctx.Done():
-		s.forget(id)
 		go func() {
 			cancel, _ := json.Marshal(helper.ServeRequest{ID: id, Cancel: true})
 			if err := s.writeLine(cancel); err != nil {
 				s.c.log.Debug("serve: cancel frame not sent", "id", id, "err", err)
 			}
 		}()
+		// The helper answers a cancelled request with what it did so far
+		// (the signals a kill sent, a wait's last reading): read it for a
+		// moment, so that the record of what was done survives Ctrl-C.
+		t := time.NewTimer(CancelAnswerWait)
+		defer t.Stop()
+		select {
+		case r := <-ch:
+			if derr := s.decode(verb, r, resp); derr == nil {
+				return fmt.Errorf("%s: helper %s: %w", host, verb, &AnsweredError{Err: ctx.Err()})
+			}
+		case <-s.done:
+		case <-t.C:
+		}
+		s.forget(id)
 		return fmt.Errorf("%s: helper %s: %w", host, verb, ctx.Err())
 	}
+}
+
+type progressKey struct{}
+
+// WithProgress makes the helper calls under ctx hand each progress report
+// of their request (helper.Progress, as JSON) to fn, as it comes: from
+// the connection's reader, so fn must not block for long.
+func WithProgress(ctx context.Context, fn func(json.RawMessage)) context.Context {
+	return context.WithValue(ctx, progressKey{}, fn)
+}
+
+func progressOf(ctx context.Context) func(json.RawMessage) {
+	fn, _ := ctx.Value(progressKey{}).(func(json.RawMessage))
+	return fn
+}
+
+// CancelAnswerWait bounds how long a cancelled helper call waits for the
+// helper's answer to the cancel (what it did before it stopped).
+var CancelAnswerWait = 500 * time.Millisecond
+
+// AnsweredError is a helper call cut off by its context whose response
+// was still read (the helper's answer to the cancel): the response value
+// holds what the helper did before it stopped. It unwraps to the
+// context's error.
+type AnsweredError struct{ Err error }
+
+func (e *AnsweredError) Error() string {
+	return e.Err.Error() + " (the helper's answer to the cancel was read)"
+}
+
+func (e *AnsweredError) Unwrap() error { return e.Err }
+
+// Answered reports whether err is a cut-off call whose response was read.
+func Answered(err error) bool {
+	var a *AnsweredError
+	return errors.As(err, &a)
 }
 
 func (s *serveSession) forget(id uint64) {
 	s.mu.Lock()
 	delete(s.pending, id)
+	delete(s.progress, id)
 	s.mu.Unlock()
 }
 

@@ -11,6 +11,7 @@ import (
 
 type jsonEvent struct {
 	Time    time.Time `json:"time"`
+	Kind    string    `json:"kind,omitempty"` // kill, exit, freed, ...; empty for a log line
 	Level   string    `json:"level"`
 	Message string    `json:"message"`
 }
@@ -31,6 +32,10 @@ type jsonHost struct {
 	ElapsedS float64     `json:"elapsed_s"`
 	Stats    *Stats      `json:"stats,omitempty"`
 	Log      []jsonEvent `json:"log,omitempty"`
+	// Journal: what was done (see Result.Journal); RowsFrom "journal"
+	// when the rows were built from it.
+	Journal  any    `json:"journal,omitempty"`
+	RowsFrom string `json:"rows_from,omitempty"`
 }
 
 // Totals add up the hosts' figures for the summary.
@@ -80,25 +85,32 @@ func seconds(d time.Duration) float64 { return math.Round(d.Seconds()*1000) / 10
 func (p *Printer) writeHost(r Result) {
 	p.printed[r.Host] = true
 	j := jsonHost{Type: "host", Host: r.Host, Address: r.Address, Status: r.Status, Error: r.Error, Value: r.Value,
-		Rows: []any{}, Columns: r.Columns, ElapsedS: seconds(r.Elapsed)}
+		Rows: []any{}, Columns: r.Columns, ElapsedS: seconds(r.Elapsed), Journal: r.Journal}
 	for _, rec := range hostRecords(r) {
 		j.Rows = append(j.Rows, rec)
 	}
 	if IsRecords(r.Value) {
 		j.Value = nil // in rows
 	}
+	if r.FromJournal {
+		j.RowsFrom = "journal"
+	}
 	if r.Stats.HaveMem || r.Stats.Changed || r.Stats.Exited+r.Stats.Killed+r.Stats.Survived+r.Stats.WouldKill+r.Stats.WouldStop+r.Stats.UnitsStopped+r.Stats.UnitsStarted+r.Stats.UnitsUnchanged+r.Stats.UnitsFailed > 0 {
 		s := r.Stats
 		j.Stats = &s
 	}
 	for _, e := range p.events[r.Host] {
-		j.Log = append(j.Log, jsonEvent{Time: e.Time, Level: e.Level, Message: e.Message})
+		kind := e.Kind
+		if kind == "log" {
+			kind = ""
+		}
+		j.Log = append(j.Log, jsonEvent{Time: e.Time, Kind: kind, Level: e.Level, Message: e.Message})
 	}
 	b, err := json.Marshal(j)
 	if err != nil {
 		// A value that does not encode (NaN) must not lose the host's line.
 		b, _ = json.Marshal(jsonHost{Type: "host", Host: r.Host, Address: r.Address, Status: r.Status, Rows: []any{},
-			Error: joinErr(r.Error, "encode result: "+err.Error()), ElapsedS: j.ElapsedS, Stats: j.Stats, Log: j.Log})
+			Error: joinErr(r.Error, "encode result: "+err.Error()), ElapsedS: j.ElapsedS, Stats: j.Stats, Log: j.Log, Journal: j.Journal})
 	}
 	p.writeJSON(b)
 }

@@ -141,6 +141,20 @@ func (p *Printer) progressLine(force bool) string {
 			width = w
 		}
 	}
+	if host, st, ok := p.slowestStep(); ok {
+		// Sanitized: the host's name and the step are the hosts' data.
+		// The step is cut to the width, its time kept.
+		head := " " + termsafe.String(host) + " "
+		tail := " (" + fmtDur(now.Sub(st.since)) + ")"
+		msg := []rune(termsafe.String(st.msg))
+		room := width - 1 - utf8.RuneCountInString(b.String()) - utf8.RuneCountInString(head+tail)
+		if room > 1 && len(msg) > room {
+			msg = append([]rune(strings.TrimRight(string(msg[:room-1]), " ")), '…')
+		}
+		if room > 1 {
+			b.WriteString(head + string(msg) + tail)
+		}
+	}
 	// One column short of the width: a line that fills the last column
 	// wraps on some terminals, and the erase would then miss its top.
 	room := width - 1 - utf8.RuneCountInString(b.String()) - 1
@@ -156,4 +170,43 @@ func (p *Printer) progressLine(force bool) string {
 		s = string([]rune(s)[:width-1])
 	}
 	return s
+}
+
+// hostStep is what a running host is doing, since when.
+type hostStep struct {
+	msg   string
+	since time.Time
+}
+
+// Step records what a running host is doing now (gpu.free's stage, what it
+// waits for): the progress line shows the step that has lasted longest
+// among the hosts not done, with its time ("[0/2] ok=0 3.4s lab01 gpu.free
+// stage 1: killed 2, waiting GPU 0,3 (3.2s)").
+func (p *Printer) Step(host, msg string, t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.finished || !p.wait.left[host] && len(p.wait.order) > 0 {
+		return
+	}
+	if p.steps == nil {
+		p.steps = map[string]hostStep{}
+	}
+	if t.IsZero() {
+		t = p.o.Now()
+	}
+	p.steps[host] = hostStep{msg: msg, since: t}
+	p.drawProgress()
+}
+
+// slowestStep is the step of a running host that began first; callers
+// hold p.mu.
+func (p *Printer) slowestStep() (string, hostStep, bool) {
+	var host string
+	var best hostStep
+	for h, st := range p.steps {
+		if host == "" || st.since.Before(best.since) || st.since.Equal(best.since) && h < host {
+			host, best = h, st
+		}
+	}
+	return host, best, host != ""
 }

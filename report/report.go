@@ -164,6 +164,11 @@ type Result struct {
 	Error   string
 	Elapsed time.Duration
 	Stats   Stats
+	// Journal is the host's record of what was done (signals with their
+	// pids and times, units, each GPU's last reading), for --json; nil:
+	// none. FromJournal: Rows were built from it (the script left none).
+	Journal     any
+	FromJournal bool
 }
 
 // ExitCode maps a run's results to the process exit status.
@@ -242,6 +247,7 @@ type Printer struct {
 	counts    map[string]int
 	progress  bool // a progress line is on screen
 	wait      waiting
+	steps     map[string]hostStep // what each running host is doing (Step)
 	// JSON mode: the hosts whose object is out, and whether the run was
 	// interrupted (for the summary).
 	printed     map[string]bool
@@ -305,6 +311,7 @@ func (p *Printer) Done(r Result) {
 	p.done++
 	p.counts[r.Status]++
 	p.wait.finish(r.Host)
+	delete(p.steps, r.Host)
 	if p.o.JSON {
 		p.writeHost(r)
 		return

@@ -123,6 +123,7 @@ func runRun(c *cli.Context) error {
 	}
 	var mu sync.Mutex
 	ended := make(map[string]lua.HostResult, len(hosts))
+	sofar := make(map[string]func(status, msg string) lua.HostResult, len(hosts))
 	var quit atomic.Bool // after the second interrupt nothing more is printed
 	ran := make(chan []lua.HostResult, 1)
 	go func() {
@@ -139,8 +140,13 @@ func runRun(c *cli.Context) error {
 				if quit.Load() {
 					return
 				}
-				if e.Kind == modules.EventLog {
+				switch e.Kind {
+				case modules.EventLog, modules.EventKill, modules.EventExit, modules.EventFreed, modules.EventUnit:
+					// What was done streams as it happens, not only at the
+					// script's end: a host cut off keeps these lines too.
 					p.Event(report.Event{Host: e.Host, Time: e.Time, Kind: e.Kind, Level: e.Level, Message: e.Message})
+				case modules.EventStep:
+					p.Step(e.Host, e.Message, e.Time)
 				}
 			},
 			// The whole result, as soon as a host ends: --json streams it.
@@ -151,6 +157,12 @@ func runRun(c *cli.Context) error {
 				if !quit.Load() {
 					p.Done(toReport(r, addrs[r.Host]))
 				}
+			},
+			// What a host did so far, for a quit before it ends.
+			OnHost: func(host string, fn func(status, msg string) lua.HostResult) {
+				mu.Lock()
+				sofar[host] = fn
+				mu.Unlock()
 			},
 			Logger: f.logger,
 		})
@@ -174,7 +186,11 @@ func runRun(c *cli.Context) error {
 			for i, h := range hosts {
 				r, ok := ended[h.Name]
 				if !ok {
-					r = lua.HostResult{Host: h.Name, Status: lua.StatusFailed, Error: "unfinished: quit at the second interrupt"}
+					const why = "unfinished: quit at the second interrupt"
+					r = lua.HostResult{Host: h.Name, Status: lua.StatusFailed, Error: why}
+					if fn := sofar[h.Name]; fn != nil {
+						r = fn(lua.StatusFailed, why)
+					}
 					left = append(left, h.Name)
 				}
 				results[i] = r
@@ -209,7 +225,10 @@ func runRun(c *cli.Context) error {
 // and killed, each process and unit once.
 func toReport(r lua.HostResult, addr string) report.Result {
 	out := report.Result{Host: r.Host, Address: addr, Status: r.Status, Value: r.Value, Rows: r.Rows, Columns: r.Columns,
-		Error: r.Error, Elapsed: r.Elapsed}
+		Error: r.Error, Elapsed: r.Elapsed, FromJournal: r.FromJournal}
+	if !r.Journal.Empty() {
+		out.Journal = r.Journal
+	}
 	s := r.Stats
 	st := &out.Stats
 	if len(s.GPUs) > 0 {

@@ -236,8 +236,8 @@ func (r *repl) untrack(cancel context.CancelFunc) {
 // hosts' goroutines.
 func (r *repl) event(e lua.Event) {
 	switch {
-	case e.Kind == modules.EventStart || e.Kind == modules.EventDone:
-		return
+	case e.Kind == modules.EventStart || e.Kind == modules.EventDone || e.Kind == modules.EventStep:
+		return // a step is for a progress line, which the REPL has not
 	case e.Level == modules.LevelDebug && !r.cfg.Verbose:
 		return
 	}

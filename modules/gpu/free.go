@@ -12,6 +12,7 @@ import (
 	glua "github.com/yuin/gopher-lua"
 
 	"github.com/gpush/gpush/helper"
+	"github.com/gpush/gpush/modules"
 	"github.com/gpush/gpush/modules/luaconv"
 )
 
@@ -282,6 +283,7 @@ func (r *freeRun) run() {
 			row.state, row.after = st.State, st.UsedMiB
 			if st.State == helper.GPUFree {
 				row.step, row.freed, row.settled = StepStage1, true, false
+				r.m.h.Stats().Journal().Freed(r.m.h, idx, StepStage1, row.before, row.after)
 				continue
 			}
 			t := r.stage2(st, holders)
@@ -398,6 +400,9 @@ func (r *freeRun) kill(stage string, targets map[int][]int, holders map[int]help
 			}
 		}
 	}
+	if len(ids) > 0 && !r.check {
+		modules.Step(r.m.h, "%s %s: signalling %d (TERM, KILL after %s)", freeFn, stage, len(ids), r.o.grace)
+	}
 	resp := r.m.callKill(r.L, freeFn, helper.KillRequest{Config: r.m.h.HelperConfig(), Targets: ids,
 		Grace: helper.Duration(r.o.grace), Group: r.o.group, Force: r.o.force, DryRun: r.check})
 	r.record(stage, resp.Results)
@@ -416,6 +421,17 @@ func (r *freeRun) kill(stage string, targets map[int][]int, holders map[int]help
 		// read before it did not name (a parent that forked since).
 		r.stopManagers(resp.Managers)
 	}
+}
+
+// signalledCount is how many processes this call has signalled so far.
+func (r *freeRun) signalledCount() int {
+	n := 0
+	for _, k := range r.outcome {
+		if len(k.Signals) > 0 && k.Outcome != helper.OutcomeWould {
+			n++
+		}
+	}
+	return n
 }
 
 func (r *freeRun) record(stage string, results []helper.KillResult) {
@@ -443,6 +459,7 @@ func (r *freeRun) wait(stage string, gpus []int) []int {
 	}
 	req := helper.WaitFreeRequest{Config: r.m.h.HelperConfig(), GPUs: gpus, ThresholdMiB: r.o.threshold,
 		Timeout: helper.Duration(r.o.timeout), NewSince: r.since}
+	modules.Step(r.m.h, "%s %s: killed %d, waiting GPU %s", freeFn, stage, r.signalledCount(), intsText(gpus, ","))
 	resp, settle := r.m.callWait(r.L, freeFn, req, r.o.settle)
 	byIdx := map[int]helper.GPUStatus{}
 	for _, st := range resp.Status {
@@ -461,6 +478,7 @@ func (r *freeRun) wait(stage string, gpus []int) []int {
 		case st.State == helper.GPUFree:
 			row.step, row.freed = stage, true
 			row.settled = resp.OK || settle == 0
+			r.m.h.Stats().Journal().Freed(r.m.h, idx, stage, row.before, row.after)
 		case st.State == helper.GPUMemoryHeld, r.o.force && (st.State == helper.GPUProtected || st.State == helper.GPUSuspicious):
 			row.reason = st.Reason
 			stay = append(stay, idx)
@@ -495,6 +513,7 @@ func (r *freeRun) waitBeside(gpus []int, holders map[int]helper.Holder) {
 	if len(ids) > 0 {
 		req := helper.WaitFreeRequest{Config: r.m.h.HelperConfig(), GPUs: gpus, ThresholdMiB: r.o.threshold,
 			Timeout: helper.Duration(r.o.timeout), Holders: ids, NewSince: r.since}
+		modules.Step(r.m.h, "%s stage 1: killed %d, waiting for their release on GPU %s", freeFn, r.signalledCount(), intsText(gpus, ","))
 		resp, _ := r.m.callWait(r.L, freeFn, req, r.o.settle)
 		if !resp.OK {
 			released = false
@@ -512,6 +531,7 @@ func (r *freeRun) waitBeside(gpus []int, holders map[int]helper.Holder) {
 		row.state, row.after = st.State, st.UsedMiB
 		if st.State == helper.GPUFree {
 			row.step, row.freed = StepStage1, true
+			r.m.h.Stats().Journal().Freed(r.m.h, idx, StepStage1, row.before, row.after)
 			continue
 		}
 		r.notFreed(row, st.Reason)
@@ -521,6 +541,9 @@ func (r *freeRun) waitBeside(gpus []int, holders map[int]helper.Holder) {
 // notFreed ends a row, naming holders that survived KILL and, when an
 // owner came back after the kill, the supervisors of what was killed.
 func (r *freeRun) notFreed(row *freeRow, why string) {
+	if row.freed {
+		r.m.h.Stats().Journal().NotFreed(row.gpu)
+	}
 	row.step, row.freed = StepNotFreed, false
 	for _, pid := range row.killed {
 		if k := r.outcome[pid]; k.Outcome == helper.OutcomeSurvived {
@@ -558,6 +581,7 @@ func (r *freeRun) settleFreed() {
 	}
 	req := helper.WaitFreeRequest{Config: r.m.h.HelperConfig(), GPUs: need, ThresholdMiB: r.o.threshold,
 		Timeout: helper.Duration(r.o.timeout)}
+	modules.Step(r.m.h, "%s: killed %d, watching GPU %s for the settle", freeFn, r.signalledCount(), intsText(need, ","))
 	resp, _ := r.m.callWait(r.L, freeFn, req, r.o.settle)
 	byIdx := map[int]helper.GPUStatus{}
 	for _, st := range resp.Status {

@@ -616,6 +616,13 @@ func (m *mod) callWait(L *glua.LState, fn string, req helper.WaitFreeRequest, se
 		}
 		req.Timeout = helper.Duration(timeout + settle)
 	}
+	if fn != freeFn {
+		what := "every GPU"
+		if len(req.GPUs) > 0 {
+			what = "GPU " + intsText(req.GPUs, ",")
+		}
+		modules.Step(m.h, "%s: waiting %s", fn, what)
+	}
 	var resp helper.WaitFreeResponse
 	modules.CallHelper(L, m.h, fn, helper.VerbWaitFree, req, &resp)
 	m.h.Stats().ObserveGPUs(resp.GPUs, resp.ThresholdMiB)
