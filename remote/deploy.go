@@ -349,7 +349,7 @@ func (c *sshConn) serveDeployed(ctx context.Context, verb, warmCmd, token string
 		return c.deploy(ctx, refused.probe, hashLater)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w (after %s)", c.markLost(err), steps.String())
+		return nil, withSteps(c.markLost(err), *steps)
 	}
 	steps.add("deploy", start)
 	if hashed {
@@ -375,13 +375,20 @@ func (c *sshConn) serveDeployed(ctx context.Context, verb, warmCmd, token string
 			return p, err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("%w (after %s)", c.markLost(err), steps.String())
+			return nil, withSteps(c.markLost(err), *steps)
 		}
 		s, _, err := c.openServe(ctx, verb, "helper serve", steps.String(), ShellJoin(serveArgv(p, token, c.host.Become)), token, p, false)
 		return s, err
 	}
 	c.helper.set(p)
 	return s, nil
+}
+
+// withSteps adds to err the steps of a session start before it and their
+// times ("(after helper digests 2ms, warm check refused 40ms)"): the
+// stepLog's text says "after" itself.
+func withSteps(err error, steps stepLog) error {
+	return fmt.Errorf("%w (%s)", err, steps.String())
 }
 
 // sourceWithin calls source for arch, giving up when ctx ends first: a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpush/gpush/inventory"
 )
@@ -86,5 +87,18 @@ func TestUploadSlotsBound(t *testing.T) {
 	r()
 	for _, r := range releases[1:] {
 		r()
+	}
+}
+
+func TestWithStepsSaysAfterOnce(t *testing.T) {
+	var steps stepLog
+	steps.add("helper digests", time.Now())
+	steps.add("warm check refused", time.Now())
+	msg := withSteps(errors.New("h1: create helper folder /x: permission denied"), steps).Error()
+	if strings.Contains(msg, "after after") || !strings.Contains(msg, "(after helper digests ") {
+		t.Errorf("%q", msg)
+	}
+	if msg := withSteps(errors.New("e"), nil).Error(); msg != "e (no step before)" {
+		t.Errorf("%q", msg)
 	}
 }
