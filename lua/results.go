@@ -2,6 +2,7 @@ package lua
 
 import (
 	"fmt"
+	"strings"
 
 	glua "github.com/yuin/gopher-lua"
 
@@ -26,10 +27,18 @@ func ender(h *hostState, status string) glua.LGFunction {
 				L.SetTop(top - 1)
 			}
 		}
-		msg := luaconv.Format(L, 1)
-		if msg == "" {
-			msg = name + "() called"
+		var msg string
+		switch v := L.Get(1); {
+		case L.GetTop() == 0:
+			msg = strings.TrimSuffix(L.Where(1), ":") + ": " + name + "() called"
+		case isMessage(v) || v.Type() == glua.LTNumber:
+			msg = luaconv.Format(L, 1)
+		default:
+			// fail(r.reason) with no reason, fail({code = 42}): the value
+			// as written, and where the script gave it.
+			msg = strings.TrimSuffix(L.Where(1), ":") + ": " + name + "(" + Literal(v) + ")"
 		}
+		msg = strings.TrimPrefix(msg, ": ")
 		h.setEnd(status, msg)
 		L.Error(glua.LString(msg), 0)
 		return 0
