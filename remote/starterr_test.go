@@ -13,10 +13,10 @@ import (
 	"github.com/gpush/gpush/lab/sshd"
 )
 
-// noexecSSHD starts a real sshd in a mount namespace of its own where dir
-// is a tmpfs mounted noexec: what the host's sessions see, the test's
-// process does not (nothing is mounted on the machine itself).
-func noexecSSHD(t *testing.T, dir string) *env {
+// mountedSSHD starts a real sshd in a mount namespace of its own where dir
+// is a tmpfs mounted with opts (noexec, ro): what the host's sessions see,
+// the test's process does not (nothing is mounted on the machine itself).
+func mountedSSHD(t *testing.T, dir, opts string) *env {
 	t.Helper()
 	requireRoot(t)
 	bin, err := sshd.FindBinary()
@@ -36,7 +36,7 @@ func noexecSSHD(t *testing.T, dir string) *env {
 	// sshd re-executes itself by the absolute path it was started as: the
 	// wrapper's exec keeps that the real binary's.
 	wrapper := filepath.Join(t.TempDir(), "sshd-noexec")
-	inner := "mount -t tmpfs -o noexec,mode=0755 gpush-noexec \"$0\" && exec " + ShellQuote(bin) + " \"$@\""
+	inner := "mount -t tmpfs -o " + opts + ",mode=0755 gpush-test \"$0\" && exec " + ShellQuote(bin) + " \"$@\""
 	script := "#!/bin/sh\nexec " + ShellJoin([]string{unshare, "-m", "--propagation", "private", "/bin/sh", "-c", inner, dir}) + " \"$@\"\n"
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
@@ -49,7 +49,7 @@ func noexecSSHD(t *testing.T, dir string) *env {
 // with no word of a timeout.
 func TestHelperStartOnNoexecFolder(t *testing.T) {
 	mnt := filepath.Join(t.TempDir(), "noexec")
-	e := noexecSSHD(t, mnt)
+	e := mountedSSHD(t, mnt, "noexec")
 	e.host.Vars[VarRemoteDir] = filepath.Join(mnt, "gpush")
 	c := e.dial(t)
 	start := time.Now()
@@ -71,5 +71,31 @@ func TestHelperStartOnNoexecFolder(t *testing.T) {
 	}
 	if took > 20*time.Second {
 		t.Errorf("took %s", took)
+	}
+}
+
+// A helper folder the login user cannot create (a read-only file system):
+// the call fails at once naming the folder, the var and the refusal, with
+// no word of a timeout and no lost connection.
+func TestHelperStartOnReadOnlyFolder(t *testing.T) {
+	mnt := filepath.Join(t.TempDir(), "ro")
+	e := mountedSSHD(t, mnt, "ro")
+	e.host.Vars[VarRemoteDir] = filepath.Join(mnt, "gpush")
+	c := e.dial(t)
+	err := c.Helper(context.Background(), helper.VerbSnapshot, helper.SnapshotRequest{}, &helper.Snapshot{})
+	if err == nil {
+		t.Fatal("the helper was deployed to a read-only folder")
+	}
+	msg := err.Error()
+	t.Logf("%s", msg)
+	mustContain(t, msg, "create helper folder "+filepath.Join(mnt, "gpush"), "the login user cannot create it",
+		"read-only file system", "set "+VarRemoteDir)
+	for _, bad := range []string{"took over", "deadline", "after after", ErrConnectionLost.Error()} {
+		if strings.Contains(msg, bad) {
+			t.Errorf("%q in %q", bad, msg)
+		}
+	}
+	if IsUnreachable(err) {
+		t.Errorf("a refused folder is no lost connection: %v", err)
 	}
 }
