@@ -51,7 +51,13 @@ func Raise(L *glua.LState, h Host, fn string, err error) {
 func Conn(L *glua.LState, h Host, fn string) remote.Conn {
 	c, err := h.Conn(Ctx(L))
 	if err != nil {
-		Raise(L, h, fn, fmt.Errorf("connect to %s: %w", h.Name(), err))
+		// A dial error names the host itself ("gpu01 (10.0.0.1:22):
+		// cannot connect ..."): not twice.
+		var de *remote.DialError
+		if !errors.As(err, &de) || de.Host != h.Name() {
+			err = fmt.Errorf("connect to %s: %w", h.Name(), err)
+		}
+		Raise(L, h, fn, err)
 	}
 	return c
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/gpush/gpush/modules"
 	"github.com/gpush/gpush/modules/gpu"
 	"github.com/gpush/gpush/modules/modulestest"
+	"github.com/gpush/gpush/remote"
 )
 
 // A helper that ignores the script's timeout (a host that never answers)
@@ -88,5 +89,18 @@ func TestHelperStartFailureIsNotATimeout(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "took over") || strings.Contains(err.Error(), "deadline") {
 		t.Errorf("a start that failed at once reads as a timeout: %v", err)
+	}
+}
+
+// A dial error names the host itself: the call's error does not name it twice.
+func TestDialErrorNamesTheHostOnce(t *testing.T) {
+	h := newHost(t)
+	h.DialErr = &remote.DialError{Host: "gpu01", Addr: "10.0.0.1:22", Stage: remote.StageConnect, Err: errors.New("connection refused")}
+	L := modulestest.NewState(t, h, gpu.Module)
+	defer L.Close()
+	err := L.DoString(`gpu.snapshot()`)
+	if err == nil || !strings.Contains(err.Error(), "gpu.snapshot: gpu01 (10.0.0.1:22): cannot connect (TCP connect): connection refused") ||
+		strings.Count(err.Error(), "gpu01") != 1 {
+		t.Fatalf("err %v", err)
 	}
 }
