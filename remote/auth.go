@@ -264,16 +264,15 @@ func authError(err error, t target, p *authPlan) error {
 			why, len(rest), t.user, keyList(rest))
 	}
 	if strings.Contains(closedBy, tooManyAuthFailures) {
-		return maxAuthTriesError(t, p, offered, rest, why)
+		return maxAuthTriesError(t, p, offered, rest, why, true)
 	}
-	msg := fmt.Sprintf("the server refused %d keys offered for user %s (%s) and %s", len(offered), t.user,
-		keyList(offered), why)
 	if len(rest) > 0 {
-		msg += fmt.Sprintf(" before the other %d were tried (%s): it allows that many attempts (sshd MaxAuthTries); "+
-			"name the right key first (IdentityFile, ansible_ssh_private_key_file) or set IdentitiesOnly yes",
-			len(rest), keyList(rest))
+		// Hung up with keys left, saying nothing: most likely the same
+		// limit, its goodbye lost.
+		return maxAuthTriesError(t, p, offered, rest, why, false)
 	}
-	return errors.New(msg)
+	return fmt.Errorf("the server refused %d keys offered for user %s (%s) and %s", len(offered), t.user,
+		keyList(offered), why)
 }
 
 // tooManyAuthFailures is how sshd says goodbye at MaxAuthTries refusals.
@@ -282,7 +281,7 @@ const tooManyAuthFailures = "Too many authentication failures"
 // maxAuthTriesError: sshd hung up after MaxAuthTries refused keys. It
 // counts every key offered and disconnects at the limit, so the limit is
 // how many were offered; the agent's keys are what usually crowd it.
-func maxAuthTriesError(t target, p *authPlan, offered, rest []authKey, why string) error {
+func maxAuthTriesError(t target, p *authPlan, offered, rest []authKey, why string, said bool) error {
 	fromAgent := 0
 	for _, k := range offered {
 		if k.agent {
@@ -295,8 +294,12 @@ func maxAuthTriesError(t target, p *authPlan, offered, rest []authKey, why strin
 			agentKeys++
 		}
 	}
-	msg := fmt.Sprintf("the server refused %d keys for user %s (%s) and %s: it allows MaxAuthTries %d",
-		len(offered), t.user, keyList(offered), why, len(offered))
+	limit := fmt.Sprintf("it allows MaxAuthTries %d", len(offered))
+	if !said {
+		limit = fmt.Sprintf("most likely it allows MaxAuthTries %d", len(offered))
+	}
+	msg := fmt.Sprintf("the server refused %d keys for user %s (%s) and %s: %s",
+		len(offered), t.user, keyList(offered), why, limit)
 	if len(rest) == 0 {
 		// Every key was tried: none is authorized, the limit hid nothing.
 		return errors.New(msg + "; every key gpush had was tried, and none is in the user's authorized_keys")

@@ -230,7 +230,8 @@ func TestAuthErrorBranches(t *testing.T) {
 		{"some could not be offered", refused, plan(true, false, true),
 			[]string{"refused all 2 keys", "1 could not be offered (/keys/k1"}, "MaxAuthTries"},
 		{"closed after two", eof, plan(true, true, false),
-			[]string{"refused 2 keys", "closed the connection before the other 1 were tried (/keys/k2", "MaxAuthTries"}, "refused all"},
+			[]string{"refused 2 keys", "and closed the connection: most likely it allows MaxAuthTries 2", "the other 1 were never tried (/keys/k2",
+				"ansible_ssh_private_key_file"}, "refused all"},
 	} {
 		msg := authError(tc.err, tg, tc.p).Error()
 		mustContain(t, msg, tc.want...)
