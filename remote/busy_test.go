@@ -153,3 +153,16 @@ func TestRealSSHDMaxStartupsThroughABastion(t *testing.T) {
 	t.Logf("%d of %d failed; the bastion dropped %d, the target %d past MaxStartups", failed.Load(), n,
 		strings.Count(j.Logs(), "past MaxStartups"), strings.Count(e.srv.Logs(), "past MaxStartups"))
 }
+
+// A port that always hangs up before a banner is tried within the connect
+// timeout too, and then says what it did, not that it is surely busy.
+func TestAlwaysClosedBeforeBanner(t *testing.T) {
+	addr := listen(t, func(c net.Conn) { c.Close() })
+	o := hostileOpts(t)
+	dialFails(t, hostileHost(addr), o, StageBanner, "closed the connection before sending an SSH banner on each of",
+		"a busy sshd does that too", "MaxStartups", "hangs up at once")
+	_, err := Dial(context.Background(), hostileHost(addr), o)
+	if strings.Contains(err.Error(), "is busy") {
+		t.Errorf("claims busy: %v", err)
+	}
+}

@@ -379,21 +379,34 @@ var ErrServerBusy = errors.New("server busy")
 // busyError is one try that met a busy server; the last one's also counts
 // the tries.
 type busyError struct {
-	what    string // what the server did
+	what string // what the server did
+	// said: the server said it is busy (sshd's MaxStartups line); else
+	// it only hung up before its banner, which a busy sshd also does.
+	said    bool
 	tries   int
 	over    time.Duration
 	timeout time.Duration
 }
 
 func (e *busyError) Error() string {
-	msg := "the server is busy: it " + e.what
+	msg := "the server " + e.what
+	if e.said {
+		msg = "the server is busy: it " + e.what
+	}
 	if e.tries > 0 {
 		msg += fmt.Sprintf(" on each of %d tries over %s (jittered back-off, within the connect timeout %s)",
 			e.tries, e.over.Round(time.Millisecond), e.timeout)
 	}
-	return msg + "; sshd turns new connections away past MaxStartups (unauthenticated connections at once; default 10:30:100, " +
+	if !e.said {
+		msg += "; a busy sshd does that too"
+	}
+	msg += "; sshd turns new connections away past MaxStartups (unauthenticated connections at once; default 10:30:100, " +
 		"and a ProxyJump bastion counts every host behind it): lower --forks, raise MaxStartups in the server's sshd_config, " +
 		"or give the hosts a longer connect timeout (ansible_ssh_timeout)"
+	if !e.said {
+		msg += "; else something on that port hangs up at once (a load balancer without a backend, a firewall's proxy)"
+	}
+	return msg
 }
 
 func (e *busyError) Is(target error) bool { return target == ErrServerBusy }
@@ -500,7 +513,7 @@ func classify(err error, wc *watchConn, prog int32, hostKeyErr error, ctx contex
 		return StageHostKey, hostKeyErr
 	}
 	if n > 0 && bytes.HasPrefix(first, []byte(maxStartupsLine)) {
-		return StageBanner, &busyError{what: fmt.Sprintf("answered %q instead of an SSH banner", maxStartupsLine)}
+		return StageBanner, &busyError{what: fmt.Sprintf("answered %q instead of an SSH banner", maxStartupsLine), said: true}
 	}
 	if n > 0 && !bytes.HasPrefix(first, []byte("SSH-")) {
 		line, _, _ := bytes.Cut(first, []byte("\n"))
