@@ -31,6 +31,7 @@ func TestRaisedValuesNameTheLineAndShowTheValue(t *testing.T) {
 		{"local r = {}\n\nfail(r.reason)", `t.lua:3: fail(nil)`},
 		{`fail({code = 42})`, `t.lua:1: fail({code=42})`},
 		{"\nfail()", `t.lua:2: fail() called`},
+		{`fail("")`, `t.lua:1: fail() called`},
 		{`fail(7)`, `7`},
 	} {
 		r, _ := one(t, tc.src, Options{})

@@ -27,16 +27,18 @@ func ender(h *hostState, status string) glua.LGFunction {
 				L.SetTop(top - 1)
 			}
 		}
+		at := strings.TrimSuffix(L.Where(1), ":") + ": "
 		var msg string
 		switch v := L.Get(1); {
-		case L.GetTop() == 0:
-			msg = strings.TrimSuffix(L.Where(1), ":") + ": " + name + "() called"
 		case isMessage(v) || v.Type() == glua.LTNumber:
 			msg = luaconv.Format(L, 1)
-		default:
+		case L.GetTop() > 0:
 			// fail(r.reason) with no reason, fail({code = 42}): the value
 			// as written, and where the script gave it.
-			msg = strings.TrimSuffix(L.Where(1), ":") + ": " + name + "(" + Literal(v) + ")"
+			msg = at + name + "(" + Literal(v) + ")"
+		}
+		if msg == "" {
+			msg = at + name + "() called"
 		}
 		msg = strings.TrimPrefix(msg, ": ")
 		h.setEnd(status, msg)
