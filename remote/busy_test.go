@@ -157,10 +157,17 @@ func TestRealSSHDMaxStartupsThroughABastion(t *testing.T) {
 // A port that always hangs up before a banner is tried within the connect
 // timeout too, and then says what it did, not that it is surely busy.
 func TestAlwaysClosedBeforeBanner(t *testing.T) {
-	addr := listen(t, func(c net.Conn) { c.Close() })
+	var addr *net.TCPAddr
 	o := hostileOpts(t)
-	dialFails(t, hostileHost(addr), o, StageBanner, "closed the connection before sending an SSH banner on each of",
+	var n atomic.Int32
+	addr = listen(t, func(c net.Conn) { n.Add(1); c.Close() })
+	o.ConnectTimeout = 10 * time.Second
+	start := time.Now()
+	dialFails(t, hostileHost(addr), o, StageBanner, "closed the connection before sending an SSH banner on each of 4 tries",
 		"a busy sshd does that too", "MaxStartups", "hangs up at once")
+	if n.Load() != 4 || time.Since(start) > 5*time.Second {
+		t.Errorf("%d tries in %s, want 4, well within the connect timeout", n.Load(), time.Since(start))
+	}
 	_, err := Dial(context.Background(), hostileHost(addr), o)
 	if strings.Contains(err.Error(), "is busy") {
 		t.Errorf("claims busy: %v", err)

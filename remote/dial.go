@@ -336,7 +336,10 @@ func dialOne(ctx context.Context, t target, via string, dial func(context.Contex
 		busy = append(busy, be.what)
 		wait := busyBackoff(attempt)
 		deadline, _ := dctx.Deadline()
-		if time.Until(deadline) < wait+minBusyTry {
+		// A hang-up that says nothing is tried a few times only: a port
+		// that always does it (no sshd behind a balancer) must not cost
+		// every host its whole connect timeout.
+		if time.Until(deadline) < wait+minBusyTry || (!be.said && attempt >= silentBusyTries) {
 			be.tries, be.over, be.timeout = attempt, time.Since(start), o.ConnectTimeout
 			return nil, unasked{}, nil, derr
 		}
@@ -358,6 +361,10 @@ func dialOne(ctx context.Context, t target, via string, dial func(context.Contex
 // least time a try needs (a loopback login takes 20-50 ms): a wait that
 // leaves less is not made.
 var (
+	// silentBusyTries bounds the tries of a server that hangs up before
+	// its banner without a word (sshd's own line gets tries until the
+	// connect timeout).
+	silentBusyTries = 4
 	busyBackoffBase = 100 * time.Millisecond
 	busyBackoffMax  = 2 * time.Second
 	minBusyTry      = 200 * time.Millisecond
