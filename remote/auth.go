@@ -312,7 +312,8 @@ func maxAuthTriesError(t target, p *authPlan, offered, rest []authKey, why strin
 	if p.identitiesOnly {
 		fix += "; IdentitiesOnly is already set, so the configured files alone are more than the server allows: name fewer"
 	} else {
-		fix += "; with IdentitiesOnly yes for these hosts in ~/.ssh/config only it is offered, not the agent's others"
+		fix += "; with IdentitiesOnly yes (in ~/.ssh/config for these hosts, or ansible_ssh_common_args: -o IdentitiesOnly=yes) " +
+			"only it is offered, not the agent's others"
 	}
 	fix += "; or remove keys from the agent (ssh-add -d), or raise MaxAuthTries in the server's sshd_config"
 	return errors.New(msg + fix)
