@@ -127,7 +127,7 @@ func ownsOn(h Holder, idx int) bool {
 func ghostWhy(ghosts []Ghost, label func([]int) string) string {
 	parts := make([]string, 0, len(ghosts))
 	for _, gh := range ghosts {
-		p := fmt.Sprintf("pid %d (%s) is gone but %s is still charged to it", gh.PID, path.Base(gh.Name), mibText(gh.MemMiB))
+		p := fmt.Sprintf("pid %d (%s) is gone but %s is still charged to it", gh.PID, path.Base(gh.Name), mibText(gh.MemMiB, gh.MemUnread))
 		if len(gh.HeldBy) > 0 {
 			p += "; its device files are still open in " + label(gh.HeldBy) + " (a forked child keeps them)"
 		} else {
@@ -138,7 +138,10 @@ func ghostWhy(ghosts []Ghost, label func([]int) string) string {
 	return strings.Join(parts, "; ")
 }
 
-func mibText(v int64) string {
+func mibText(v int64, unread string) string {
+	if v < 0 && unread != "" {
+		return "an unknown amount of memory (nvidia-smi: " + unread + ")"
+	}
 	if v < 0 {
 		return "an unknown amount of memory"
 	}
@@ -175,7 +178,20 @@ func unknownWhy(g GPU) string {
 	case SourceDevice:
 		return fmt.Sprintf("memory unknown: only a held /dev/nvidia%d names this GPU", g.Minor)
 	}
-	return "memory unknown: nvidia-smi reports no reading ([N/A])"
+	switch g.MemUnread {
+	case SMINotSupported:
+		return "memory unknown: nvidia-smi reports memory " + SMINotSupported +
+			" for this GPU (its model, driver or mode, such as MIG or vGPU, gives no reading; waiting will not bring one)"
+	case "":
+		return "memory unknown: nvidia-smi gave no reading"
+	case SMINotAvailable:
+		// An H200 reads its memory as numbers and prints [N/A] for what
+		// it has no value for (fan.speed): memory [N/A] is a GPU the
+		// driver cannot read now.
+		return "memory unknown: nvidia-smi reports memory " + SMINotAvailable +
+			" (no value now: a GPU whose memory reads otherwise may be in a bad state; see nvidia-smi -q and Xid errors in the kernel log)"
+	}
+	return "memory unknown: nvidia-smi reports memory " + g.MemUnread
 }
 
 // Label names a process for a report: "pid 633 (python3 /opt/jobs/train.py

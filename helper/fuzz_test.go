@@ -32,7 +32,7 @@ func FuzzParseQueryGPU(f *testing.F) {
 			if strings.ContainsAny(g.UUID+g.BusID, ",\n") || strings.Contains(g.Name, "\n") {
 				t.Fatalf("field spans a separator: %+v", g)
 			}
-			line := fmt.Sprintf("%d, %s, %s, %s, %s, %s", g.Index, g.UUID, g.Name, g.BusID, memText(g.MemUsedMiB), memText(g.MemTotalMiB))
+			line := fmt.Sprintf("%d, %s, %s, %s, %s, %s", g.Index, g.UUID, g.Name, g.BusID, memText(g.MemUsedMiB, g.MemUnread), memText(g.MemTotalMiB, totalUnread(g)))
 			again, err := parseQueryGPU([]byte(line))
 			if err != nil || len(again) != 1 || again[0] != g {
 				// Leading/trailing spaces in a field are trimmed, so only
@@ -45,11 +45,20 @@ func FuzzParseQueryGPU(f *testing.F) {
 	})
 }
 
-func memText(v int64) string {
+func memText(v int64, unread string) string {
 	if v < 0 {
-		return "[N/A]"
+		return unread
 	}
 	return fmt.Sprint(v)
+}
+
+// totalUnread is a placeholder for memory.total that parses back to g:
+// MemUnread is memory.used's when that was unread.
+func totalUnread(g GPU) string {
+	if g.MemUsedMiB < 0 {
+		return "[N/A]"
+	}
+	return g.MemUnread
 }
 
 func FuzzParseComputeApps(f *testing.F) {

@@ -85,17 +85,20 @@ func TestParseQueryGPUVariants(t *testing.T) {
 		used, total int64
 		n           int
 		err         bool
+		unread      string
 	}{
-		{"units kept", "0, GPU-x, NVIDIA H200, 00000000:00:06.0, 0 MiB, 143771 MiB", 0, 143771, 1, false},
-		{"N/A", "0, GPU-x, NVIDIA H200, 00000000:00:06.0, [N/A], [N/A]", -1, -1, 1, false},
-		{"not supported", "3, GPU-x, NVIDIA H200, 00000000:00:06.0, [Not Supported], 143771", -1, 143771, 1, false},
-		{"comma in name", "0, GPU-x, NVIDIA H200, rev 2, 00000000:00:06.0, 5, 10", 5, 10, 1, false},
-		{"no devices", "No devices were found\n", 0, 0, 0, false},
-		{"empty", "", 0, 0, 0, false},
-		{"short", "0, GPU-x, 5", 0, 0, 0, true},
-		{"bad index", "x, GPU-x, NVIDIA H200, 00000000:00:06.0, 1, 2", 0, 0, 0, true},
-		{"negative mem", "0, GPU-x, NVIDIA H200, 00000000:00:06.0, -5, 2", 0, 0, 0, true},
-		{"garbage mem", "0, GPU-x, NVIDIA H200, 00000000:00:06.0, lots, 2", 0, 0, 0, true},
+		{"units kept", "0, GPU-x, NVIDIA H200, 00000000:00:06.0, 0 MiB, 143771 MiB", 0, 143771, 1, false, ""},
+		{"N/A", "0, GPU-x, NVIDIA H200, 00000000:00:06.0, [N/A], [N/A]", -1, -1, 1, false, "[N/A]"},
+		{"not supported", "3, GPU-x, NVIDIA H200, 00000000:00:06.0, [Not Supported], 143771", -1, 143771, 1, false, "[Not Supported]"},
+		{"total not supported", "3, GPU-x, NVIDIA H200, 00000000:00:06.0, 5, [Not Supported]", 5, -1, 1, false, "[Not Supported]"},
+		{"bare N/A", "3, GPU-x, NVIDIA H200, 00000000:00:06.0, N/A, 10", -1, 10, 1, false, "[N/A]"},
+		{"comma in name", "0, GPU-x, NVIDIA H200, rev 2, 00000000:00:06.0, 5, 10", 5, 10, 1, false, ""},
+		{"no devices", "No devices were found\n", 0, 0, 0, false, ""},
+		{"empty", "", 0, 0, 0, false, ""},
+		{"short", "0, GPU-x, 5", 0, 0, 0, true, ""},
+		{"bad index", "x, GPU-x, NVIDIA H200, 00000000:00:06.0, 1, 2", 0, 0, 0, true, ""},
+		{"negative mem", "0, GPU-x, NVIDIA H200, 00000000:00:06.0, -5, 2", 0, 0, 0, true, ""},
+		{"garbage mem", "0, GPU-x, NVIDIA H200, 00000000:00:06.0, lots, 2", 0, 0, 0, true, ""},
 	} {
 		gpus, err := parseQueryGPU([]byte(tc.in))
 		if (err != nil) != tc.err {
@@ -109,6 +112,9 @@ func TestParseQueryGPUVariants(t *testing.T) {
 			t.Errorf("%s: %d GPUs, want %d", tc.name, len(gpus), tc.n)
 			continue
 		}
+		if tc.n == 1 && gpus[0].MemUnread != tc.unread {
+			t.Errorf("%s: unread %q, want %q", tc.name, gpus[0].MemUnread, tc.unread)
+		}
 		if tc.n == 1 && (gpus[0].MemUsedMiB != tc.used || gpus[0].MemTotalMiB != tc.total) {
 			t.Errorf("%s: used/total %d/%d, want %d/%d", tc.name, gpus[0].MemUsedMiB, gpus[0].MemTotalMiB, tc.used, tc.total)
 		}
@@ -121,10 +127,10 @@ func TestParseComputeAppsFixture(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []computeApp{
-		{439, "python3", "GPU-d7f963c5-cdb5-ba9d-c562-dbd2e54985ab", "00000000:00:06.0", 3682},
-		{438, "python3", "GPU-d7f963c5-cdb5-ba9d-c562-dbd2e54985ab", "00000000:00:06.0", 4706},
-		{437, "python3", "GPU-d7f963c5-cdb5-ba9d-c562-dbd2e54985ab", "00000000:00:06.0", 10850},
-		{541, "/opt/torch/.venv/bin/python3", "GPU-d7f963c5-cdb5-ba9d-c562-dbd2e54985ab", "00000000:00:06.0", 6754},
+		{439, "python3", "GPU-d7f963c5-cdb5-ba9d-c562-dbd2e54985ab", "00000000:00:06.0", 3682, ""},
+		{438, "python3", "GPU-d7f963c5-cdb5-ba9d-c562-dbd2e54985ab", "00000000:00:06.0", 4706, ""},
+		{437, "python3", "GPU-d7f963c5-cdb5-ba9d-c562-dbd2e54985ab", "00000000:00:06.0", 10850, ""},
+		{541, "/opt/torch/.venv/bin/python3", "GPU-d7f963c5-cdb5-ba9d-c562-dbd2e54985ab", "00000000:00:06.0", 6754, ""},
 	}
 	if len(apps) != len(want) {
 		t.Fatalf("got %d apps, want %d: %+v", len(apps), len(want), apps)
@@ -464,5 +470,72 @@ func TestAssessOwnerPerGPU(t *testing.T) {
 	}
 	if out[2].State != GPUHeld || fmt.Sprint(out[2].Owners) != "[11]" || fmt.Sprint(out[2].Others) != "[10]" {
 		t.Errorf("GPU 2: %+v", out[2])
+	}
+}
+
+// [Not Supported] and [N/A] stay apart from the parser to the reasons and
+// warnings: one never reads otherwise, the other may on the next poll.
+func TestUnreadMemoryPlaceholdersStayApart(t *testing.T) {
+	for unread, want := range map[string]string{
+		SMINotSupported: "nvidia-smi reports memory [Not Supported] for this GPU",
+		SMINotAvailable: "nvidia-smi reports memory [N/A] (no value now",
+		"":              "nvidia-smi gave no reading",
+	} {
+		g := GPU{Index: 0, UUID: "GPU-x", Minor: 0, MemUsedMiB: -1, MemTotalMiB: 143771, MemUnread: unread, Source: SourceSMI}
+		st := Assess([]GPU{g}, nil, nil, nil)
+		if len(st) != 1 || st[0].State != GPUUnknown || !strings.Contains(st[0].Reason, want) {
+			t.Errorf("%q: %+v, want %q", unread, st, want)
+		}
+	}
+	gpus, _ := parseQueryGPU([]byte("0, GPU-x, NVIDIA H200, 00000000:00:06.0, 0, 143771\n"))
+	apps, err := parseComputeApps([]byte("12, python3, GPU-y, 00000000:00:07.0, [Not Supported]\n13, python3, GPU-y, 00000000:00:07.0, [N/A]\n"))
+	if err != nil || apps[0].MemUnread != SMINotSupported || apps[1].MemUnread != SMINotAvailable {
+		t.Fatalf("apps %+v %v", apps, err)
+	}
+	_, warns := mergeApps(nil, gpus, apps, true, func(int) bool { return false })
+	all := strings.Join(warns, "\n")
+	if !strings.Contains(all, "pid 12 (python3, memory [Not Supported])") || !strings.Contains(all, "pid 13 (python3, memory [N/A])") ||
+		strings.Contains(all, "-1 MiB") {
+		t.Errorf("warnings %q", warns)
+	}
+	// The real H200's CSV prints numbers for both memory columns (its
+	// -q -x prints N/A for fields it has no value for, never for memory).
+	for _, sec := range []string{"query-gpu (idle)", "query-gpu (busy)"} {
+		g, err := parseQueryGPU(h200QueryGPU(t, sec))
+		if err != nil || len(g) != 1 || g[0].MemUnread != "" {
+			t.Errorf("%s: %+v %v", sec, g, err)
+		}
+	}
+}
+
+// Every --query-gpu field of the real H200 (driver 580.159.04), nounits,
+// serial zeroed: which fields print a placeholder, and which one. Fields
+// the model has no value for print [N/A] there (fan.speed of a passive
+// module, retired_pages of HBM), none [Not Supported]; memory reads as
+// numbers. Each placeholder reads as unread and keeps its text.
+func TestH200PlaceholdersAsPrinted(t *testing.T) {
+	b, err := os.ReadFile("testdata/h200-query-gpu-all.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	head, vals := strings.Split(lines[0], ", "), strings.Split(lines[1], ", ")
+	if len(head) != len(vals) {
+		t.Fatalf("%d columns, %d values", len(head), len(vals))
+	}
+	by := map[string]string{}
+	for i, k := range head {
+		by[k] = vals[i]
+		if strings.HasPrefix(vals[i], "[") {
+			if v, err := parseMiB(vals[i]); err != nil || v != -1 || unreadText(vals[i]) != vals[i] {
+				t.Errorf("%s = %s: %d %v %q", k, vals[i], v, err, unreadText(vals[i]))
+			}
+		}
+	}
+	for k, want := range map[string]string{"fan.speed [%]": "[N/A]", "retired_pages.single_bit_ecc.count": "[N/A]",
+		"memory.used [MiB]": "0", "memory.total [MiB]": "143771"} {
+		if by[k] != want {
+			t.Errorf("%s = %q, want %q", k, by[k], want)
+		}
 	}
 }

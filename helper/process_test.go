@@ -359,13 +359,18 @@ func TestSnapshotWithoutSMI(t *testing.T) {
 func TestSnapshotSMIFaults(t *testing.T) {
 	h := newHost(t, 1)
 	p := h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "100")
-	for _, fault := range []string{"na", "not_supported"} {
+	// The two placeholders mean different things, and the reason says which.
+	for fault, want := range map[string]string{"na": "memory [N/A] (no value now",
+		"not_supported": "memory [Not Supported] for this GPU"} {
 		h.fake.Fault = fault
 		h.save()
 		s := snapshot(t, h.cfg)
 		x := findHolder(s, p.pid)
 		if !s.SMI || len(s.GPUs) != 1 || s.GPUs[0].MemUsedMiB != -1 || s.GPUs[0].MemTotalMiB != -1 || x == nil || x.MemMiB != -1 {
 			t.Errorf("%s: smi %v gpus %+v holder %+v", fault, s.SMI, s.GPUs, x)
+		}
+		if len(s.Status) != 1 || !strings.Contains(s.Status[0].Reason, want) {
+			t.Errorf("%s: status %+v, want a reason with %q", fault, s.Status, want)
 		}
 	}
 	h.fake.Fault = "fail"

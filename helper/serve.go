@@ -590,7 +590,7 @@ func WriteTable(w io.Writer, s *Snapshot) {
 		if st, ok := states[g.Index]; ok {
 			state = st.State
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s / %s\t%s\t%s\n", g.Index, intOrDash(g.Minor), orDash(g.BusID), orDash(g.Name), mib(g.MemUsedMiB), mib(g.MemTotalMiB), orDash(g.Source), state)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s / %s\t%s\t%s\n", g.Index, intOrDash(g.Minor), orDash(g.BusID), orDash(g.Name), gpuMiB(g.MemUsedMiB, g.MemUnread, true), gpuMiB(g.MemTotalMiB, g.MemUnread, g.MemUsedMiB >= 0), orDash(g.Source), state)
 	}
 	if len(s.GPUs) == 0 {
 		fmt.Fprintln(tw, "(no GPUs reported)\t\t\t\t\t\t")
@@ -658,6 +658,15 @@ func firstGPU(h Holder) int {
 		return 1 << 30
 	}
 	return h.GPUs[0]
+}
+
+// gpuMiB is a GPU's memory figure; an unread one shows what nvidia-smi
+// printed (own: unread is this column's, not the other's).
+func gpuMiB(v int64, unread string, own bool) string {
+	if v < 0 && own && unread != "" {
+		return unread
+	}
+	return mib(v)
 }
 
 func mib(v int64) string {

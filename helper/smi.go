@@ -289,8 +289,20 @@ type computeApp struct {
 	Name    string
 	GPUUUID string
 	BusID   string
-	MemMiB  int64 // -1 when [N/A]
+	MemMiB  int64 // -1 when [N/A] or [Not Supported]
+	// MemUnread is what nvidia-smi printed instead of a number.
+	MemUnread string
 }
+
+// Memory placeholders of nvidia-smi's CSV. They differ: [Not Supported] is
+// a field this GPU, driver or mode (MIG, vGPU, unified memory) never
+// reports, so no wait brings a number; [N/A] is no value (the real H200
+// prints it for fields it has no value for, fan.speed, and reads memory
+// as numbers: helper/testdata/h200-query-gpu-all.csv).
+const (
+	SMINotSupported = "[Not Supported]"
+	SMINotAvailable = "[N/A]"
+)
 
 // csvFields splits one nvidia-smi CSV line. nvidia-smi does not quote, so
 // a free-text column (a name) is recovered as everything between the fixed
@@ -328,6 +340,28 @@ func parseMiB(s string) (int64, error) {
 	return v, nil
 }
 
+// unreadText is the placeholder s stands for, for a value parseMiB read
+// as -1: as printed when bracketed, "[N/A]" for a bare N/A, "" for nothing.
+func unreadText(s string) string {
+	s = strings.TrimSpace(s)
+	if s == "N/A" {
+		return SMINotAvailable
+	}
+	return s
+}
+
+// memFigure is a memory figure for a message: "512 MiB", or what
+// nvidia-smi printed instead.
+func memFigure(v int64, unread string) string {
+	switch {
+	case v >= 0:
+		return fmt.Sprintf("%d MiB", v)
+	case unread != "":
+		return "memory " + unread
+	}
+	return "memory unknown"
+}
+
 // isSMIMessage reports lines nvidia-smi prints instead of rows.
 func isSMIMessage(line string) bool {
 	return strings.HasPrefix(line, "No running") || strings.HasPrefix(line, smiNoDevicesText)
@@ -356,6 +390,12 @@ func parseQueryGPU(b []byte) ([]GPU, error) {
 		if g.MemTotalMiB, err = parseMiB(f[5]); err != nil {
 			return nil, fmt.Errorf("line %d %.200q: memory.total: %w", n+1, line, err)
 		}
+		switch {
+		case g.MemUsedMiB < 0:
+			g.MemUnread = unreadText(f[4])
+		case g.MemTotalMiB < 0:
+			g.MemUnread = unreadText(f[5])
+		}
 		gpus = append(gpus, g)
 	}
 	return gpus, nil
@@ -380,6 +420,9 @@ func parseComputeApps(b []byte) ([]computeApp, error) {
 		a := computeApp{PID: pid, Name: f[1], GPUUUID: f[2], BusID: f[3]}
 		if a.MemMiB, err = parseMiB(f[4]); err != nil {
 			return nil, fmt.Errorf("line %d %.200q: used_memory: %w", n+1, line, err)
+		}
+		if a.MemMiB < 0 {
+			a.MemUnread = unreadText(f[4])
 		}
 		apps = append(apps, a)
 	}

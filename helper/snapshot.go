@@ -480,13 +480,13 @@ func mergeApps(holders []Holder, gpus []GPU, apps []computeApp, hostPIDs bool, e
 		if !ok {
 			switch {
 			case hostPIDs && idxOK && !exists(a.PID):
-				ghosts = append(ghosts, Ghost{PID: a.PID, Name: a.Name, GPU: idx, MemMiB: a.MemMiB, HeldBy: keepers(holders, idx, listed)})
+				ghosts = append(ghosts, Ghost{PID: a.PID, Name: a.Name, GPU: idx, MemMiB: a.MemMiB, MemUnread: a.MemUnread, HeldBy: keepers(holders, idx, listed)})
 			case hostPIDs && !exists(a.PID):
-				warns = append(warns, fmt.Sprintf("nvidia-smi lists pid %d (%s, %d MiB) which no longer exists, on a GPU (%s) it does not list", a.PID, a.Name, a.MemMiB, a.GPUUUID))
+				warns = append(warns, fmt.Sprintf("nvidia-smi lists pid %d (%s, %s) which no longer exists, on a GPU (%s) it does not list", a.PID, a.Name, memFigure(a.MemMiB, a.MemUnread), a.GPUUUID))
 			case hostPIDs:
-				warns = append(warns, fmt.Sprintf("nvidia-smi lists pid %d (%s, %d MiB) which has no NVIDIA device open", a.PID, a.Name, a.MemMiB))
+				warns = append(warns, fmt.Sprintf("nvidia-smi lists pid %d (%s, %s) which has no NVIDIA device open", a.PID, a.Name, memFigure(a.MemMiB, a.MemUnread)))
 			default:
-				warns = append(warns, fmt.Sprintf("nvidia-smi lists pid %d (%s, %d MiB) which the /proc scan did not find (another PID namespace?)", a.PID, a.Name, a.MemMiB))
+				warns = append(warns, fmt.Sprintf("nvidia-smi lists pid %d (%s, %s) which the /proc scan did not find (another PID namespace?)", a.PID, a.Name, memFigure(a.MemMiB, a.MemUnread)))
 			}
 			continue
 		}

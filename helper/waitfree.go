@@ -463,6 +463,12 @@ func (s *scanner) streamMemory(ctx context.Context, gs gpuState, smi *smiRunner,
 		if g := &gs.gpus[i]; g.Source == SourceSMI {
 			if v, ok := used[g.Index]; ok {
 				g.MemUsedMiB = v
+				// An unread figure keeps the placeholder of the last
+				// one-shot (a stream line of [Not Supported] prints the
+				// same); a read one clears it.
+				if v >= 0 && g.MemTotalMiB >= 0 {
+					g.MemUnread = ""
+				}
 			}
 		}
 	}
@@ -499,6 +505,7 @@ func (s *scanner) rescanKeepingMemory(ctx context.Context, gs gpuState, smi *smi
 	}
 	for i := range again.gpus {
 		again.gpus[i].MemUsedMiB = gs.gpus[i].MemUsedMiB
+		again.gpus[i].MemUnread = gs.gpus[i].MemUnread
 	}
 	return again, nil, nil
 }

@@ -182,9 +182,19 @@ func TestWaitFreeUnknownIsNotFree(t *testing.T) {
 	h.fake.Fault = "na"
 	h.save()
 	r = waitFree(t, WaitFreeRequest{Config: h.cfg, Timeout: long})
-	if r.Outcome != WaitUnknown || r.OK || !strings.Contains(r.Reason, "GPU 0: memory unknown: nvidia-smi reports no reading ([N/A])") || r.Polls != 1 {
+	if r.Outcome != WaitUnknown || r.OK || !strings.Contains(r.Reason, "GPU 0: memory unknown: nvidia-smi reports memory [N/A] (no value now") || r.Polls != 1 {
 		t.Errorf("[N/A]: outcome %s reason %q polls %d", r.Outcome, r.Reason, r.Polls)
 	}
+	// [Not Supported] is said as such, not as [N/A].
+	h.fake.Fault = "not_supported"
+	h.save()
+	r = waitFree(t, WaitFreeRequest{Config: h.cfg, Timeout: long})
+	if r.Outcome != WaitUnknown || !strings.Contains(r.Reason, "GPU 0: memory unknown: nvidia-smi reports memory [Not Supported] for this GPU") ||
+		strings.Contains(r.Reason, "[N/A]") {
+		t.Errorf("[Not Supported]: outcome %s reason %q", r.Outcome, r.Reason)
+	}
+	h.fake.Fault = "na"
+	h.save()
 	// [N/A] with an owner (listed, memory [N/A]): held (it may still
 	// exit), so the wait goes on.
 	h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "100")

@@ -109,7 +109,7 @@ func (g givenSet) reason(left []Holder, ghosts []Ghost) string {
 		}
 	}
 	for _, gh := range ghosts {
-		byGPU[gh.GPU] = append(byGPU[gh.GPU], fmt.Sprintf("pid %d (%s) is gone but %s is still charged to it", gh.PID, gh.Name, mibText(gh.MemMiB)))
+		byGPU[gh.GPU] = append(byGPU[gh.GPU], fmt.Sprintf("pid %d (%s) is gone but %s is still charged to it", gh.PID, gh.Name, mibText(gh.MemMiB, gh.MemUnread)))
 	}
 	idx := make([]int, 0, len(byGPU))
 	for i := range byGPU {

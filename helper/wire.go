@@ -97,6 +97,11 @@ type GPU struct {
 	Minor       int    `json:"minor"` // /dev/nvidiaN's N; -1 when unknown
 	MemUsedMiB  int64  `json:"mem_used_mib"`
 	MemTotalMiB int64  `json:"mem_total_mib"`
+	// MemUnread is what nvidia-smi printed instead of memory.used (else
+	// memory.total) when it gave no number: "[Not Supported]" (this GPU or
+	// its mode never reports it) and "[N/A]" (no reading now) mean
+	// different things; "" when both were read, or not read from nvidia-smi.
+	MemUnread string `json:"mem_unread,omitempty"`
 	// Source says where the GPU is known from: "nvidia-smi" (listed, memory
 	// read), "driver" (/proc/driver/nvidia only: nvidia-smi missing, failing
 	// or not listing it) or "device" (only a held /dev/nvidiaN names it).
@@ -220,7 +225,10 @@ type Ghost struct {
 	Name   string `json:"name"`
 	GPU    int    `json:"gpu"`
 	MemMiB int64  `json:"mem_mib"`
-	HeldBy []int  `json:"held_by,omitempty"`
+	// MemUnread is what nvidia-smi printed for its memory when MemMiB is
+	// -1 ("[Not Supported]", "[N/A]").
+	MemUnread string `json:"mem_unread,omitempty"`
+	HeldBy    []int  `json:"held_by,omitempty"`
 }
 
 // GPU states, as Assess judges them.

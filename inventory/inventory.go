@@ -565,8 +565,57 @@ func (inv *Inventory) buildHost(h *hostDef) (Host, error) {
 		if out.ProxyJump, out.ProxyCommand, err = proxyFromArgs(argLists...); err != nil {
 			return out, bad(k, err)
 		}
+		// -o IdentitiesOnly=yes, as Ansible users set it to keep an
+		// agent's keys from crowding out the key named (MaxAuthTries).
+		if v, err := sshOptionFromArgs("IdentitiesOnly", argLists...); err != nil {
+			return out, bad(k, err)
+		} else if strings.EqualFold(v, "yes") {
+			out.IdentitiesOnly = true
+		}
 	}
 	return out, nil
+}
+
+// sshOptionFromArgs is the value of the ssh option key given as -o in ssh
+// arguments as Ansible passes them (see proxyFromArgs): the first one given
+// wins, as with ssh; "" if none.
+func sshOptionFromArgs(key string, argLists ...string) (string, error) {
+	for _, args := range argLists {
+		if strings.TrimSpace(args) == "" {
+			continue
+		}
+		words, err := shlexSplit(args, false)
+		if err != nil {
+			return "", err
+		}
+		for i := 0; i < len(words); i++ {
+			w := words[i]
+			if len(w) < 2 || w[0] != '-' || w == "--" {
+				continue
+			}
+			for j := 1; j < len(w); j++ {
+				flag := w[j]
+				if !strings.ContainsRune(sshArgOpts, rune(flag)) {
+					continue
+				}
+				val := w[j+1:]
+				if val == "" {
+					if i+1 >= len(words) {
+						return "", fmt.Errorf("-%c needs a value", flag)
+					}
+					i++
+					val = words[i]
+				}
+				if flag == 'o' {
+					if k, v := splitSSHOption(val); strings.EqualFold(k, key) {
+						return v, nil
+					}
+				}
+				break // the rest of w was the value
+			}
+		}
+	}
+	return "", nil
 }
 
 // connectionPlugin maps ansible_connection to gpush's two transports.

@@ -2,6 +2,7 @@ package lua
 
 import (
 	"fmt"
+	"strings"
 
 	glua "github.com/yuin/gopher-lua"
 
@@ -26,10 +27,20 @@ func ender(h *hostState, status string) glua.LGFunction {
 				L.SetTop(top - 1)
 			}
 		}
-		msg := luaconv.Format(L, 1)
-		if msg == "" {
-			msg = name + "() called"
+		at := strings.TrimSuffix(L.Where(1), ":") + ": "
+		var msg string
+		switch v := L.Get(1); {
+		case isMessage(v) || v.Type() == glua.LTNumber:
+			msg = luaconv.Format(L, 1)
+		case L.GetTop() > 0:
+			// fail(r.reason) with no reason, fail({code = 42}): the value
+			// as written, and where the script gave it.
+			msg = at + name + "(" + Literal(v) + ")"
 		}
+		if msg == "" {
+			msg = at + name + "() called"
+		}
+		msg = strings.TrimPrefix(msg, ": ")
 		h.setEnd(status, msg)
 		L.Error(glua.LString(msg), 0)
 		return 0

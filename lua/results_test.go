@@ -26,7 +26,7 @@ func TestFailAndSkipKeepRows(t *testing.T) {
 		// A table that is not a list of tables stays a format argument.
 		{`fail("held by %s", {1, 2})`, StatusFailed, "held by [1,2]", "[]"},
 		{`skip("busy: %d holders", 2, {{gpu = 0, holders = 2}})`, StatusSkipped, "busy: 2 holders", "[map[gpu:0 holders:2]]"},
-		{`skip()`, StatusSkipped, "skip() called", "[]"},
+		{`skip()`, StatusSkipped, "t.lua:1: skip() called", "[]"},
 		// skip() cannot be swallowed by pcall either.
 		{`pcall(skip, "drain refused"); return "went on"`, StatusSkipped, "drain refused", "[]"},
 		// The first end stands.

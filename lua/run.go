@@ -449,7 +449,13 @@ func (r *scriptRun) conclude(callErr error) *HostResult {
 		msg := callErr.Error()
 		var apiErr *glua.ApiError
 		if errors.As(callErr, &apiErr) {
-			msg = ExplainError(L, r.s.Name, r.s.Source, apiErr.Object.String())
+			if isMessage(apiErr.Object) {
+				msg = ExplainError(L, r.s.Name, r.s.Source, apiErr.Object.String())
+			} else {
+				// error({code = 42}), error(nil): no position, and a
+				// table's tostring is its address.
+				msg = raisedValue(apiErr.Object, apiErr.StackTrace, "error")
+			}
 			hs.logger.Debug("script error", "err", msg, "trace", apiErr.StackTrace)
 		}
 		res.Status, res.Error = StatusFailed, msg

@@ -127,7 +127,10 @@ func (s *Session) eval(ctx context.Context, code string) ([]any, error) {
 		var apiErr *glua.ApiError
 		if errors.As(callErr, &apiErr) {
 			// What was nil, and the name meant, as a script's errors say.
-			msg := ExplainError(L, "<string>", []byte(loaded), apiErr.Object.String())
+			msg := raisedValue(apiErr.Object, apiErr.StackTrace, "error")
+			if isMessage(apiErr.Object) {
+				msg = ExplainError(L, "<string>", []byte(loaded), apiErr.Object.String())
+			}
 			return nil, errors.New(strings.TrimSpace(msg))
 		}
 		return nil, callErr

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	glua "github.com/yuin/gopher-lua"
@@ -51,7 +52,13 @@ func Raise(L *glua.LState, h Host, fn string, err error) {
 func Conn(L *glua.LState, h Host, fn string) remote.Conn {
 	c, err := h.Conn(Ctx(L))
 	if err != nil {
-		Raise(L, h, fn, fmt.Errorf("connect to %s: %w", h.Name(), err))
+		// A dial error names the host itself ("gpu01 (10.0.0.1:22):
+		// cannot connect ..."): not twice.
+		var de *remote.DialError
+		if !errors.As(err, &de) || de.Host != h.Name() {
+			err = fmt.Errorf("connect to %s: %w", h.Name(), err)
+		}
+		Raise(L, h, fn, err)
 	}
 	return c
 }
@@ -85,13 +92,18 @@ func CallHelper(L *glua.LState, h Host, fn, verb string, req, resp any) {
 	h.Logger().Debug("helper call", "verb", verb, "func", fn)
 	parent := Ctx(L)
 	if st, ok := c.(remote.HelperStarter); ok {
+		start := time.Now()
 		sctx, cancel := context.WithTimeout(parent, HelperSetup)
 		err := st.StartHelper(sctx, verb)
+		// Read before cancel, which would end sctx whatever happened: only
+		// HelperSetup itself running out is "took over", never a start that
+		// failed at once (a noexec folder, a refused one) or the run's end.
+		cutOff := errors.Is(sctx.Err(), context.DeadlineExceeded) && parent.Err() == nil &&
+			time.Since(start) >= HelperSetup
 		cancel()
 		if err != nil {
-			if sctx.Err() != nil && parent.Err() == nil {
-				err = fmt.Errorf("%s: helper %s: starting the helper (its warm check; on a cold host, the upload) took over %s: %w",
-					h.Name(), verb, HelperSetup, err)
+			if cutOff {
+				err = setupCutOff(h.Name(), verb, err)
 			}
 			Raise(L, h, fn, err)
 		}
@@ -123,4 +135,22 @@ func CallHelper(L *glua.LState, h Host, fn, verb string, req, resp any) {
 	}
 	h.Stats().observeResponse(resp)
 	h.Stats().Journal().record(h, resp)
+}
+
+// setupError is a helper start HelperSetup cut off: the message says so
+// once, naming the host and verb once (the Conn's error names them too),
+// and unwraps to the Conn's error.
+type setupError struct {
+	msg string
+	err error
+}
+
+func (e *setupError) Error() string { return e.msg }
+func (e *setupError) Unwrap() error { return e.err }
+
+func setupCutOff(host, verb string, err error) error {
+	prefix := fmt.Sprintf("%s: helper %s: ", host, verb)
+	rest := strings.TrimPrefix(err.Error(), prefix)
+	return &setupError{err: err, msg: fmt.Sprintf("%sstarting the helper (its warm check; on a cold host, the upload) took over %s: %s",
+		prefix, HelperSetup, rest)}
 }

@@ -23,6 +23,8 @@ type authKey struct {
 	// from names the key for messages: the configured file, or
 	// "ssh-agent" with the agent's comment.
 	from string
+	// agent: one of the agent's own keys, not a configured file's.
+	agent bool
 }
 
 func (k authKey) String() string {
@@ -201,7 +203,7 @@ func planAuth(t target, o Options, deadline time.Time) *authPlan {
 	}
 	if !t.identitiesOnly {
 		for i, s := range agentSigners {
-			add(authKey{signer: s, from: agentName(i)})
+			add(authKey{signer: s, from: agentName(i), agent: true})
 		}
 	} else if len(agentSigners) > 0 {
 		o.Logger.Debug("IdentitiesOnly: not offering the agent's other keys", "host", t.name, "agent_keys", len(agentSigners))
@@ -261,14 +263,60 @@ func authError(err error, t target, p *authPlan) error {
 		return fmt.Errorf("the server %s before any of the %d keys for user %s was offered (%s)",
 			why, len(rest), t.user, keyList(rest))
 	}
-	msg := fmt.Sprintf("the server refused %d keys offered for user %s (%s) and %s", len(offered), t.user,
-		keyList(offered), why)
-	if len(rest) > 0 {
-		msg += fmt.Sprintf(" before the other %d were tried (%s): it allows that many attempts (sshd MaxAuthTries); "+
-			"name the right key first (IdentityFile, ansible_ssh_private_key_file) or set IdentitiesOnly yes",
-			len(rest), keyList(rest))
+	if strings.Contains(closedBy, tooManyAuthFailures) {
+		return maxAuthTriesError(t, p, offered, rest, why, true)
 	}
-	return errors.New(msg)
+	if len(rest) > 0 {
+		// Hung up with keys left, saying nothing: most likely the same
+		// limit, its goodbye lost.
+		return maxAuthTriesError(t, p, offered, rest, why, false)
+	}
+	return fmt.Errorf("the server refused %d keys offered for user %s (%s) and %s", len(offered), t.user,
+		keyList(offered), why)
+}
+
+// tooManyAuthFailures is how sshd says goodbye at MaxAuthTries refusals.
+const tooManyAuthFailures = "Too many authentication failures"
+
+// maxAuthTriesError: sshd hung up after MaxAuthTries refused keys. It
+// counts every key offered and disconnects at the limit, so the limit is
+// how many were offered; the agent's keys are what usually crowd it.
+func maxAuthTriesError(t target, p *authPlan, offered, rest []authKey, why string, said bool) error {
+	fromAgent := 0
+	for _, k := range offered {
+		if k.agent {
+			fromAgent++
+		}
+	}
+	agentKeys := fromAgent
+	for _, k := range rest {
+		if k.agent {
+			agentKeys++
+		}
+	}
+	limit := fmt.Sprintf("it allows MaxAuthTries %d", len(offered))
+	if !said {
+		limit = fmt.Sprintf("most likely it allows MaxAuthTries %d", len(offered))
+	}
+	msg := fmt.Sprintf("the server refused %d keys for user %s (%s) and %s: %s",
+		len(offered), t.user, keyList(offered), why, limit)
+	if len(rest) == 0 {
+		// Every key was tried: none is authorized, the limit hid nothing.
+		return errors.New(msg + "; every key gpush had was tried, and none is in the user's authorized_keys")
+	}
+	if agentKeys > 0 {
+		msg += fmt.Sprintf(", and the ssh-agent offered %d of its %d keys", fromAgent, agentKeys)
+	}
+	msg += fmt.Sprintf("; the other %d were never tried (%s). ", len(rest), keyList(rest))
+	fix := "Name the key to use (ansible_ssh_private_key_file, or IdentityFile in ~/.ssh/config): it is offered first"
+	if p.identitiesOnly {
+		fix += "; IdentitiesOnly is already set, so the configured files alone are more than the server allows: name fewer"
+	} else {
+		fix += "; with IdentitiesOnly yes (in ~/.ssh/config for these hosts, or ansible_ssh_common_args: -o IdentitiesOnly=yes) " +
+			"only it is offered, not the agent's others"
+	}
+	fix += "; or remove keys from the agent (ssh-add -d), or raise MaxAuthTries in the server's sshd_config"
+	return errors.New(msg + fix)
 }
 
 func keyList(keys []authKey) string {

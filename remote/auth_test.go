@@ -181,8 +181,9 @@ func TestMaxAuthTriesMessageSaysWhatWasOffered(t *testing.T) {
 	}
 	msg := err.Error()
 	mustContain(t, msg, "refused 6 keys", "other-1", "other-6", "closed the connection",
-		"other 2 were tried", "other-7", "right-key", "MaxAuthTries", "IdentitiesOnly")
-	if strings.Contains(msg, "refused all") || strings.Contains(msg, "8 keys") {
+		`"Too many authentication failures"`, "allows MaxAuthTries 6", "the ssh-agent offered 6 of its 8 keys",
+		"other 2 were never tried", "other-7", "right-key", "ansible_ssh_private_key_file", "IdentitiesOnly yes", "ssh-add -d")
+	if strings.Contains(msg, "refused all") || strings.Contains(msg, "refused 8") {
 		t.Errorf("the message claims more refusals than the server made: %s", msg)
 	}
 	t.Logf("message: %s", msg)
@@ -229,13 +230,29 @@ func TestAuthErrorBranches(t *testing.T) {
 		{"some could not be offered", refused, plan(true, false, true),
 			[]string{"refused all 2 keys", "1 could not be offered (/keys/k1"}, "MaxAuthTries"},
 		{"closed after two", eof, plan(true, true, false),
-			[]string{"refused 2 keys", "closed the connection before the other 1 were tried (/keys/k2", "MaxAuthTries"}, "refused all"},
+			[]string{"refused 2 keys", "and closed the connection: most likely it allows MaxAuthTries 2", "the other 1 were never tried (/keys/k2",
+				"ansible_ssh_private_key_file"}, "refused all"},
 	} {
 		msg := authError(tc.err, tg, tc.p).Error()
 		mustContain(t, msg, tc.want...)
 		if strings.Contains(msg, tc.notWant) {
 			t.Errorf("%s: %q contains %q", tc.name, msg, tc.notWant)
 		}
+	}
+	// sshd's goodbye at MaxAuthTries: the limit is what was offered.
+	tooMany := errors.New(`ssh: handshake failed: ssh: disconnect, reason 2: "Too many authentication failures"`)
+	agentPlan := &authPlan{keys: []authKey{{keys[0].signer, "/keys/k0", false}, {keys[1].signer, "ssh-agent key \"a\"", true},
+		{keys[2].signer, "ssh-agent key \"b\"", true}}, offered: []bool{true, true, false}, closeAgent: func() {}}
+	msg := authError(tooMany, tg, agentPlan).Error()
+	mustContain(t, msg, "refused 2 keys", "allows MaxAuthTries 2", "the ssh-agent offered 1 of its 2 keys",
+		"other 1 were never tried", `"b"`, "IdentitiesOnly yes")
+	agentPlan.identitiesOnly = true
+	mustContain(t, authError(tooMany, tg, agentPlan).Error(), "IdentitiesOnly is already set")
+	all := &authPlan{keys: keys, offered: []bool{true, true, true}, closeAgent: func() {}}
+	msg = authError(tooMany, tg, all).Error()
+	mustContain(t, msg, "allows MaxAuthTries 3", "none is in the user's authorized_keys")
+	if strings.Contains(msg, "never tried") {
+		t.Errorf("all keys were tried: %s", msg)
 	}
 	if got := serverDisconnect(errors.New(`ssh: handshake failed: ssh: disconnect, reason 2: "Too many authentication failures"`)); got != "Too many authentication failures" {
 		t.Errorf("serverDisconnect: %q", got)

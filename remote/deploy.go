@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpush/gpush/helper"
 	"github.com/gpush/gpush/inventory"
+	"github.com/pkg/sftp"
 )
 
 // staleTemp is how old an upload's temp file must be before a later
@@ -256,7 +257,7 @@ func deployHelperHashed(ctx context.Context, t deployTarget) (string, bool, erro
 			return "", false, fmt.Errorf("%s: %w", name, err)
 		}
 		if err := t.fs.MkdirAll(dir); err != nil {
-			return "", false, fmt.Errorf("%s: create helper folder %s (%s): %w", name, dir, VarRemoteDir, err)
+			return "", false, fmt.Errorf("%s: create helper folder %s (%s): %w%s", name, dir, VarRemoteDir, err, cannotWrite(err, "create it"))
 		}
 		if err := t.fs.Chmod(dir, 0o700); err != nil {
 			return "", false, fmt.Errorf("%s: chmod 700 helper folder %s: %w", name, dir, err)
@@ -300,7 +301,7 @@ func deployHelperHashed(ctx context.Context, t deployTarget) (string, bool, erro
 	err = putAtomic(ctx, t.fs, final, bytes.NewReader(bin), 0o755)
 	release()
 	if err != nil {
-		return "", false, fmt.Errorf("%s: upload helper to %s: %w", name, final, err)
+		return "", false, fmt.Errorf("%s: upload helper to %s: %w%s", name, final, err, cannotWrite(err, "write the helper there"))
 	}
 	if t.uploads != nil {
 		t.uploads.Add(1)
@@ -349,7 +350,7 @@ func (c *sshConn) serveDeployed(ctx context.Context, verb, warmCmd, token string
 		return c.deploy(ctx, refused.probe, hashLater)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w (after %s)", c.markLost(err), steps.String())
+		return nil, withSteps(c.markLost(err), *steps)
 	}
 	steps.add("deploy", start)
 	if hashed {
@@ -375,13 +376,34 @@ func (c *sshConn) serveDeployed(ctx context.Context, verb, warmCmd, token string
 			return p, err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("%w (after %s)", c.markLost(err), steps.String())
+			return nil, withSteps(c.markLost(err), *steps)
 		}
 		s, _, err := c.openServe(ctx, verb, "helper serve", steps.String(), ShellJoin(serveArgv(p, token, c.host.Become)), token, p, false)
 		return s, err
 	}
 	c.helper.set(p)
 	return s, nil
+}
+
+// cannotWrite explains a refused write into the helper folder: SFTP says
+// only "Failure" for a read-only file system (EROFS) or a full disk, and
+// "permission denied" for a parent the login user cannot write.
+func cannotWrite(err error, what string) string {
+	var se *sftp.StatusError
+	refused := errors.Is(err, fs.ErrPermission) || (errors.As(err, &se) &&
+		(se.FxCode() == sftp.ErrSSHFxFailure || se.FxCode() == sftp.ErrSSHFxPermissionDenied))
+	if !refused {
+		return ""
+	}
+	return fmt.Sprintf(": the login user cannot %s (a read-only file system, a full disk, or a folder above it "+
+		"the user cannot write); set %s to a folder it can create, on a file system that allows execution", what, VarRemoteDir)
+}
+
+// withSteps adds to err the steps of a session start before it and their
+// times ("(after helper digests 2ms, warm check refused 40ms)"): the
+// stepLog's text says "after" itself.
+func withSteps(err error, steps stepLog) error {
+	return fmt.Errorf("%w (%s)", err, steps.String())
 }
 
 // sourceWithin calls source for arch, giving up when ctx ends first: a

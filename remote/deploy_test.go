@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpush/gpush/inventory"
 )
@@ -86,5 +87,40 @@ func TestUploadSlotsBound(t *testing.T) {
 	r()
 	for _, r := range releases[1:] {
 		r()
+	}
+}
+
+func TestWithStepsSaysAfterOnce(t *testing.T) {
+	var steps stepLog
+	steps.add("helper digests", time.Now())
+	steps.add("warm check refused", time.Now())
+	msg := withSteps(errors.New("h1: create helper folder /x: permission denied"), steps).Error()
+	if strings.Contains(msg, "after after") || !strings.Contains(msg, "(after helper digests ") {
+		t.Errorf("%q", msg)
+	}
+	if msg := withSteps(errors.New("e"), nil).Error(); msg != "e (no step before)" {
+		t.Errorf("%q", msg)
+	}
+}
+
+// "timed out after" a command's own timeout only when that time passed.
+func TestEndedErrorSaysWhoseDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		timeout, elapsed time.Duration
+		why              error
+		want, notWant    string
+	}{
+		{time.Second, time.Second, context.DeadlineExceeded, "h1: sleep: timed out after 1s", "caller"},
+		{time.Minute, 200 * time.Millisecond, context.DeadlineExceeded, "h1: sleep: cut off by the caller's deadline after 200ms", "timed out"},
+		{0, 5 * time.Second, context.DeadlineExceeded, "cut off by the caller's deadline after 5s", "timed out"},
+		{time.Minute, time.Millisecond, context.Canceled, "h1: sleep: context canceled", "deadline"},
+	} {
+		msg := endedError("h1", "sleep", tc.timeout, tc.elapsed, tc.why).Error()
+		if !strings.Contains(msg, tc.want) || strings.Contains(msg, tc.notWant) {
+			t.Errorf("%+v: %q", tc, msg)
+		}
+		if !errors.Is(endedError("h1", "sleep", tc.timeout, tc.elapsed, tc.why), tc.why) {
+			t.Errorf("%+v: does not wrap its cause", tc)
+		}
 	}
 }

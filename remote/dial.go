@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mathrand "math/rand/v2"
 	"net"
 	"os"
 	"os/user"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gpush/gpush/inventory"
@@ -302,14 +304,144 @@ func (w *watchConn) seen() ([]byte, int64) {
 
 // dialOne connects, handshakes and authenticates to t within
 // ConnectTimeout, over dial (TCP, or a channel through the previous hop).
+//
+// A server too busy to take the connection (sshd past MaxStartups answers
+// "Exceeded MaxStartups" and hangs up, or hangs up before its banner: at
+// --forks 100 behind one sshd or bastion most hosts met it) is dialled
+// again after a jittered exponential back-off, as Ansible's ssh retries
+// do, for as long as ConnectTimeout leaves time for it; what every try met
+// is in the error of the last.
 func dialOne(ctx context.Context, t target, via string, dial func(context.Context, string) (net.Conn, error),
+	hk *hostKeys, o Options) (*ssh.Client, unasked, *watchConn, *DialError) {
+	dctx, cancel := context.WithTimeout(ctx, o.ConnectTimeout)
+	defer cancel()
+	start := time.Now()
+	var busy []string // what each busy try met
+	for attempt := 1; ; attempt++ {
+		c, u, wc, derr := dialAttempt(ctx, dctx, t, via, dial, hk, o)
+		if derr == nil {
+			if len(busy) > 0 {
+				o.Logger.Debug("connected after the server was busy", "host", t.name, "tries", attempt,
+					"took", time.Since(start).Round(time.Millisecond))
+			}
+			return c, u, wc, nil
+		}
+		var be *busyError
+		if !errors.As(derr.Err, &be) {
+			if len(busy) > 0 && derr.Stage != StageCanceled {
+				derr.Err = &afterBusyError{err: derr.Err, busy: busy}
+			}
+			return nil, unasked{}, nil, derr
+		}
+		busy = append(busy, be.what)
+		wait := busyBackoff(attempt)
+		deadline, _ := dctx.Deadline()
+		// A hang-up that says nothing is tried a few times only: a port
+		// that always does it (no sshd behind a balancer) must not cost
+		// every host its whole connect timeout.
+		if time.Until(deadline) < wait+minBusyTry || (!be.said && attempt >= silentBusyTries) {
+			be.tries, be.over, be.timeout = attempt, time.Since(start), o.ConnectTimeout
+			return nil, unasked{}, nil, derr
+		}
+		o.Logger.Debug("server busy; dialling again", "host", t.name, "addr", t.addr(), "try", attempt,
+			"answer", be.what, "wait", wait.Round(time.Millisecond))
+		timer := time.NewTimer(wait)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, unasked{}, nil, &DialError{Host: t.name, Addr: t.addr(), Via: via, Stage: StageCanceled, Err: ctx.Err()}
+		}
+	}
+}
+
+// Back-off of a busy server: the first wait is busyBackoffBase, each next
+// one doubles, up to busyBackoffMax, each drawn from [d/2, d) so that the
+// hosts a run dials at once do not come back at once. minBusyTry is the
+// least time a try needs (a loopback login takes 20-50 ms): a wait that
+// leaves less is not made.
+var (
+	// silentBusyTries bounds the tries of a server that hangs up before
+	// its banner without a word (sshd's own line gets tries until the
+	// connect timeout).
+	silentBusyTries = 4
+	busyBackoffBase = 100 * time.Millisecond
+	busyBackoffMax  = 2 * time.Second
+	minBusyTry      = 200 * time.Millisecond
+)
+
+func busyBackoff(attempt int) time.Duration {
+	d := busyBackoffBase << min(attempt-1, 20)
+	if d > busyBackoffMax || d <= 0 {
+		d = busyBackoffMax
+	}
+	return d/2 + time.Duration(mathrand.Int64N(int64(d/2)+1))
+}
+
+// ErrServerBusy is in the chain of a dial error whose server kept refusing
+// new connections (sshd MaxStartups) until ConnectTimeout left no time to
+// try again.
+var ErrServerBusy = errors.New("server busy")
+
+// busyError is one try that met a busy server; the last one's also counts
+// the tries.
+type busyError struct {
+	what string // what the server did
+	// said: the server said it is busy (sshd's MaxStartups line); else
+	// it only hung up before its banner, which a busy sshd also does.
+	said    bool
+	tries   int
+	over    time.Duration
+	timeout time.Duration
+}
+
+func (e *busyError) Error() string {
+	msg := "the server " + e.what
+	if e.said {
+		msg = "the server is busy: it " + e.what
+	}
+	if e.tries > 0 {
+		msg += fmt.Sprintf(" on each of %d tries over %s (jittered back-off, within the connect timeout %s)",
+			e.tries, e.over.Round(time.Millisecond), e.timeout)
+	}
+	if !e.said {
+		msg += "; a busy sshd does that too"
+	}
+	msg += "; sshd turns new connections away past MaxStartups (unauthenticated connections at once; default 10:30:100, " +
+		"and a ProxyJump bastion counts every host behind it): lower --forks, raise MaxStartups in the server's sshd_config, " +
+		"or give the hosts a longer connect timeout (ansible_ssh_timeout)"
+	if !e.said {
+		msg += "; else something on that port hangs up at once (a load balancer without a backend, a firewall's proxy)"
+	}
+	return msg
+}
+
+func (e *busyError) Is(target error) bool { return target == ErrServerBusy }
+
+// afterBusyError is a try that failed otherwise after busy ones.
+type afterBusyError struct {
+	err  error
+	busy []string
+}
+
+func (e *afterBusyError) Error() string {
+	return fmt.Sprintf("%v (the %d tries before were turned away: the server %s, sshd MaxStartups)", e.err, len(e.busy), e.busy[len(e.busy)-1])
+}
+
+func (e *afterBusyError) Unwrap() error { return e.err }
+
+// maxStartupsLine is what sshd writes, instead of its banner, to a
+// connection it drops past MaxStartups.
+const maxStartupsLine = "Exceeded MaxStartups"
+
+// dialAttempt is one try of dialOne, bounded by dctx (the connect
+// timeout of all tries).
+func dialAttempt(ctx, dctx context.Context, t target, via string, dial func(context.Context, string) (net.Conn, error),
 	hk *hostKeys, o Options) (*ssh.Client, unasked, *watchConn, *DialError) {
 	addr := t.addr()
 	fail := func(stage string, err error) *DialError {
 		return &DialError{Host: t.name, Addr: addr, Via: via, Stage: stage, Err: err}
 	}
-	dctx, cancel := context.WithTimeout(ctx, o.ConnectTimeout)
-	defer cancel()
 	// The conn deadline and the context deadline are the same instant;
 	// either may be noticed first.
 	timedOut := func(err error) bool {
@@ -363,6 +495,7 @@ func dialOne(ctx context.Context, t target, via string, dial func(context.Contex
 		err = dctx.Err()
 	}
 	if err != nil {
+		stop()
 		raw.Close()
 		hkMu.Lock()
 		hkErr := hostKeyErr
@@ -386,6 +519,9 @@ func classify(err error, wc *watchConn, prog int32, hostKeyErr error, ctx contex
 	if hostKeyErr != nil {
 		return StageHostKey, hostKeyErr
 	}
+	if n > 0 && bytes.HasPrefix(first, []byte(maxStartupsLine)) {
+		return StageBanner, &busyError{what: fmt.Sprintf("answered %q instead of an SSH banner", maxStartupsLine), said: true}
+	}
 	if n > 0 && !bytes.HasPrefix(first, []byte("SSH-")) {
 		line, _, _ := bytes.Cut(first, []byte("\n"))
 		return StageBanner, fmt.Errorf("not an SSH server: it answered %q", strings.TrimSpace(string(line)))
@@ -393,6 +529,11 @@ func classify(err error, wc *watchConn, prog int32, hostKeyErr error, ctx contex
 	switch {
 	case n == 0 && timedOut:
 		return StageBanner, fmt.Errorf("the server accepted the TCP connection but sent no SSH banner within %s", o.ConnectTimeout)
+	case n == 0 && isClosed(err) && !isProxyCommand(wc):
+		// What sshd does past MaxStartups when the line does not get out,
+		// or past PerSourcePenalties: busy, tried again. (A ProxyCommand
+		// that ends so says why itself: see proxyConn.explain.)
+		return StageBanner, &busyError{what: "closed the connection before sending an SSH banner"}
 	case n == 0:
 		return StageBanner, fmt.Errorf("the server closed the connection before sending an SSH banner (%v)", err)
 	case prog < progHostKey && timedOut:
@@ -409,6 +550,16 @@ func classify(err error, wc *watchConn, prog int32, hostKeyErr error, ctx contex
 		return StageKex, fmt.Errorf("the server closed the connection during the handshake")
 	}
 	return StageKex, err
+}
+
+func isProxyCommand(wc *watchConn) bool {
+	_, ok := wc.Conn.(*proxyConn)
+	return ok
+}
+
+// isClosed: err is the peer hanging up (EOF, a reset), not a local error.
+func isClosed(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 func bannerOf(first []byte) string {

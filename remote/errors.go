@@ -1,9 +1,11 @@
 package remote
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Dial stages, as DialError.Stage names them.
@@ -113,4 +115,18 @@ func (e *HelperError) Error() string {
 		msg = "no error message"
 	}
 	return fmt.Sprintf("%s: helper %s failed (exit %d): %s", e.Host, e.Verb, e.ExitCode, msg)
+}
+
+// endedError is a command that ctx ended after elapsed: "timed out after"
+// its own timeout only when that much time passed, not when the caller's
+// deadline (the host's --timeout, a helper call's budget) came first or the
+// run was interrupted.
+func endedError(host, what string, timeout, elapsed time.Duration, why error) error {
+	if timeout > 0 && errors.Is(why, context.DeadlineExceeded) && elapsed >= timeout {
+		return fmt.Errorf("%s: %s: timed out after %s: %w", host, what, timeout, why)
+	}
+	if errors.Is(why, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %s: cut off by the caller's deadline after %s: %w", host, what, elapsed.Round(time.Millisecond), why)
+	}
+	return fmt.Errorf("%s: %s: %w", host, what, why)
 }

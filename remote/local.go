@@ -88,10 +88,7 @@ func (c *localConn) exec(ctx context.Context, argv []string, stdin io.Reader, ti
 	// A command that exited on its own just before ctx ended keeps its
 	// result (err is nil then); a cancelled one always has err set.
 	if err != nil && ctx.Err() != nil {
-		if timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, fmt.Errorf("%s: %s: timed out after %s: %w", c.host.Name, argv[0], timeout, ctx.Err())
-		}
-		return nil, fmt.Errorf("%s: %s: %w", c.host.Name, argv[0], ctx.Err())
+		return nil, endedError(c.host.Name, argv[0], timeout, time.Since(start), ctx.Err())
 	}
 	var ee *exec.ExitError
 	switch {

@@ -261,11 +261,7 @@ func (c *sshConn) exec(ctx context.Context, what, cmdline string, stdin io.Reade
 			if cerr := capErr(c.host.Name, what, stdout, stderr); cerr != nil {
 				return nil, cerr
 			}
-			why := ctx.Err()
-			if timeout > 0 && errors.Is(why, context.DeadlineExceeded) {
-				return nil, fmt.Errorf("%s: %s: timed out after %s: %w", c.host.Name, what, timeout, why)
-			}
-			return nil, fmt.Errorf("%s: %s: %w", c.host.Name, what, why)
+			return nil, endedError(c.host.Name, what, timeout, time.Since(start), ctx.Err())
 		}
 	}
 	// A command that ended by itself still loses its result when a stream

@@ -235,7 +235,8 @@ func TestFreeGPUsRespawningSupervisor(t *testing.T) {
 	vars := map[string]any{"grace": "10ms", "timeout": "1s", "settle": "5s"}
 	r := runScript(t, m, "free_gpus.lua", false, vars)
 	if r.err == nil || !strings.Contains(r.err.Error(), "may restart its workers: kill ") ||
-		!strings.Contains(r.err.Error(), "GPU 0: taken again after the kill: new holder") {
+		!strings.Contains(r.err.Error(), "GPU 0: taken again after the kill: new holder") ||
+		!strings.Contains(r.err.Error(), "(stop_restarters=true stops it before the kill)") {
 		t.Fatalf("error %v", r.err)
 	}
 	vars["stop_restarters"] = true

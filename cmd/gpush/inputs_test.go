@@ -67,10 +67,11 @@ func TestRunSyntaxErrorBeforeDialling(t *testing.T) {
 		t.Errorf("%d hosts dialled for a script that does not compile", n)
 	}
 	// The same inventory is dialled by a script that compiles (and is
-	// unreachable: the listener hangs up), so the count above can fail.
+	// unreachable: the listener hangs up, and each host tries a few times,
+	// as a busy sshd does that too), so the count above can fail.
 	code, _, stderr = gpush(t, "run", good, "-i", inv, "--known-hosts", filepath.Join(dir, "known_hosts"), "--timeout", "30s")
-	if code != 4 || accepted.Load() != 4 {
-		t.Errorf("good script: exit %d, %d dials, stderr %q; want 4 and 4 dials", code, accepted.Load(), stderr)
+	if code != 4 || accepted.Load() < 4 {
+		t.Errorf("good script: exit %d, %d dials, stderr %q; want 4 and a dial of each host", code, accepted.Load(), stderr)
 	}
 	if strings.Contains(stderr, "syntax") {
 		t.Errorf("good script: stderr %q", stderr)

@@ -1,6 +1,7 @@
 package gpu_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/gpush/gpush/modules"
 	"github.com/gpush/gpush/modules/gpu"
 	"github.com/gpush/gpush/modules/modulestest"
+	"github.com/gpush/gpush/remote"
 )
 
 // A helper that ignores the script's timeout (a host that never answers)
@@ -62,7 +64,43 @@ func TestHelperSetupIsNotTheRequestsTime(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("err %v, want %q", err, want)
 	}
+	if strings.Count(err.Error(), "gpu01: helper wait-free") != 1 {
+		t.Errorf("the host and verb are named more than once: %v", err)
+	}
 	if calls := h.FakeConn.Calls(helper.VerbWaitFree); len(calls) != 0 {
 		t.Errorf("the request went out after its setup failed: %+v", calls)
+	}
+}
+
+// A helper start that fails by itself, well within HelperSetup (a noexec
+// folder, a folder the checks refuse), says only why: the start's own
+// context ends as the call returns, which is no deadline passing.
+func TestHelperStartFailureIsNotATimeout(t *testing.T) {
+	h := newHost(t)
+	h.FakeConn.Setup = 20 * time.Millisecond
+	why := "gpu01: helper wait-free: cannot execute /root/.cache/gpush/gpush-helper-x although it is mode 0755: " +
+		"its file system is probably mounted noexec; set gpush_remote_dir to a folder on a file system that allows execution"
+	h.FakeConn.SetupErr = errors.New(why)
+	L := modulestest.NewState(t, h, gpu.Module)
+	defer L.Close()
+	err := L.DoString(`gpu.wait_free{timeout="0.1s"}`)
+	if err == nil || !strings.Contains(err.Error(), why) {
+		t.Fatalf("err %v, want %q", err, why)
+	}
+	if strings.Contains(err.Error(), "took over") || strings.Contains(err.Error(), "deadline") {
+		t.Errorf("a start that failed at once reads as a timeout: %v", err)
+	}
+}
+
+// A dial error names the host itself: the call's error does not name it twice.
+func TestDialErrorNamesTheHostOnce(t *testing.T) {
+	h := newHost(t)
+	h.DialErr = &remote.DialError{Host: "gpu01", Addr: "10.0.0.1:22", Stage: remote.StageConnect, Err: errors.New("connection refused")}
+	L := modulestest.NewState(t, h, gpu.Module)
+	defer L.Close()
+	err := L.DoString(`gpu.snapshot()`)
+	if err == nil || !strings.Contains(err.Error(), "gpu.snapshot: gpu01 (10.0.0.1:22): cannot connect (TCP connect): connection refused") ||
+		strings.Count(err.Error(), "gpu01") != 1 {
+		t.Fatalf("err %v", err)
 	}
 }

@@ -551,14 +551,21 @@ func (r *freeRun) notFreed(row *freeRow, why string) {
 		}
 	}
 	if len(row.killed) > 0 {
+		var named []helper.Manager
 		for _, s := range r.m.h.Managers().List() {
 			for _, c := range s.Children {
 				if slices.Contains(row.killed, c) && s.Why != "" && !strings.Contains(why, s.Why) {
 					why += "; " + s.Why
+					if s.Restarts != helper.RestartsNo {
+						named = append(named, s)
+					}
 					break
 				}
 			}
 		}
+		// A worker taken again, back in the settle, or still there: what
+		// restarts it is named, and so is what stops it.
+		why = r.withRestarterFix(why, named, false)
 	}
 	row.reason = why
 }

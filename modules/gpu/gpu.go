@@ -662,6 +662,9 @@ func gpuList(L *glua.LState, gpus []helper.GPU) *glua.LTable {
 		t.RawSetString("bus_id", glua.LString(g.BusID))
 		t.RawSetString("used_mib", glua.LNumber(g.MemUsedMiB))
 		t.RawSetString("total_mib", glua.LNumber(g.MemTotalMiB))
+		if g.MemUnread != "" {
+			t.RawSetString("unread", glua.LString(g.MemUnread))
+		}
 		list.Append(t)
 	}
 	return list

@@ -107,6 +107,7 @@ func (r *freeRun) verifyManagers() {
 		r.m.h.Stats().SetRestarting(idx, false)
 		var labels, whys []string
 		row.restarters = nil
+		var alive []helper.Manager
 		for _, res := range resp.Results {
 			m := res.Manager
 			if !res.Alive || m.Restarts == helper.RestartsNo || !r.manages(m, row) {
@@ -115,6 +116,7 @@ func (r *freeRun) verifyManagers() {
 			row.restarters = append(row.restarters, m)
 			labels = append(labels, helper.ManagerLabel(m))
 			whys = append(whys, helper.ManagerWhy(m))
+			alive = append(alive, m)
 		}
 		switch {
 		case !row.freed:
@@ -123,17 +125,69 @@ func (r *freeRun) verifyManagers() {
 					row.reason += "; " + w
 				}
 			}
+			row.reason = r.withRestarterFix(row.reason, alive, false)
 		case len(labels) > 0 && r.o.accept:
 			row.note = "free now; " + strings.Join(labels, ", ") + " may restart it (accepted)"
 		case len(labels) > 0:
 			r.m.h.Stats().SetRestarting(idx, true)
 			row.freed, row.step = false, StepNotFreed
-			row.reason = "free now, but " + strings.Join(whys, "; ") +
-				" (stop_restarters=true stops it; accept_restarters=true accepts it)"
+			row.reason = r.withRestarterFix("free now, but "+strings.Join(whys, "; "), alive, true)
 		case settleNote != "" && r.o.settle == 0 && len(row.killed) > 0:
 			row.note = settleNote
 		}
 	}
+}
+
+// withRestarterFix ends reason, which names the restarters ms (what brought
+// a worker back, or may), with what stops them: the stop_restarters option
+// when the run did not set it (and, for a GPU free now, accept_restarters);
+// when it did, what its stop of each did (a pod is never deleted, a stop
+// may fail). A reason that says so already is left as it is.
+func (r *freeRun) withRestarterFix(reason string, ms []helper.Manager, freeNow bool) string {
+	if len(ms) == 0 || strings.Contains(reason, "stop_restarters") {
+		return reason
+	}
+	it := "it"
+	if len(ms) > 1 {
+		it = "them"
+	}
+	var fix []string
+	if !r.o.stopRestarters {
+		fix = append(fix, "stop_restarters=true stops "+it+" before the kill")
+	} else {
+		for _, m := range ms {
+			res, tried := r.stopOf(m)
+			switch {
+			case !tried:
+				fix = append(fix, "stop_restarters=true did not reach "+helper.ManagerLabel(m)+" (found only after the stops)")
+			case res.Outcome == helper.StopStopped || res.Outcome == helper.StopAlready || res.Outcome == helper.StopWould:
+				// Stopped (or would be): nothing more to do about it.
+			default:
+				why := res.Outcome
+				if res.Reason != "" {
+					why += ": " + res.Reason
+				}
+				fix = append(fix, "stop_restarters=true did not stop "+helper.ManagerLabel(m)+" ("+why+")")
+			}
+		}
+	}
+	if freeNow && !r.o.accept {
+		fix = append(fix, "accept_restarters=true accepts "+it)
+	}
+	if len(fix) == 0 {
+		return reason
+	}
+	return reason + " (" + strings.Join(fix, "; ") + ")"
+}
+
+// stopOf is what stop_restarters did to m, if it tried.
+func (r *freeRun) stopOf(m helper.Manager) (helper.ManagerResult, bool) {
+	for _, res := range r.stops {
+		if res.Manager.Key() == m.Key() {
+			return res, true
+		}
+	}
+	return helper.ManagerResult{}, false
 }
 
 // manages: m may start a worker of row again: one of the row's killed (or

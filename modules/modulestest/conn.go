@@ -47,6 +47,9 @@ type Conn struct {
 	// Setup is how long StartHelper takes the first time (a cold host's
 	// warm check and upload), honouring ctx; later calls return at once.
 	Setup time.Duration
+	// SetupErr, when set, is what StartHelper fails with once Setup has
+	// passed (a noexec folder, a refused one: a start that fails by itself).
+	SetupErr error
 
 	name    string
 	mu      sync.Mutex
@@ -72,7 +75,7 @@ func (c *Conn) StartHelper(ctx context.Context, verb string) error {
 	c.mu.Lock()
 	started := c.started
 	c.mu.Unlock()
-	if started || c.Setup <= 0 {
+	if started || (c.Setup <= 0 && c.SetupErr == nil) {
 		return ctx.Err()
 	}
 	t := time.NewTimer(c.Setup)
@@ -81,6 +84,9 @@ func (c *Conn) StartHelper(ctx context.Context, verb string) error {
 	case <-ctx.Done():
 		return fmt.Errorf("%s: helper %s: start: %w", c.name, verb, ctx.Err())
 	case <-t.C:
+	}
+	if c.SetupErr != nil {
+		return c.SetupErr
 	}
 	c.mu.Lock()
 	c.started = true
