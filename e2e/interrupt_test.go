@@ -255,11 +255,11 @@ func TestInterruptDuringWaitKeepsUnitsAndFreed(t *testing.T) {
 		}
 	}
 	freed := func(line string) bool { return strings.Contains(line, "GPU 1 free (stage 1)") }
-	r, _ := interruptedRun(t, l, freed, 0, "run", "free_gpus.lua")
+	r, _ := interruptedRun(t, l, freed, 0, "run", "free_gpus.lua", "--wide")
 	check(r, 99, true)
 	requireContains(t, r.stdout, "INFO GPU 1 free (stage 1)")
 	// Again (GPUs 0-2 are free now; the supervisor brought GPU 3's worker
 	// back), quit at a second Ctrl-C once GPU 3's worker is signalled.
-	r, _ = interruptRun(t, l, func(line string) bool { return strings.Contains(line, "INFO signalled pid") }, 0, true, "run", "free_gpus.lua")
+	r, _ = interruptRun(t, l, func(line string) bool { return strings.Contains(line, "INFO signalled pid") }, 0, true, "run", "free_gpus.lua", "--wide")
 	check(r, 130, false)
 }

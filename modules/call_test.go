@@ -65,7 +65,9 @@ func TestStats(t *testing.T) {
 		{Identity: id(3), Outcome: helper.OutcomeExited, Signals: term}, {Identity: id(4), Outcome: helper.OutcomeSurvived, Signals: kill},
 		{Identity: id(5), Outcome: helper.OutcomeWould, Signals: term}, {Identity: id(6), Outcome: helper.OutcomeSkipped},
 		// Gone before any signal: neither exited nor killed.
-		{Identity: id(7), Outcome: helper.OutcomeExited, Reason: "already gone"}})
+		{Identity: id(7), Outcome: helper.OutcomeExited, Reason: "already gone"},
+		// Cut off after TERM, before KILL went out: alive, not "survived KILL".
+		{Identity: id(8), Outcome: helper.OutcomeSurvived, Signals: term, Reason: "interrupted: KILL not sent"}})
 	// The same processes again: found gone, or named again; each counts once.
 	s.AddKills([]helper.KillResult{{Identity: id(1), Outcome: helper.OutcomeExited, Reason: "already gone"},
 		{Identity: id(2), Outcome: helper.OutcomeExited, Reason: "already gone"}, {Identity: id(5), Outcome: helper.OutcomeWould, Signals: term}})
@@ -77,7 +79,7 @@ func TestStats(t *testing.T) {
 	if len(g) != 3 || g[0].BeforeMiB != 26018 || g[0].AfterMiB != 0 || g[1].ThresholdMiB != 4 || g[2].BeforeMiB != -1 || g[2].AfterMiB != 7 {
 		t.Errorf("gpus %+v (an unknown first reading stays unknown)", g)
 	}
-	if snap.Kills != (modules.KillStats{Exited: 2, Killed: 1, Survived: 1, Skipped: 1, Gone: 1, Would: 1}) {
+	if snap.Kills != (modules.KillStats{Exited: 2, Killed: 1, Survived: 1, AliveAfterTerm: 1, Skipped: 1, Gone: 1, Would: 1}) {
 		t.Errorf("kills %+v", snap.Kills)
 	}
 }

@@ -326,9 +326,10 @@ func (j *Journal) managers(h Host, results []helper.ManagerResult) {
 		j.mu.Lock()
 		j.units = append(j.units, UnitRecord{Unit: res.Manager.Key(), Action: helper.UnitStop, OK: ok, ActiveState: res.State, Time: now})
 		j.mu.Unlock()
-		msg, lvl := fmt.Sprintf("stopped %s: %s", res.Manager.Key(), res.State), LevelInfo
+		// Debug: gpu.free logs each stop itself, by the manager's label.
+		msg, lvl := fmt.Sprintf("stopped %s: %s", res.Manager.Key(), res.State), LevelDebug
 		if !ok {
-			msg, lvl = fmt.Sprintf("stop %s failed: %s", res.Manager.Key(), res.Reason), LevelWarn
+			msg = fmt.Sprintf("stop %s failed: %s", res.Manager.Key(), res.Reason)
 		}
 		h.Emit(Event{Time: now, Kind: EventUnit, Level: lvl, Message: msg})
 	}

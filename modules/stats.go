@@ -1,6 +1,7 @@
 package modules
 
 import (
+	"slices"
 	"sort"
 	"sync"
 
@@ -38,7 +39,10 @@ type KillStats struct {
 	// Killed: needed KILL, now gone.
 	Killed   int `json:"killed"`
 	Survived int `json:"survived"`
-	Skipped  int `json:"skipped"`
+	// AliveAfterTerm: signalled TERM, alive when the kill was cut off
+	// (Ctrl-C, a deadline) before its KILL went out: not "survived KILL".
+	AliveAfterTerm int `json:"alive_after_term,omitempty"`
+	Skipped        int `json:"skipped"`
 	// Gone: a target that was gone before any signal reached it.
 	Gone  int `json:"gone,omitempty"`
 	Would int `json:"would"`
@@ -388,6 +392,8 @@ func (s *Stats) AddKills(results []helper.KillResult) {
 		case outcome == helper.OutcomeSurvived && len(r.Signals) == 0:
 			// The signal could not be sent (EPERM): never signalled, not "survived KILL".
 			outcome = helper.OutcomeSkipped
+		case outcome == helper.OutcomeSurvived && !slices.Contains(r.Signals, "KILL"):
+			outcome = outcomeAliveAfterTerm
 		}
 		if prev, ok := s.kills[k]; ok && !delivered && prev != outcomeGone && prev != helper.OutcomeSkipped && prev != helper.OutcomeWould {
 			continue // signalled before; this call found it gone or refused it
@@ -397,8 +403,12 @@ func (s *Stats) AddKills(results []helper.KillResult) {
 }
 
 // outcomeGone: a kill target that was gone before any signal (the helper
-// says exited, with no signal sent).
-const outcomeGone = "gone"
+// says exited, with no signal sent); outcomeAliveAfterTerm: alive after
+// its first signal, the kill cut off before KILL.
+const (
+	outcomeGone           = "gone"
+	outcomeAliveAfterTerm = "alive-after-term"
+)
 
 // Snapshot copies the stats, GPUs sorted by index.
 func (s *Stats) Snapshot() StatsSnapshot {
@@ -413,6 +423,8 @@ func (s *Stats) Snapshot() StatsSnapshot {
 			out.Kills.Killed++
 		case helper.OutcomeSurvived:
 			out.Kills.Survived++
+		case outcomeAliveAfterTerm:
+			out.Kills.AliveAfterTerm++
 		case helper.OutcomeSkipped:
 			out.Kills.Skipped++
 		case outcomeGone:

@@ -53,6 +53,7 @@ type Totals struct {
 	Exited              int   `json:"exited"`
 	Killed              int   `json:"killed"`
 	Survived            int   `json:"survived"`
+	AliveAfterTerm      int   `json:"alive_after_term"`
 	UnitsStopped        int   `json:"units_stopped"`
 	UnitsStarted        int   `json:"units_started"`
 	UnitsUnchanged      int   `json:"units_unchanged"`
@@ -142,6 +143,7 @@ func (p *Printer) writeSummary(rs []Result) {
 		t.Exited += st.Exited
 		t.Killed += st.Killed
 		t.Survived += st.Survived
+		t.AliveAfterTerm += st.AliveAfterTerm
 		t.UnitsStopped += st.UnitsStopped
 		t.UnitsStarted += st.UnitsStarted
 		t.UnitsUnchanged += st.UnitsUnchanged

@@ -17,7 +17,8 @@ import (
 var statusRank = map[string]int{StatusOK: 0, StatusSkipped: 1, StatusFailed: 2, StatusUnreachable: 3}
 
 // recapGroup is one recap line: hosts with the same status, detail and
-// figures, but for their numbers (pids, MiB, seconds), shown as ranges.
+// figures, but for their figures (MiB, seconds, counts), shown as ranges;
+// identities (pids, GPU indices) never fold.
 type recapGroup struct {
 	hosts    []string
 	status   string
@@ -51,7 +52,9 @@ func (p *Printer) recap(rs []Result) {
 		tmpl := hostTemplate(detail, r.Host, r.Address)
 		figs := figureCells(r.Stats)
 		var key strings.Builder
-		key.WriteString(r.Status + "\x00" + numPattern.ReplaceAllString(tmpl, "#"))
+		// Only figures fold (MiB, seconds, counts): hosts whose details
+		// differ in a pid, a GPU index or a job id stay apart, as in -b.
+		key.WriteString(r.Status + "\x00" + parseTemplate(tmpl, "", true).key())
 		for _, f := range figs {
 			key.WriteString("\x00" + numPattern.ReplaceAllString(f, "#"))
 		}
@@ -98,8 +101,8 @@ func (p *Printer) recap(rs []Result) {
 		}
 		detail := g.detail
 		if len(g.hosts) > 1 {
-			// Numbers that differ (pids, seconds) show their range in
-			// brackets, as -b shows them.
+			// Figures that differ (MiB, seconds) show their range in
+			// brackets, as --fold-numbers shows them.
 			detail = g.tmpl.bracketed()
 		}
 		// Sanitized before measuring: an escape is wider than its byte.
@@ -198,6 +201,9 @@ func figureCells(st Stats) []string {
 	}
 	if st.Survived > 0 {
 		acts = append(acts, fmt.Sprintf("%d survived KILL", st.Survived))
+	}
+	if st.AliveAfterTerm > 0 {
+		acts = append(acts, fmt.Sprintf("%d alive after TERM (cut off before KILL)", st.AliveAfterTerm))
 	}
 	return []string{gpus, mem, strings.Join(acts, ", ")}
 }

@@ -21,7 +21,7 @@ func TestRecapFoldsFailuresNamingTheirHost(t *testing.T) {
 		addr := fmt.Sprintf("10.0.0.%d", i)
 		rs = append(rs,
 			Result{Host: h, Address: addr, Status: StatusFailed, Elapsed: time.Duration(i) * 100 * time.Millisecond,
-				Error: fmt.Sprintf("GPU 0: new-holder pid %d on %s (worker respawned)", 4400+i, h),
+				Error: fmt.Sprintf("GPU 0: taken again %dms after it read free on %s (worker respawned)", 100+i, h),
 				Stats: Stats{HaveMem: true, GPUs: 8, GPUsFreed: 7, MemBeforeMiB: int64(10240 * i), MemAfterMiB: 10240}})
 	}
 	for i := 1; i <= 3; i++ {
@@ -45,7 +45,7 @@ func TestRecapFoldsFailuresNamingTheirHost(t *testing.T) {
 		"RECAP ok=0 changed=0 skipped=3 failed=24 unreachable=3",
 		"busy[1-2]   skipped  ",
 		"gpu1        skipped  ",
-		"gpu[01-24]  failed       freed 7/8 GPUs  10240-245760 -> 10240 MiB  100ms-2.4s  GPU 0: new-holder pid [4401-4424] on {host} (worker respawned)",
+		"gpu[01-24]  failed       freed 7/8 GPUs  10240-245760 -> 10240 MiB  100ms-2.4s  GPU 0: taken again [101-124]ms after it read free on {host} (worker respawned)",
 		"cpu[1-3]    unreachable",
 	} {
 		if !strings.HasPrefix(lines[i], want) {
@@ -57,11 +57,19 @@ func TestRecapFoldsFailuresNamingTheirHost(t *testing.T) {
 			t.Errorf("recap lacks %q:\n%s", want, s)
 		}
 	}
+	// Identities never fold: hosts whose reasons differ in a pid stay apart.
+	out.Reset()
+	p = New(Options{Out: &out, Fold: inventory.FoldNodeSet, Now: clock()})
+	p.Finish([]Result{{Host: "gpu01", Status: StatusFailed, Error: "GPU 0: held by pid 4401"},
+		{Host: "gpu02", Status: StatusFailed, Error: "GPU 0: held by pid 4402"}})
+	if s := out.String(); !strings.Contains(s, "pid 4401") || !strings.Contains(s, "pid 4402") || strings.Contains(s, "[4401-4402]") {
+		t.Errorf("pids folded in the recap:\n%s", s)
+	}
 	// One host alone keeps its own text.
 	out.Reset()
 	p = New(Options{Out: &out, Now: clock()})
 	p.Finish(rs[:1])
-	if !strings.Contains(out.String(), "new-holder pid 4401 on gpu01 (worker respawned)") {
+	if !strings.Contains(out.String(), "taken again 101ms after it read free on gpu01 (worker respawned)") {
 		t.Errorf("single host:\n%s", out.String())
 	}
 }

@@ -125,6 +125,9 @@ type Stats struct {
 	Exited   int `json:"exited,omitempty"`
 	Killed   int `json:"killed,omitempty"`
 	Survived int `json:"survived,omitempty"`
+	// AliveAfterTerm: signalled, alive when the kill was cut off before
+	// its KILL (Ctrl-C): not a survivor of KILL.
+	AliveAfterTerm int `json:"alive_after_term,omitempty"`
 	// Units a stop changed (active, now stopped) and started; those a
 	// stop found stopped already; the stops that failed (no such unit,
 	// processes left): never counted as stopped.

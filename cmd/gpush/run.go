@@ -251,12 +251,13 @@ func toReport(r lua.HostResult, addr string) report.Result {
 		st.Stale = s.Stale
 	}
 	st.Exited, st.Killed, st.Survived = s.Kills.Exited, s.Kills.Killed, s.Kills.Survived
+	st.AliveAfterTerm = s.Kills.AliveAfterTerm
 	st.WouldKill, st.WouldKillMiB, st.WouldKillMiBUnknown = s.Kills.Would, s.WouldKillMiB, s.WouldKillMiBUnknown
 	st.UnitsStopped, st.UnitsStarted = s.Units.Stopped, s.Units.Started
 	st.UnitsUnchanged, st.UnitsFailed = s.Units.Unchanged, s.Units.Failed
 	st.WouldStop, st.WouldStopMiB, st.WouldStopMiBUnknown = s.Units.WouldStop, s.Units.WouldStopMiB, s.Units.WouldStopMiBUnknown
 	st.RestartersStopped, st.WouldStopRestarters = s.Managers.Stopped, s.Managers.WouldStop
-	st.Changed = st.Exited+st.Killed+st.Survived+st.UnitsStopped+st.UnitsStarted+st.RestartersStopped+
+	st.Changed = st.Exited+st.Killed+st.Survived+st.AliveAfterTerm+st.UnitsStopped+st.UnitsStarted+st.RestartersStopped+
 		st.WouldKill+st.WouldStop+st.WouldStopRestarters > 0
 	return out
 }
