@@ -15,8 +15,9 @@
 -- Under --check nothing is stopped or killed: the rows and the log say what would be.
 --
 -- With gpus given, a service is stopped only if its processes hold one of
--- those GPUs (one look before any stop), unless -e services= named it: what
--- the command line names is stopped. -e services=[] stops none. A list
+-- those GPUs (one look before any stop), and with users given, only if a GPU
+-- process of those users runs in it, unless -e services= named it: what the
+-- command line names is stopped. -e services=[] stops none. A list
 -- naming a unit systemd does not know stops none of it and fails the host.
 --
 -- vars:
@@ -66,6 +67,20 @@ if vars.gpus and #services > 0 and vars_from.services ~= "-e" then
   if #spared > 0 then
     log.info("not stopping %s: holds none of GPU %s (name it with -e services= to stop it)",
       table.concat(spared, ", "), table.concat(vars.gpus, ", "))
+  end
+  services = keep
+end
+-- Freeing some users' processes stops only the units where their workers run.
+if vars.users and #services > 0 and vars_from.services ~= "-e" then
+  local theirs = {}
+  for _, h in ipairs(gpu.holders{units = util.map(services, full_name), users = vars.users, shared = false}) do
+    theirs[h.unit] = true
+  end
+  local keep, spared = {}, {}
+  for _, s in ipairs(services) do table.insert(theirs[full_name(s)] and keep or spared, s) end
+  if #spared > 0 then
+    log.info("not stopping %s: no GPU process of users=%s runs in it (name it with -e services= to stop it)",
+      table.concat(spared, ", "), table.concat(vars.users, ","))
   end
   services = keep
 end

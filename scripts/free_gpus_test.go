@@ -377,3 +377,24 @@ func TestFreeGPUsLeftoverOnAnotherGPU(t *testing.T) {
 		t.Error("GPU 0 is freed, GPU 1's leftover left alone")
 	}
 }
+
+// users given with the inventory's services: only the units where a GPU
+// process of those users runs are stopped; another user's unit is left.
+func TestFreeGPUsStopsOnlyUnitsOfTheUsers(t *testing.T) {
+	m := modulestest.NewGPUHost("gpu01", 2)
+	m.AddUnit(modulestest.FakeUnit{Name: "mine.service", Active: true})
+	m.AddUnit(modulestest.FakeUnit{Name: "root.service", Active: true})
+	mine := m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{Unit: "mine.service", User: "bob"}, MemByGPU: map[int]int64{0: 4096}})
+	root := m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{Unit: "root.service", User: "root"}, MemByGPU: map[int]int64{1: 4096}})
+	r := runScriptVars(t, m, "free_gpus.lua", false, map[string]any{"services": []any{"mine.service", "root.service"}},
+		map[string]any{"users": "bob", "grace": "10ms", "timeout": "1s", "release_timeout": "1s"})
+	if u, _ := m.Unit("root.service"); !u.Active || !m.Alive(root.PID) {
+		t.Error("root.service (no GPU process of bob) must be left running")
+	}
+	if u, _ := m.Unit("mine.service"); u.Active || m.Alive(mine.PID) {
+		t.Error("mine.service (bob's worker) must be stopped")
+	}
+	if !hasLine(r.logs(), "info not stopping root.service: no GPU process of users=bob runs in it") {
+		t.Errorf("logs %q", r.logs())
+	}
+}
