@@ -12,7 +12,7 @@ import (
 )
 
 // A CUDA context maps the driver's device files into the process:
-// measured on the H200 (driver 580, hw/h200/result-maps-2026-12-01.log), a
+// measured on the H200 (driver 580, hw/h200/results/probe-maps.log), a
 // torch worker maps /dev/nvidiactl 27 times and /dev/nvidia0 3 times, and a
 // child forked from it keeps those mappings after the parent died, while
 // NVML clients (pynvml, nvidia-smi -lms, dcgm) map none, although they

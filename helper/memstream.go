@@ -19,14 +19,14 @@ import (
 
 // memStreamPeriod is the -lms period of the memory stream a wait-free reads
 // while it waits; 0 turns the stream off (tests compare with plain polling).
-// On the H200 (2026-12-01, hw/h200/probe_stream.py) `nvidia-smi -lms 10`
+// On the H200 (hw/h200/probe_stream.py, hw/h200/results/probe-stream.log) `nvidia-smi -lms 10`
 // printed a line every 10.1 ms and showed a release in the same
 // millisecond as a 1 ms NVML poller, where one --query-gpu process took
 // 21 ms.
 var memStreamPeriod = 10 * time.Millisecond
 
 // memStreamStall: a stream printing nothing this long is stuck (a wedged
-// driver call); the wait kills it and polls as before.
+// driver call); the wait kills it and falls back to polling.
 var memStreamStall = 2 * time.Second
 
 // memStreamHook, when set by tests, is told each stream's pid once started.

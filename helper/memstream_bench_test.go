@@ -15,7 +15,7 @@ import (
 // wait on a held GPU starts (the stream itself counted as one), and the
 // time from the fake's release (70 ms after the kill, as the H200's
 // driver) to the freed response, the release as an independent poller
-// sees it, as check7.py section E does on the H200. In the lab each fake reading costs a
+// sees it, as truth.py section E (hw/h200/killverify.py) does on the H200. In the lab each fake reading costs a
 // /proc scan of the whole machine (tens of ms on a loaded one), where the
 // H200's nvidia-smi -lms 10 printed a line every 10.1 ms.
 //

@@ -1,4 +1,4 @@
-"""Issue 11 on real hardware: kill-to-verified against the driver's release, memory stream on.
+"""Kill-to-verified on real hardware: against the driver's release, memory stream on.
 
 For each size: an NVML poller (monitor.py FILE, every 2 ms, independent of gpush) and a torch
 holder start; then `gpush-helper wait-free` starts and is left waiting (its first poll sees the
@@ -6,9 +6,9 @@ holder; its nvidia-smi -lms memory stream is reading by then, as in a script's w
 systemd stop). Then SIGKILL goes to the holder, from here, at t0:
   release  = the poller's first reading at idle + 64 MiB or less, minus t0 (the driver's time)
   verified = wait-free's freed answer (its stdout closing), minus t0
-and the ratio verified/release. The issue's goal: at most 1.5.
+and the ratio verified/release. The goal: at most 1.5.
 
-Used by check7.py (section E); alone: python3 killverify.py BIN-DIR [GIB...]
+Used by truth.py (section E); alone: python3 killverify.py BIN-DIR [GIB...]
 Prints "MEASURED kill-to-verified ..." per run and one "RESULT kill-to-verified ..." line.
 """
 import json

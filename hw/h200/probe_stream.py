@@ -1,4 +1,4 @@
-"""Issue 11 probe (the lent H200, from the repo root: python3 hw/h200/probe_stream.py): does one
+"""Memory-stream probe (the lent H200, from the repo root: python3 hw/h200/probe_stream.py): does one
 long-running `nvidia-smi -lms 10` see a release as soon as NVML does? A torch holder (hold.py) is
 SIGKILLed; an NVML poller here (every 1 ms) and the stream's lines are timed against the kill.
 Also times one --query-compute-apps and one --query-gpu process."""

@@ -208,7 +208,7 @@ func (r *freeRun) manages(m helper.Manager, row *freeRow) bool {
 // WorkerOpenTime is how long a restarted CUDA worker takes from its start
 // to holding the GPU again: a torch worker opened /dev/nvidia0 4.2-5.7 s
 // and held 1 GiB 4.5-6.1 s after its start on an H200
-// (hw/h200/result-restarters.log); a settle covers a manager's restart
+// (hw/h200/results/restarters.log); a settle covers a manager's restart
 // delay plus this.
 const WorkerOpenTime = 8 * time.Second
 

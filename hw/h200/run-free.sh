@@ -2,10 +2,10 @@
 # The main job on real hardware: `gpush run free_gpus.lua -i localhost` (local
 # connection, no SSH: the H200 machine has no sshd) against real CUDA holders.
 #   here:   make build && mkdir -p .carry && cp bin/gpush remote/helperbin/bin/gpush-helper-linux-amd64 .carry/
-#   device: bash hw/h200/run-gpush.sh .carry
-# Output: stdout and $OUT/h200-gpush.log when $OUT is set.
+#   device: bash hw/h200/run-free.sh .carry
+# Output: stdout and $OUT/h200-free.log when $OUT is set.
 set -uo pipefail
-bin=$(readlink -f "${1:?usage: run-gpush.sh DIR-WITH-gpush-AND-gpush-helper}")
+bin=$(readlink -f "${1:?usage: run-free.sh DIR-WITH-gpush-AND-gpush-helper}")
 export PATH=$PATH:/usr/local/nvidia/bin NO_COLOR=1 PYTHONUNBUFFERED=1
 out=${OUT:-/tmp}
 here=$(dirname "$(readlink -f "$0")")
@@ -34,4 +34,4 @@ cd "$here"
   echo "== --json of a second run (nothing left to free)"; "$bin/gpush" run free_gpus.lua -i localhost --json
   pkill -9 -f hold.py
   exit $rc
-} 2>&1 | tee "$out/h200-gpush.log"
+} 2>&1 | tee "$out/h200-free.log"

@@ -1,4 +1,5 @@
-"""Facts for issue 7, measured on the lent H200 (run by hw/h200/probe.sh):
+"""Facts behind the truth rules' defaults, measured on the lent H200 (run by
+hw/h200/run-probe-defaults.sh):
 
 1. How long a restarted CUDA worker takes to come back: from fork/exec to its
    first /dev/nvidia* fd, to nvidia-uvm, to its memory being allocated. The

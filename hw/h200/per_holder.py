@@ -1,5 +1,5 @@
-"""Issue 10 (scripting) on real hardware: per-GPU memory, containers vs units, and
-wait-free for given holders against the driver's own release (run by run10.sh).
+"""Per-holder facts on real hardware: per-GPU memory, containers vs units, and
+wait-free for given holders against the driver's own release (run by run-per-holder.sh).
 
 Real CUDA holders (torch) on GPU 0: bob (4 GiB) and alice (2 GiB).
   1. snapshot: each holder's mem_by_gpu is its own memory on GPU 0 (nvidia-smi's

@@ -1,4 +1,4 @@
-"""Real-hardware check of gpush-helper on a host with NVIDIA GPUs (run by run.sh).
+"""Real-hardware check of gpush-helper on a host with NVIDIA GPUs (run by run-snapshot-kill.sh).
 
 Starts real CUDA holders (plain, SIGTERM-ignoring, a parent whose child is orphaned),
 then checks that `gpush-helper snapshot` lists each with the right GPU and memory

@@ -1,4 +1,4 @@
-"""Issue 7 on real hardware (run by run7.sh): gpush must never say "freed" where the GPU
+"""The truth rules on real hardware (run by run-truth.sh): gpush must never say "freed" where the GPU
 is not free, and must never kill what holds no memory while memory can be freed otherwise.
 
 Real CUDA holders (torch), on GPU 0:

@@ -5,8 +5,8 @@
 # host's nvidia-smi is wrapped (host var gpush_nvidia_smi) to log each run's form:
 # the -lms stream, --query-gpu one-shots, --query-compute-apps listings.
 #   here:   mkdir -p .carry/A .carry/B; cp <gpush and gpush-helper-linux-amd64 of build A> .carry/A/ (B likewise)
-#   device: bash hw/h200/run-count.sh .carry/A .carry/B
-# Output: stdout and $OUT/h200-count.log when $OUT is set; one "COUNT" line per free.
+#   device: bash hw/h200/run-smi-count.sh .carry/A .carry/B
+# Output: stdout and $OUT/h200-smi-count.log when $OUT is set; one "COUNT" line per free.
 set -uo pipefail
 export PATH=$PATH:/usr/local/nvidia/bin NO_COLOR=1 PYTHONUNBUFFERED=1
 out=${OUT:-/tmp}
@@ -50,4 +50,4 @@ free_once() {
     for b in "$@"; do free_once "$(basename "$b") round $round" "$b"; done
   done
   rm -rf "$work"
-} 2>&1 | tee "$out/h200-count.log"
+} 2>&1 | tee "$out/h200-smi-count.log"
