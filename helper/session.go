@@ -18,7 +18,7 @@ var streamLinger = 1500 * time.Millisecond
 // the last wait started, lingering after it so that the next snapshot
 // reads its GPU table from the stream and the next wait waits on it.
 // Outside a serve loop (a one-shot verb) there is none: each wait starts
-// and stops its own stream, as before.
+// and stops its own stream.
 type session struct {
 	mu sync.Mutex
 	// stream is the shared stream, nil when none runs.

@@ -12,7 +12,7 @@ import (
 
 // BenchmarkSessionFree runs a free's helper calls on one host of two held
 // GPUs (snapshot; kill GPU 0's worker, wait; snapshot; kill GPU 1's, wait;
-// snapshot), each verb on its own as before the session stream ("calls")
+// snapshot), each verb on its own without the session stream ("calls")
 // and in one serve session ("session"), alternately in the same run, and
 // reports per free the nvidia-smi processes started, the helper's CPU
 // (this process's rusage, the test's idle goroutines included) and that

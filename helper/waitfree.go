@@ -561,7 +561,7 @@ const (
 // is left to drain without a --query-compute-apps each poll: the listing
 // would only name the gone pids (ghosts) until the driver releases it, 72
 // ms after SIGKILL for 10 GiB on the H200, up to 300 ms for 100 GiB.
-// Memory still held after it is listed as before (a ghost a forked child
+// Memory still held after it is listed each poll again (a ghost a forked child
 // keeps), and so is any before a verdict: the deferral ends an interval
 // before the deadline.
 const drainDefer = time.Second

@@ -338,7 +338,7 @@ echo '{"gpus": {"hosts": ["gpu01", "gpu02"], "vars": {"tier": "from_script"}}, "
 	}
 }
 
-// The old shorthand (a group object without hosts/vars/children is a host
+// Ansible's legacy shorthand (a group object without hosts/vars/children is a host
 // of that name) and the warnings for what Ansible drops without a word.
 func TestScriptShorthandAndWarnings(t *testing.T) {
 	dir := t.TempDir()

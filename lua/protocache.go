@@ -41,7 +41,7 @@ func loadShared(L *glua.LState, src []byte, chunk string) (*glua.LFunction, erro
 			p, err = glua.Compile(ast, chunk)
 		}
 		if err != nil {
-			return L.Load(bytes.NewReader(src), chunk) // fails again, as before
+			return L.Load(bytes.NewReader(src), chunk) // fails again, with Load's own error
 		}
 		protos.mu.Lock()
 		if protos.m == nil {

@@ -128,8 +128,8 @@ func memAfter(r HostResult) (before, after int64) {
 	return before, after
 }
 
-// The drain: it read 30720 MiB, stopped the unit and read nothing
-// more; the recap showed 30720 when 10240 was used. The runner now reads
+// A drain: the script reads 30720 MiB, stops the unit and reads nothing
+// more, while 10240 is used; the recap must not show 30720. The runner reads
 // the GPUs again at the end when a stop or kill came after the last reading.
 func TestRecapFiguresComeFromTheNewestReading(t *testing.T) {
 	f, hosts := drainHost()

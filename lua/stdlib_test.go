@@ -138,7 +138,7 @@ func TestStdLibsAsOpenedAfresh(t *testing.T) {
 }
 
 // What one host's script does to the libraries stays on that host, and
-// every library works as before in a real run.
+// every library works as the standard one does in a real run.
 func TestStdLibsPerHost(t *testing.T) {
 	r, _ := one(t, `
 		-- A shared library's view: its metatable cannot be read or changed.

@@ -71,8 +71,8 @@ var HelperMargin = 10 * time.Second
 // HelperSetup bounds starting a host's helper before a call, apart from the
 // call's own time: the warm check and, on a cold host, the upload, which
 // may wait for one of the controller's upload slots (a thousand cold hosts
-// queue behind 32 uploads at a time: 600 of them used to pass their first
-// call's 40 s in the queue). A var so that tests can shorten it.
+// queue behind 32 uploads at a time: bounded by the call's own 40 s, 600
+// of them would spend it in the queue). A var so that tests can shorten it.
 var HelperSetup = 3 * time.Minute
 
 // budgeted is a helper request that says how long it may take (the

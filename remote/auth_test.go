@@ -82,7 +82,7 @@ func newKey(t *testing.T) ed25519.PrivateKey {
 	return key
 }
 
-// crowdedAgent is the case of issue 8: an sshd allowing 6 attempts and an
+// crowdedAgent is a crowded agent: an sshd allowing 6 attempts and an
 // agent holding 7 keys the server does not know, then the right one (the
 // server's client key) last.
 func crowdedAgent(t *testing.T) (*env, ed25519.PrivateKey, ssh.PublicKey) {

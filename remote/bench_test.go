@@ -90,7 +90,7 @@ func BenchmarkHelperContentCheck(b *testing.B) {
 }
 
 // BenchmarkHelperCallRTT is a helper call through a latency proxy of 20 ms
-// round trip: the old path (probe, SFTP and sha256sum per connection, a
+// round trip: the exec path (probe, SFTP and sha256sum per connection, a
 // session per call, wrapped for cancelling) against the serve session,
 // each iteration doing one of each, so that the ratio comes from one run.
 func BenchmarkHelperCallRTT(b *testing.B) {
@@ -153,7 +153,7 @@ func benchWarmConn(b *testing.B, e *env) {
 
 // BenchmarkServeConnHeap is the controller heap a warm connection holds
 // with its serve session running, against one that has made a call over
-// the old exec path (no session held): what one host costs at --forks N.
+// the exec path (no session held): what one host costs at --forks N.
 func BenchmarkServeConnHeap(b *testing.B) {
 	srv := sshd.StartT(b, sshd.Options{LogLevel: "ERROR"})
 	e := envFor(b, srv)

@@ -89,8 +89,8 @@ func readPid(t *testing.T, p string) int {
 	}
 }
 
-// An innocent process whose pid the command prints (as the old code read
-// "gpush-pid:N" from the first line) survives the cancel; the command
+// An innocent process whose pid the command prints (a "gpush-pid:N"
+// first line, which a pid-from-output cancel would trust) survives the cancel; the command
 // itself is stopped, and the signal request went on the session.
 func TestCancelNeverSignalsAPidFromOutput(t *testing.T) {
 	requireRoot(t)

@@ -363,13 +363,13 @@ func (c *sshConn) serveDeployed(ctx context.Context, verb, warmCmd, token string
 	}
 	if s == nil {
 		if strings.HasPrefix(again.reason, p+" has ") {
-			// Its size or sha256 differ: what the old check after the
-			// upload refused too.
+			// Its size or sha256 differ: the Go check after the upload
+			// would refuse it too.
 			return nil, fmt.Errorf("%s: uploaded helper %s failed the check right after the upload: %s; refusing to run it "+
 				"(is the disk full or failing, or is something rewriting %s?)", c.host.Name, p, again.reason, path.Dir(p))
 		}
 		// Refused for something the Go checks did not see (a stat that
-		// prints odd lines, say): check the file the Go way, as before.
+		// prints odd lines, say): check the file the Go way.
 		c.log.Warn("the warm check refused the uploaded helper; checking it over SFTP and sha256sum", "path", p, "why", again.reason)
 		p, err := c.helper.get(func() (string, error) {
 			p, _, err := c.deploy(ctx, refused.probe, false)

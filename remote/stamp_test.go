@@ -414,7 +414,7 @@ func BenchmarkWarmCheckCPU(b *testing.B) {
 
 // A check of the upload that refuses for something else than its content
 // (here: stat failing from the upload on) does not fail the call: the
-// upload is checked the Go way, as before, and run.
+// upload is checked the Go way (SFTP and sha256sum) and run.
 func TestUploadCheckRefusedOtherwiseFallsBack(t *testing.T) {
 	requireRoot(t)
 	e := newShimEnv(t)

@@ -65,13 +65,13 @@ import (
 // stamped one.
 //
 // Few processes: on a 2-core bench each process a session starts costs
-// about 1 ms of CPU, and a warm session used to start id, uname and one
-// stat per folder from / down. Now one stat prints every folder, the
+// about 1 ms of CPU, so a warm session does not start id, uname and one
+// stat per folder from / down: one stat prints every folder, the
 // helper and its stamp (GNU stat: one line per operand, in order); the
 // lines are checked in the same order with the same words. When that stat
 // fails (a path is missing, so it exits 1) or a line does not parse
-// (busybox), the check stats path by path as before, so a refusal reads
-// as it always did. The uid is the shell's effective uid from
+// (busybox), the check stats path by path, so a refusal reads the same
+// either way. The uid is the shell's effective uid from
 // /proc/self/status (read by the shell itself), id -u where that is
 // missing. uname -m stays: the kernel's arch file would ignore the login's
 // personality (linux32) and differ from the cold path's probe.

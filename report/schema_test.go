@@ -79,8 +79,8 @@ func TestJSONMatchesSchema(t *testing.T) {
 	}
 }
 
-// The schema catches what the old shape was: rows in .value, holders as
-// one string, a summary without counts.
+// The schema rejects wrong shapes: rows in .value, holders as one string,
+// a summary without counts.
 func TestSchemaRejects(t *testing.T) {
 	s := loadSchema(t)
 	for _, bad := range []string{

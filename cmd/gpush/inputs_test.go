@@ -78,7 +78,7 @@ func TestRunSyntaxErrorBeforeDialling(t *testing.T) {
 	}
 }
 
-// hostileComm is the process name of issue 8: cursor up, erase the line,
+// hostileComm is a hostile process name: cursor up, erase the line,
 // green. A copy of gpu-holder under that file name gets it as its comm.
 const hostileComm = "\x1b[1A\x1b[2K\x1b[32m"
 

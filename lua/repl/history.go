@@ -16,7 +16,7 @@ const historyLimit = 1000
 // The history file has one entry a line. An entry that spans lines (a
 // block that could not be joined safely) or starts with a quote is stored
 // as a JSON string, so it comes back as one entry; every other line is the
-// entry as typed, as in the files of earlier versions.
+// entry as typed, so a plain file of one entry a line reads as it is.
 
 // defaultHistoryPath is <user cache dir>/gpush/repl_history, its folder
 // created (0700: the history may hold what was typed about hosts).

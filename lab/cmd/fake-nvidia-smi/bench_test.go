@@ -85,8 +85,8 @@ func nsHolders(b *testing.B, h *h200, n int) string {
 
 // BenchmarkCost is the CPU of one stream period (in process: the scan,
 // the state file, not the print) and of one one-shot run (the whole
-// process: start, config, scan, state, answer), the old way (a whole
-// ScanClaims and a state rewrite each time) against the new one, in the
+// process: start, config, scan, state, answer), by full scans (a whole
+// ScanClaims and a state rewrite each time) against the incremental way, in the
 // same run, with 20 and 200 claimants besides every other process of the
 // machine. view=host reads the holders' namespace's /proc (an isolated lab
 // host: the claimants and a shell), view=machine the machine's (every

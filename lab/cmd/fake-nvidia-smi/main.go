@@ -29,7 +29,7 @@
 //	    keeps the output open, and hang, both of them
 //
 // Two more serve the benchmark and the tests: FAKE_NVIDIA_SMI_FULL_SCAN=1
-// observes the old way (a whole scan and a state rewrite per reading), and
+// observes by full scans (a whole scan and a state rewrite per reading), and
 // FAKE_NVIDIA_SMI_PROC names the /proc to read (default /proc).
 package main
 

@@ -14,9 +14,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fullScanEnv makes every reading the old way: a whole ScanClaims and a
-// rewrite of the state file, kept to measure the incremental way against
-// and as the tests' reference.
+// fullScanEnv makes every reading a full scan: a whole ScanClaims and a
+// rewrite of the state file, to measure the incremental way against and
+// as the tests' reference.
 const fullScanEnv = "FAKE_NVIDIA_SMI_FULL_SCAN"
 
 // procDirEnv names the /proc to read (default /proc): the benchmark's

@@ -85,7 +85,7 @@ func waitDead(t *testing.T, pid int) {
 
 // Holders that die and appear while a stream runs: each reading is one of
 // the states the holders passed through, in order, never an older one
-// again, and the last agrees with a one-shot of the old way (a whole scan).
+// again, and the last agrees with a one-shot by full scan (a whole scan).
 func TestStreamHoldersComeAndGo(t *testing.T) {
 	for _, delay := range []string{"", "20ms"} {
 		h := newH200(t)
