@@ -25,7 +25,8 @@ import (
 	"github.com/gpush/gpush/lab"
 )
 
-// scaleHosts is the fleet of the output test: the 300.
+// scaleHosts is the fleet of the output test: 300 hosts, the size the
+// output must stay readable at.
 const scaleHosts = 300
 
 // scaleScript prints per-host lines with numbers after one real command
@@ -152,7 +153,7 @@ func writeScaleScript(t *testing.T) string {
 }
 
 // keepOutput saves a run's stdout for the record (GPUSH_E2E_OUT names the
-// folder; the note shows it).
+// folder, to show what a fleet's output looks like).
 func keepOutput(t *testing.T, name string, r runResult) {
 	dir := os.Getenv("GPUSH_E2E_OUT")
 	if dir == "" {

@@ -153,7 +153,7 @@ func TestFleetTable(t *testing.T) {
 	}
 }
 
-// The case: a host returning {{a=1},{a=1},{a=2}} shows 3 rows.
+// A host returning {{a=1},{a=1},{a=2}} shows 3 rows.
 func TestFleetTableNeverDropsARow(t *testing.T) {
 	v := []any{map[string]any{"a": 1.0}, map[string]any{"a": 1.0}, map[string]any{"a": 2.0}}
 	tb := FleetTable([]Result{{Host: "h1", Status: StatusOK, Value: v}}, nil)

@@ -168,7 +168,7 @@ mine.kill()
 mine.wait()
 time.sleep(0.5)
 
-# Issue 11: kill-to-verified with the memory stream on, against the driver's release read by an
+# E: kill-to-verified with the memory stream on, against the driver's release read by an
 # independent NVML poller (see killverify.py). WAIT_INTERVAL=100ms is the default: the stream,
 # not the interval, should set the latency.
 WAIT_INTERVAL = os.environ.get("WAIT_INTERVAL", "100ms")
