@@ -1438,8 +1438,8 @@ func ModuleRoot(ctx context.Context) (string, error) {
 
 // BuildGpush builds gpush to out with a static gpush-helper for every
 // architecture embedded (HelperArches), as `make build` does, but without
-// writing into the source tree: the helpers go beside out and reach gpush's
-// go:embed through `go build -overlay`.
+// writing into the source tree: the helpers go beside out, and `go build
+// -overlay` puts them where gpush's go:embed reads them.
 func BuildGpush(ctx context.Context, out string) error {
 	root, err := ModuleRoot(ctx)
 	if err != nil {

@@ -112,7 +112,7 @@ func Load(path string) (*Config, error) {
 		c.StateDir = filepath.Join(filepath.Dir(path), c.StateDir)
 	}
 	if !strings.HasPrefix(c.CgroupBase, "/") || strings.Contains(c.CgroupBase, "..") {
-		return nil, fmt.Errorf("fake systemctl config %s: cgroup_base %q must be an absolute path without ..", path, c.CgroupBase)
+		return nil, fmt.Errorf("fake systemctl config %s: cgroup_base %q must be an absolute path with no \"..\" in it", path, c.CgroupBase)
 	}
 	for name, u := range c.Units {
 		if len(u.Exec) == 0 || !filepath.IsAbs(u.Exec[0]) {
