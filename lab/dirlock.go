@@ -64,8 +64,8 @@ func (e *BusyError) Error() string {
 }
 
 // lockDir takes dir's lock for the calling lab, with its pid and start
-// time recorded, or returns a *BusyError naming the lab that holds it. The file is
-// close-on-exec: no child keeps the lock after the lab is gone.
+// time recorded, or returns a *BusyError naming the lab that holds it. The
+// file is close-on-exec: no child keeps the lock after the lab is gone.
 func lockDir(dir string) (*os.File, error) {
 	f, err := tryLock(dir)
 	if err != nil {
