@@ -16,7 +16,7 @@ help:
 	@echo "make test    go vet + go test -race ./...;  make test-scale: the 300-host output test"
 	@echo "make demo    start a simulated GPU lab behind sshd and run free_gpus.lua on it"
 	@echo "make demo-restarters  the same on workers that restarters bring back (slow, backoff, kubelet stand-in, shell loop)"
-	@echo "make lint    gofmt + go vet;  make fuzz: every fuzz target for FUZZTIME"
+	@echo "make lint    gofmt + go vet + staticcheck;  make fuzz: every fuzz target for FUZZTIME"
 	@echo "make bench   gpush vs pdsh on 50 lab hosts"
 
 # deps installs the OS packages (openssh-server for the loopback sshd of the
@@ -59,10 +59,15 @@ gpush: helpers
 
 build: helpers gpush
 
+# staticcheck comes through the Go module proxy, at a pinned version (go
+# run builds it once, then it is cached): nothing to install beforehand.
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags scale ./e2e/
+	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags scale ./e2e/
 
 # The Slurm and podman tests fail, not skip, where Slurm or podman is
 # missing (make deps installs them); REQUIRE_REAL= lets them skip.

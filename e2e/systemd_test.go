@@ -17,6 +17,8 @@ import (
 	"github.com/gpush/gpush/lab"
 	"github.com/gpush/gpush/lab/labgpu"
 	"github.com/gpush/gpush/lab/nssystemd"
+
+	"github.com/gpush/gpush/lab/procstat"
 )
 
 // These tests run `gpush run free_gpus.lua` on the local host (no SSH)
@@ -207,13 +209,8 @@ func (h *sdHost) active(unit string) string {
 }
 
 func pidAlive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && i+2 < len(s) && s[i+2] != 'Z'
+	st, err := procstat.Read(pid)
+	return err == nil && st.State != 'Z'
 }
 
 // A typo in a unit name fails the host, saying the unit was not found;

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -24,8 +23,6 @@ const (
 	// it is reported as survived (D state, ...), rather than waited on forever.
 	killWait = 3 * time.Second
 )
-
-var errESRCH = syscall.ESRCH
 
 var signals = map[string]unix.Signal{
 	"TERM": unix.SIGTERM, "KILL": unix.SIGKILL, "INT": unix.SIGINT, "HUP": unix.SIGHUP,

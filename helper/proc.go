@@ -354,11 +354,6 @@ func (p procFS) ancestors(pid int) map[int]bool {
 	return seen
 }
 
-// isNotExist reports whether err means the process is gone.
-func isNotExist(err error) bool {
-	return errors.Is(err, os.ErrNotExist) || errors.Is(err, errESRCH)
-}
-
 // driverGPU is one /proc/driver/nvidia/gpus/*/information file.
 type driverGPU struct {
 	BusID string // normalised, see normBusID
@@ -381,6 +376,7 @@ func parseDriverInfo(b []byte) (driverGPU, error) {
 		case "Device Minor":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
+				//lint:ignore ST1005 "Device Minor" is the key as the driver's information file spells it; the error is always shown after that file's path.
 				return g, fmt.Errorf("Device Minor %q: not a number", v)
 			}
 			g.Minor = n

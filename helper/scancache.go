@@ -537,10 +537,8 @@ func (c *scanCache) sharers(next map[int]*scanEntry, fresh, reused []int) ([]int
 	})
 	var again []int
 	dropped := func(pids []int) {
-		for _, p := range pids {
-			// Vanished or not comparable: read it again (if still there).
-			again = append(again, p)
-		}
+		// Vanished or not comparable: read them again (if still there).
+		again = append(again, pids...)
 	}
 	for _, pid := range reused {
 		if in[pid] {

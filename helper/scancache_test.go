@@ -343,7 +343,7 @@ func TestScanCacheMatchesUncached(t *testing.T) {
 	for _, pid := range sleepers[:5] {
 		waitIdle(t, pid)
 	}
-	s, c := cachedScanner(t, h.cfg)
+	s, _ := cachedScanner(t, h.cfg)
 	u1, den1, err := s.scanFDsUncached()
 	if err != nil {
 		t.Fatal(err)
@@ -353,7 +353,7 @@ func TestScanCacheMatchesUncached(t *testing.T) {
 		t.Fatal(err)
 	}
 	dropScanCacheT(s)
-	s, c = cachedScanner(t, h.cfg)
+	s, c := cachedScanner(t, h.cfg)
 	cold := scanNow(t, s)
 	readsCold, d0 := c.tableReads, c.drops
 	_, denWarm, err := s.scanFDs()

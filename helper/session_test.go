@@ -216,7 +216,7 @@ func TestSessionStreamReuse(t *testing.T) {
 		t.Errorf("%d --query-gpu, %d streams, %d snapshots from the stream: want 0, 1, 2", one, len(streams), n)
 	}
 	l.end()
-	if one, _, streams = runs(); len(streams) != 1 || !reaped(streams[0]) {
+	if _, _, streams = runs(); len(streams) != 1 || !reaped(streams[0]) {
 		t.Errorf("streams %v after the session's end: want one, reaped", streams)
 	}
 }

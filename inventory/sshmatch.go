@@ -8,6 +8,8 @@ import (
 	"time"
 )
 
+//lint:file-ignore ST1005 these errors start with ssh_config's keywords (Match, Host), spelled as ssh_config spells them, and are always shown after the line they come from (file:line: Match ...).
+
 // sshOptions are the values ssh obtained for the keywords gpush uses; ""
 // and 0 mean not obtained yet (the first value obtained wins).
 type sshOptions struct {

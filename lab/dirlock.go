@@ -11,17 +11,30 @@ import (
 	"time"
 
 	"github.com/gpush/gpush/lab/labsystemd"
+	"github.com/gpush/gpush/lab/procstat"
 	"golang.org/x/sys/unix"
 )
 
 // A lab folder serves one lab at a time. The lab that runs in it holds an
 // exclusive flock on Dir/lab.lock from Start to the end of Stop, with its
-// pid written in the file: the kernel drops the lock when that process
-// dies, however it dies, so a held lock always means a live lab (also one
-// still starting, before the CLI's lab.json exists). A lab whose server
-// died without Stop leaves its holders and services behind, running
-// programs from the folder: those make the folder busy too, since a new
-// lab's hosts would show them as holders of its own fake GPUs.
+// pid and start time written in the file: the kernel drops the lock when
+// that process dies, however it dies, so a held lock whose holder lives
+// means a live lab (also one still starting, before the CLI's lab.json
+// exists). A lab whose server died without Stop leaves its holders and
+// services behind, running programs from the folder: those make the folder
+// busy too, since a new lab's hosts would show them as holders of its own
+// fake GPUs.
+//
+// "Dies" takes a moment the lock must not outlive: a KILLed server's
+// leader thread turns zombie (what Alive and the CLI see as dead) while its
+// other threads, which share its files, are still on their way out, and
+// the lock is dropped only when the last of them has gone. A lock held by
+// a holder that has exited, or by none recorded (a check such as Busy, a
+// lab between its flock and its pid), is waited for (lockWait): the lock
+// ends with its lab, whatever the timing.
+
+// lockWait bounds how long a lock held by no live lab is waited for.
+var lockWait = 10 * time.Second
 
 // LockName is the lock file in a lab folder.
 const LockName = "lab.lock"
@@ -50,16 +63,20 @@ func (e *BusyError) Error() string {
 	return fmt.Sprintf("lab folder %s: processes of an earlier lab still run from it (pids %v); end them first (gpush-lab down --dir %s)", e.Dir, e.Leftovers, e.Dir)
 }
 
-// lockDir takes dir's lock for the calling lab, with its pid recorded, or
-// returns a *BusyError naming the lab that holds it. The file is
-// close-on-exec: no child keeps the lock after the lab is gone.
+// lockDir takes dir's lock for the calling lab, with its pid and start
+// time recorded, or returns a *BusyError naming the lab that holds it. The
+// file is close-on-exec: no child keeps the lock after the lab is gone.
 func lockDir(dir string) (*os.File, error) {
 	f, err := tryLock(dir)
 	if err != nil {
 		return nil, err
 	}
-	if err := f.Truncate(0); err == nil {
-		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	st, err := procstat.Read(os.Getpid())
+	if err == nil {
+		err = f.Truncate(0)
+	}
+	if err == nil {
+		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+" "+strconv.FormatUint(st.StartTime, 10)+"\n"), 0)
 	}
 	if err != nil {
 		f.Close()
@@ -69,20 +86,63 @@ func lockDir(dir string) (*os.File, error) {
 }
 
 // tryLock takes dir's lock without recording a pid (a check, or a cleanup
-// that starts no lab), or returns a *BusyError.
+// that starts no lab), or returns a *BusyError: at once while a live lab
+// holds it, else once the lock is free, waiting up to lockWait.
 func tryLock(dir string) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(dir, LockName), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("lab: lock folder %s: %w", dir, err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, &BusyError{Dir: dir, Running: true, PID: lockHolder(dir)}
+	deadline := time.Now().Add(lockWait)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return f, nil
 		}
-		return nil, fmt.Errorf("lab: lock folder %s: %w", dir, err)
+		if err == unix.EINTR {
+			continue
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lab: lock folder %s: %w", dir, err)
+		}
+		pid, start, live := lockHolder(dir)
+		if live || !time.Now().Before(deadline) {
+			f.Close()
+			if !live {
+				pid = 0
+			}
+			return nil, &BusyError{Dir: dir, Running: true, PID: pid}
+		}
+		awaitGone(pid, start, time.Until(deadline))
 	}
-	return f, nil
+}
+
+// awaitGone waits up to d for the recorded holder pid (started at start,
+// 0: not recorded), which has exited, to be gone with all its threads: the
+// kernel has dropped its lock by then. Where there is no such process to
+// wait on (none recorded, or it is gone and something else holds the lock
+// for a moment), it waits a short while.
+func awaitGone(pid int, start uint64, d time.Duration) {
+	const step = 20 * time.Millisecond
+	if pid > 0 {
+		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+			defer unix.Close(fd)
+			// Checked after the pidfd pins it: the holder, exited.
+			st, err := procstat.Read(pid)
+			if err == nil && st.Exited() && (start == 0 || st.StartTime == start) {
+				// A pidfd reads as ready once the whole thread group
+				// has exited (a zombie too): not before its last
+				// thread let go of the lock.
+				fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+				if n, _ := unix.Poll(fds, 0); n == 0 {
+					unix.Poll(fds, int(d.Milliseconds())+1)
+					return
+				}
+			}
+		}
+	}
+	time.Sleep(min(step, d))
 }
 
 // unlockDir releases a lock lockDir took, clearing the pid first: a pid
@@ -92,11 +152,27 @@ func unlockDir(f *os.File) {
 	f.Close()
 }
 
-// lockHolder is the pid a lock holder wrote (0 while it has not yet).
-func lockHolder(dir string) int {
+// lockHolder is the pid and start time a lock holder wrote (0 while it has
+// not yet; a start time 0 from a lab that wrote none), and whether that
+// process still runs: the same process (its start time, where written,
+// matches) and not exited.
+func lockHolder(dir string) (pid int, start uint64, live bool) {
 	b, _ := os.ReadFile(filepath.Join(dir, LockName))
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return pid
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, 0, false
+	}
+	pid, err := strconv.Atoi(f[0])
+	if err != nil || pid <= 0 {
+		return 0, 0, false
+	}
+	if len(f) > 1 {
+		if start, err = strconv.ParseUint(f[1], 10, 64); err != nil {
+			return 0, 0, false
+		}
+	}
+	st, err := procstat.Read(pid)
+	return pid, start, err == nil && !st.Exited() && (start == 0 || st.StartTime == start)
 }
 
 // Busy says why a lab cannot start in dir now (a *BusyError), nil when it

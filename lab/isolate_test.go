@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/gpush/gpush/lab/sshd"
+
+	"github.com/gpush/gpush/lab/procstat"
 )
 
 // With Isolate, a session on a host sees that host's processes only, under
@@ -93,8 +95,9 @@ func testIsolatedHosts(t *testing.T, kind string) {
 				t.Errorf("%s %s: host pid %d runs %q there, machine pid %d runs %q", h.Name, p.Role, p.HostPID, there, p.PID, mine)
 			}
 			if p.Role == RoleOrphan {
-				if f := strings.Fields(run(h.Name, "cat /proc/"+strconv.Itoa(p.HostPID)+"/stat")); len(f) < 4 || f[3] != "1" {
-					t.Errorf("%s orphan: stat %v, want parent 1", h.Name, f)
+				out := run(h.Name, "cat /proc/"+strconv.Itoa(p.HostPID)+"/stat")
+				if st, err := procstat.Parse([]byte(out)); err != nil || st.PPID != 1 {
+					t.Errorf("%s orphan: stat %q (%v), want parent 1", h.Name, out, err)
 				}
 			}
 		}

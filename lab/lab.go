@@ -35,6 +35,8 @@ import (
 	"github.com/gpush/gpush/lab/podmanlab"
 	"github.com/gpush/gpush/lab/sshd"
 	"gopkg.in/yaml.v3"
+
+	"github.com/gpush/gpush/lab/procstat"
 )
 
 // Scenarios: what each lab host's GPUs look like at the start. What each
@@ -1162,51 +1164,14 @@ func (l *Lab) Find(host, role string) []Proc {
 // Alive reports whether the process still runs with the same identity (a
 // reused pid does not count); zombies count as dead.
 func Alive(p Proc) bool {
-	st, err := StartTime(p.PID)
-	if err != nil || st != p.StartTime {
-		return false
-	}
-	state, err := procState(p.PID)
-	return err == nil && state != "Z" && state != "X"
+	st, err := procstat.Read(p.PID)
+	return err == nil && st.StartTime == p.StartTime && !st.Exited()
 }
 
 // StartTime reads field 22 of /proc/PID/stat (clock ticks since boot).
 func StartTime(pid int) (uint64, error) {
-	f, err := statFields(pid)
-	if err != nil {
-		return 0, err
-	}
-	// f starts at field 3 (state); starttime is field 22.
-	if len(f) < 20 {
-		return 0, fmt.Errorf("/proc/%d/stat: short", pid)
-	}
-	return strconv.ParseUint(f[19], 10, 64)
-}
-
-func procState(pid int) (string, error) {
-	f, err := statFields(pid)
-	if err != nil {
-		return "", err
-	}
-	return f[0], nil
-}
-
-// statFields returns the fields of /proc/PID/stat after the comm, which may
-// hold spaces and parentheses.
-func statFields(pid int) ([]string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil, err
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return nil, fmt.Errorf("/proc/%d/stat: no comm", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) == 0 {
-		return nil, fmt.Errorf("/proc/%d/stat: empty", pid)
-	}
-	return f, nil
+	st, err := procstat.Read(pid)
+	return st.StartTime, err
 }
 
 // writeFiles writes the inventory, known_hosts and an ssh_config.
@@ -1416,7 +1381,7 @@ func exesUnder(dir string) []int {
 		if err != nil || !strings.HasPrefix(exe, prefix) {
 			continue
 		}
-		if st, err := procState(pid); err == nil && st != "Z" && st != "X" {
+		if st, err := procstat.Read(pid); err == nil && !st.Exited() {
 			out = append(out, pid)
 		}
 	}
@@ -1438,8 +1403,8 @@ func ModuleRoot(ctx context.Context) (string, error) {
 
 // BuildGpush builds gpush to out with a static gpush-helper for every
 // architecture embedded (HelperArches), as `make build` does, but without
-// writing into the source tree: the helpers go beside out and reach gpush's
-// go:embed through `go build -overlay`.
+// writing into the source tree: the helpers go beside out, and `go build
+// -overlay` puts them where gpush's go:embed reads them.
 func BuildGpush(ctx context.Context, out string) error {
 	root, err := ModuleRoot(ctx)
 	if err != nil {

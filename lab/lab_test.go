@@ -16,6 +16,8 @@ import (
 
 	"github.com/gpush/gpush/lab/sshd"
 	"github.com/gpush/gpush/remote/helperbin"
+
+	"github.com/gpush/gpush/lab/procstat"
 )
 
 // A lab host must look like a GPU host to the outside: the fake nvidia-smi
@@ -226,12 +228,17 @@ func openDevs(t *testing.T, pid int) string {
 
 func parentOf(t *testing.T, pid int) int {
 	t.Helper()
-	f, err := statFields(pid)
+	st, err := procstat.Read(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ppid, _ := strconv.Atoi(f[1]) // fields after comm: state, ppid
-	return ppid
+	return st.PPID
+}
+
+// procState is pid's state letter (Z: a zombie).
+func procState(pid int) (string, error) {
+	st, err := procstat.Read(pid)
+	return string(st.State), err
 }
 
 func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }

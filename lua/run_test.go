@@ -138,7 +138,7 @@ func TestUnreachable(t *testing.T) {
 	}
 
 	// The connection dies mid-script: unreachable, not failed.
-	f, hosts = newFleet("gpu01")
+	_, hosts = newFleet("gpu01")
 	r := Run(t.Context(), script(`gpu.mem(); gpu.mem()`), hosts, Options{Dial: func(ctx context.Context, h inventory.Host) (remote.Conn, error) {
 		c := modulestest.NewConn(h.Name, modulestest.NewGPUHost(h.Name, 1))
 		return &losingConn{Conn: c}, nil

@@ -48,14 +48,13 @@ func testLogger(t testing.TB) (*slog.Logger, *logBuf) {
 
 // env is one test's sshd, known_hosts and dial options.
 type env struct {
-	srv   *sshd.Server
-	kh    string
-	opts  Options
-	host  inventory.Host
-	dir   string // the helper's remote dir (same machine: loopback)
-	logs  *logBuf
-	tdir  string
-	start time.Time
+	srv  *sshd.Server
+	kh   string
+	opts Options
+	host inventory.Host
+	dir  string // the helper's remote dir (same machine: loopback)
+	logs *logBuf
+	tdir string
 }
 
 func newEnv(t testing.TB, so sshd.Options) *env {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/gpush/gpush/helper"
 	"github.com/gpush/gpush/lab/sshd"
-	"github.com/gpush/gpush/remote/helperbin"
 )
 
 // sumMethods runs f once with the host's sha256sum and once with a host
@@ -25,15 +24,6 @@ func sumMethods(t *testing.T, f func(t *testing.T)) {
 		defer func() { sumCommand = old }()
 		f(t)
 	})
-}
-
-func helperBytes(t *testing.T) []byte {
-	t.Helper()
-	b, err := helperbin.Source(mustGoArch(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 func mustGoArch(t *testing.T) string {

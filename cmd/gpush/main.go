@@ -20,9 +20,6 @@ import (
 	"github.com/gpush/gpush/termsafe"
 )
 
-// exitQuit is the status of a run quit at the second interrupt.
-const exitQuit = 130
-
 // gcPercent is the collector's target gpush runs with unless GOGC sets
 // one. A run keeps every host's connection, Lua state and goroutines live
 // for as long as the host runs, and a free keeps all of them live at once

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpush/gpush/lab/procstat"
 )
 
 // GPU is one simulated device.
@@ -231,27 +233,17 @@ func scan(procDir, devDir string, claimsOnly bool) ([]Proc, error) {
 		if len(devs) == 0 {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join(base, "stat"))
-		if err != nil {
+		stat, err := procstat.ReadIn(procDir, pid)
+		if err != nil || stat.State == 'Z' && live == base {
 			continue
 		}
-		s := string(stat)
-		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || end < open {
-			continue
-		}
-		f := strings.Fields(s[end+1:])
-		if len(f) < 20 || f[0] == "Z" && live == base {
-			continue
-		}
-		st, _ := strconv.ParseUint(f[19], 10, 64)
 		cmd, _ := os.ReadFile(filepath.Join(live, "cmdline"))
 		argv := strings.Split(strings.TrimRight(string(cmd), "\x00"), "\x00")
-		name := s[open+1 : end]
+		name := stat.Comm
 		if len(argv) > 0 && argv[0] != "" {
 			name = argv[0]
 		}
-		p := Proc{PID: pid, StartTime: st, Name: name, Devices: devs, MemMiB: MemMiB(argv)}
+		p := Proc{PID: pid, StartTime: stat.StartTime, Name: name, Devices: devs, MemMiB: MemMiB(argv)}
 		p.KeepsOf, p.KeepsMiB = KeepsMemOf(argv)
 		if claimsOnly && p.MemMiB == 0 && p.KeepsMiB == 0 {
 			continue

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpush/gpush/lab/procstat"
 )
 
 // Scanner is ScanClaims for a process that reads the same /proc again and
@@ -289,20 +291,11 @@ func (s *Scanner) examine(pid int, ino uint64) *tracked {
 	if len(devs) == 0 {
 		return t
 	}
-	stat, err := s.read(base + "/stat")
-	if err != nil {
+	stat, err := procstat.ReadIn(s.procDir, pid)
+	if err != nil || stat.State == 'Z' && live == base {
 		return t
 	}
-	open, end := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
-	if open < 0 || end < open {
-		return t
-	}
-	f := strings.Fields(string(stat[end+1:]))
-	if len(f) < 20 || f[0] == "Z" && live == base {
-		return t
-	}
-	st, _ := strconv.ParseUint(f[19], 10, 64)
-	name := string(stat[open+1 : end])
+	name := stat.Comm
 	argvOf := cmd
 	if live != base {
 		if argvOf, err = s.read(live + "/cmdline"); err != nil {
@@ -313,7 +306,7 @@ func (s *Scanner) examine(pid int, ino uint64) *tracked {
 	if len(argv) > 0 && argv[0] != "" {
 		name = argv[0]
 	}
-	p := Proc{PID: pid, StartTime: st, Name: name, Devices: devs, MemMiB: MemMiB(argv)}
+	p := Proc{PID: pid, StartTime: stat.StartTime, Name: name, Devices: devs, MemMiB: MemMiB(argv)}
 	p.KeepsOf, p.KeepsMiB = KeepsMemOf(argv)
 	if p.MemMiB == 0 && p.KeepsMiB == 0 {
 		return t

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/gpush/gpush/lab/labbuild"
+
+	"github.com/gpush/gpush/lab/procstat"
 )
 
 var holderBin string
@@ -87,8 +89,8 @@ func killDead(t testing.TB, procDir string, pid int) {
 func waitDead(t testing.TB, procDir string, pid int) {
 	t.Helper()
 	for {
-		b, err := os.ReadFile(filepath.Join(procDir, strconv.Itoa(pid), "stat"))
-		if err != nil || strings.Contains(string(b), ") Z ") {
+		st, err := procstat.ReadIn(procDir, pid)
+		if err != nil || st.State == 'Z' {
 			return
 		}
 		time.Sleep(2 * time.Millisecond)
@@ -169,7 +171,7 @@ func TestScannerIsScanClaims(t *testing.T) {
 	pk := startHolder(t, "--dev", d("nvidia1"), "--mem-mib", "300", "--keeper")
 	pc := startHolder(t, "--dev", d("nvidia0"), "--mem-mib", "10", "--child-mem-mib", "20")
 	zl := startHolder(t, "--dev", d("nvidia1"), "--mem-mib", "7", "--zombie-leader")
-	for !strings.Contains(readStat(zl[0]), ") Z ") {
+	for st, _ := procstat.Read(zl[0]); st.State != 'Z'; st, _ = procstat.Read(zl[0]) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	check("keeper, child, zombie leader", 6)
@@ -185,11 +187,6 @@ func TestScannerIsScanClaims(t *testing.T) {
 	}
 	killDead(t, "/proc", b[0])
 	check("zombie leader and the new one dead", 2)
-}
-
-func readStat(pid int) string {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	return string(b)
 }
 
 // nsShell is a shell that is pid 1 of a PID namespace of its own (with its

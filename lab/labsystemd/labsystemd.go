@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpush/gpush/lab/procstat"
 )
 
 // Kill modes, as systemd's KillMode=.
@@ -112,7 +114,7 @@ func Load(path string) (*Config, error) {
 		c.StateDir = filepath.Join(filepath.Dir(path), c.StateDir)
 	}
 	if !strings.HasPrefix(c.CgroupBase, "/") || strings.Contains(c.CgroupBase, "..") {
-		return nil, fmt.Errorf("fake systemctl config %s: cgroup_base %q must be an absolute path without ..", path, c.CgroupBase)
+		return nil, fmt.Errorf("fake systemctl config %s: cgroup_base %q must be an absolute path with no \"..\" in it", path, c.CgroupBase)
 	}
 	for name, u := range c.Units {
 		if len(u.Exec) == 0 || !filepath.IsAbs(u.Exec[0]) {
@@ -243,42 +245,8 @@ func procsIn(dir string, out *[]int) {
 // Live reports whether pid exists and is not a zombie (a zombie has let go
 // of everything; nobody may reap it when its parent is gone).
 func Live(pid int) bool {
-	st, ok := State(pid)
-	return ok && st != "Z" && st != "X"
-}
-
-// State returns the state letter of /proc/PID/stat.
-func State(pid int) (string, bool) {
-	f, err := StatFields(pid)
-	if err != nil || len(f) == 0 {
-		return "", false
-	}
-	return f[0], true
-}
-
-// StartTime returns field 22 of /proc/PID/stat.
-func StartTime(pid int) (uint64, error) {
-	f, err := StatFields(pid)
-	if err != nil {
-		return 0, err
-	}
-	if len(f) < 20 {
-		return 0, fmt.Errorf("/proc/%d/stat: short", pid)
-	}
-	return strconv.ParseUint(f[19], 10, 64)
-}
-
-// StatFields returns the fields of /proc/PID/stat after the comm.
-func StatFields(pid int) ([]string, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return nil, err
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return nil, fmt.Errorf("/proc/%d/stat: no comm", pid)
-	}
-	return strings.Fields(string(b[i+1:])), nil
+	st, err := procstat.Read(pid)
+	return err == nil && !st.Exited()
 }
 
 // LivePids filters pids down to the live ones.
@@ -425,8 +393,8 @@ func KillForker(p *os.Process) error {
 	// A signal takes effect on the way out of the kernel: after a fork in
 	// flight, so the children listed below are all there are.
 	for i := 0; i < 1000; i++ {
-		st, ok := State(p.Pid)
-		if !ok || st == "T" || st == "t" || st == "Z" || st == "X" {
+		st, err := procstat.Read(p.Pid)
+		if err != nil || st.State == 'T' || st.State == 't' || st.Exited() {
 			break
 		}
 		time.Sleep(time.Millisecond)
@@ -453,14 +421,13 @@ func ChildrenOf(pid int) []int {
 	if err != nil {
 		return nil
 	}
-	want := strconv.Itoa(pid)
 	var out []int
 	for _, e := range ents {
 		c, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		if f, err := StatFields(c); err == nil && len(f) > 1 && f[1] == want {
+		if st, err := procstat.Read(c); err == nil && st.PPID == pid {
 			out = append(out, c)
 		}
 	}
@@ -475,8 +442,7 @@ func killChild(pid, parent int) error {
 		return nil // gone already
 	}
 	defer unix.Close(fd)
-	f, err := StatFields(pid)
-	if err != nil || len(f) < 2 || f[1] != strconv.Itoa(parent) {
+	if st, err := procstat.Read(pid); err != nil || st.PPID != parent {
 		return nil // no longer parent's
 	}
 	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {

@@ -285,17 +285,6 @@ func staticBusybox() (string, error) {
 	return "", fmt.Errorf("no static busybox in /bin or /usr/bin")
 }
 
-// Exec runs podman with args in this setup; it returns stdout, or fails
-// the test with what podman printed.
-func (l *Lab) Exec(args ...string) string {
-	l.t.Helper()
-	out, err := l.Runtime.Exec(args...)
-	if err != nil {
-		l.t.Fatal(err)
-	}
-	return out
-}
-
 // Container is one container of the lab.
 type Container struct {
 	lab        *Lab

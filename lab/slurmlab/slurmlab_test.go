@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpush/gpush/lab/procstat"
 )
 
 // A cluster of three nodes runs a job on each; a cancelled job's processes
@@ -77,8 +79,8 @@ func waitGone(t *testing.T, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil || strings.Contains(string(b), ") Z ") || syscall.Kill(pid, 0) != nil {
+		st, err := procstat.Read(pid)
+		if err != nil || st.State == 'Z' || syscall.Kill(pid, 0) != nil {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -225,7 +225,12 @@ func findGo() (string, error) {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p, nil
 	}
-	for _, p := range []string{filepath.Join(runtime.GOROOT(), "bin", "go"), "/usr/local/go/bin/go"} {
+	// GOROOT is set where go runs this (go test, go run); else Go's usual place.
+	tries := []string{"/usr/local/go/bin/go"}
+	if root := os.Getenv("GOROOT"); filepath.IsAbs(root) {
+		tries = append([]string{filepath.Join(root, "bin", "go")}, tries...)
+	}
+	for _, p := range tries {
 		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
 			return p, nil
 		}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/gpush/gpush/lab/labbuild"
 	"github.com/gpush/gpush/lab/labgpu"
+
+	"github.com/gpush/gpush/lab/procstat"
 )
 
 const fixtureDir = "../../../../shared/fixtures/nvidia-h200"
@@ -231,11 +233,7 @@ func TestReleaseDelay(t *testing.T) {
 		t.Fatalf("alive: used %s", u)
 	}
 	syscall.Kill(pids[0], syscall.SIGKILL)
-	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pids[0]))
-		if err != nil || strings.Contains(string(b), ") Z ") {
-			break
-		}
+	for state(pids[0]) != "gone" && state(pids[0]) != "Z" {
 		time.Sleep(5 * time.Millisecond)
 	}
 	if u := used(); u != "100" {
@@ -376,12 +374,11 @@ func TestComputeAppsOwnersGhostsZombies(t *testing.T) {
 }
 
 func state(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procstat.Read(pid)
 	if err != nil {
 		return "gone"
 	}
-	s := string(b)
-	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[0]
+	return string(st.State)
 }
 
 // The flood prints the very row the idle H200 answers, over and over, on

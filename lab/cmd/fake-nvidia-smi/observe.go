@@ -12,6 +12,8 @@ import (
 
 	"github.com/gpush/gpush/lab/labgpu"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpush/gpush/lab/procstat"
 )
 
 // fullScanEnv makes every reading a full scan: a whole ScanClaims and a
@@ -292,21 +294,6 @@ func flock(fd, how int) error {
 
 // running reports whether pid is a live process (a zombie has died).
 func running(procDir string, pid int) bool {
-	var buf [512]byte
-	fd, err := unix.Open(procDir+"/"+strconv.Itoa(pid)+"/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false
-	}
-	n, err := unix.Read(fd, buf[:])
-	unix.Close(fd)
-	if err != nil || n <= 0 {
-		return false
-	}
-	s := buf[:n]
-	end := bytes.LastIndexByte(s, ')')
-	if end < 0 {
-		return false
-	}
-	f := bytes.Fields(s[end+1:])
-	return len(f) > 0 && string(f[0]) != "Z" && string(f[0]) != "X"
+	st, err := procstat.ReadIn(procDir, pid)
+	return err == nil && !st.Exited()
 }

@@ -54,6 +54,8 @@ import (
 
 	"github.com/gpush/gpush/lab/labsystemd"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpush/gpush/lab/procstat"
 )
 
 // systemctl's exit statuses (LSB, as systemctl uses them).
@@ -436,12 +438,8 @@ func (m *manager) mainAlive(st unitState) bool {
 	if st.MainPID <= 0 {
 		return false
 	}
-	f, err := labsystemd.StatFields(st.MainPID)
-	if err != nil || len(f) < 20 || f[0] == "Z" || f[0] == "X" {
-		return false
-	}
-	t, err := strconv.ParseUint(f[19], 10, 64)
-	return err == nil && t == st.StartTime
+	s, err := procstat.Read(st.MainPID)
+	return err == nil && !s.Exited() && s.StartTime == st.StartTime
 }
 
 func (m *manager) save(u string, st unitState) {
@@ -567,7 +565,8 @@ func (m *manager) start(u string) int {
 		return exitFailure
 	}
 	pid := cmd.Process.Pid
-	stt, err := labsystemd.StartTime(pid)
+	s, err := procstat.Read(pid)
+	stt := s.StartTime
 	if err != nil {
 		fmt.Fprintf(m.stderr, "fake-systemctl: %s: main process %d: %v\n", u, pid, err)
 	}

@@ -17,6 +17,8 @@ import (
 
 	"github.com/gpush/gpush/lab"
 	"github.com/gpush/gpush/lab/labgpu"
+
+	"github.com/gpush/gpush/lab/procstat"
 )
 
 // eachHolder runs test against every build of the holder.
@@ -109,12 +111,11 @@ func sigIgnored(t *testing.T, pid int, sig syscall.Signal) bool {
 }
 
 func state(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procstat.Read(pid)
 	if err != nil {
 		return "gone"
 	}
-	s := string(b)
-	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[0]
+	return string(st.State)
 }
 
 func TestHolderAndOrphanedChild(t *testing.T) { eachHolder(t, testHolderAndOrphanedChild) }

@@ -15,6 +15,8 @@ import (
 	"github.com/gpush/gpush/lab"
 	"github.com/gpush/gpush/lab/podmanlab"
 	"github.com/gpush/gpush/lab/sshd"
+
+	"github.com/gpush/gpush/lab/procstat"
 )
 
 // labCLI builds gpush-lab for t and returns a runner of it: its combined
@@ -92,7 +94,7 @@ func TestUpTwiceOnOneDir(t *testing.T) {
 			t.Errorf("%s pid %d alive after down", p.Role, p.PID)
 		}
 	}
-	if st, err := os.ReadFile("/proc/" + strconv.Itoa(sshdPID) + "/stat"); err == nil && !strings.Contains(string(st), ") Z ") {
+	if st, err := procstat.Read(sshdPID); err == nil && st.State != 'Z' {
 		t.Errorf("the dead lab's sshd (pid %d) runs after down", sshdPID)
 	}
 	if out, ok := run(up...); !ok {
