@@ -36,14 +36,14 @@ type cmdConn struct {
 	o    Options
 	log  *slog.Logger
 
-	uploads atomic.Int32
+	uploads *atomic.Int32
 
 	serveLock chan struct{}
 	serve     *serveSession
 }
 
 func newCmdConn(h inventory.Host, tg Target, t Transport, o Options) *cmdConn {
-	return &cmdConn{host: h, tg: tg, t: t, o: o, log: o.Logger.With("host", h.Name), serveLock: make(chan struct{}, 1)}
+	return &cmdConn{host: h, tg: tg, t: t, o: o, log: o.Logger.With("host", h.Name), serveLock: make(chan struct{}, 1), uploads: new(atomic.Int32)}
 }
 
 func (c *cmdConn) Host() string              { return c.host.Name }

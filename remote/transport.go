@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpush/gpush/inventory"
+	"golang.org/x/crypto/ssh"
 	"golang.org/x/sys/unix"
 )
 
@@ -180,6 +181,10 @@ func startExec(ctx context.Context, argv []string) (*execStream, error) {
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	// A process group of its own: the terminal's Ctrl-C reaches gpush,
+	// which cancels the helper's calls (and reads their answers), not the
+	// carrier (podman exec, kubectl exec) under them.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = cmd.Start()
 	inR.Close()
 	outW.Close()
@@ -264,4 +269,63 @@ func signalName(sig syscall.Signal) string {
 // signalNumber is signalName's inverse (0 for an unknown name).
 func signalNumber(name string) int { return int(unix.SignalNum("SIG" + name)) }
 
-var _ Stream = (*execStream)(nil)
+// localTransport starts argvs on this machine and copies files here.
+type localTransport struct{}
+
+func (localTransport) Start(ctx context.Context, argv []string) (Stream, error) {
+	return startExec(ctx, argv)
+}
+
+func (localTransport) Put(ctx context.Context, local, remotePath string) error {
+	f, err := os.Open(local)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return putAtomic(ctx, localFS{}, remotePath, f, 0o600)
+}
+
+// Start runs argv on the SSH host (every element quoted for its shell) on
+// a session channel of its own: SSH as a Transport.
+func (c *sshConn) Start(ctx context.Context, argv []string) (Stream, error) {
+	sc, err := c.newChannelFor(ctx, "start "+argv[0])
+	if err != nil {
+		return nil, err
+	}
+	st := &sshStream{ch: sc.ch, exitStatus: -1}
+	st.reqs = &unaskedWatch{reqs: sc.reqs, onReq: st.onRequest}
+	pollUnasked(st.reqs)
+	ok, err := sc.ch.SendRequest("exec", true, ssh.Marshal(&struct{ Command string }{ShellJoin(argv)}))
+	if err == nil && !ok {
+		err = errors.New("sshd refused to run the command")
+	}
+	if err != nil {
+		sc.ch.Close()
+		return nil, c.lost("start "+argv[0], err)
+	}
+	return st, nil
+}
+
+// PutFile copies a local file to remotePath over SFTP (atomic).
+func (c *sshConn) PutFile(ctx context.Context, local, remotePath string) error {
+	f, err := os.Open(local)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return c.Put(ctx, remotePath, f, 0o600)
+}
+
+var (
+	_ Stream    = (*execStream)(nil)
+	_ Transport = localTransport{}
+	_ Transport = sshTransport{}
+)
+
+// sshTransport is an SSH connection as a Transport (its Put is PutFile:
+// the Conn's Put takes a reader).
+type sshTransport struct{ *sshConn }
+
+func (t sshTransport) Put(ctx context.Context, local, remotePath string) error {
+	return t.PutFile(ctx, local, remotePath)
+}
