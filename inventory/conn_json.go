@@ -51,7 +51,7 @@ func (inv *Inventory) ConnectionOf(h Host) Connection {
 	if c.User == "" {
 		c.User = localUserName()
 	}
-	if !h.IsLocal() {
+	if h.IsSSH() {
 		if c.Port == 0 {
 			c.Port = 22
 		}

@@ -50,7 +50,7 @@ func TestBadHostDoesNotFailTheInventory(t *testing.T) {
 	}
 	_, err = inv.Select("all")
 	for _, want := range []string{"3 selected hosts cannot be reached", "host gpu02: ansible_port",
-		`fleet.yaml:10: host sw1: ansible_connection: connection plugin "ansible.netcommon.network_cli" is not supported: gpush speaks only ssh and local`,
+		`fleet.yaml:10: host sw1: ansible_connection: connection plugin "ansible.netcommon.network_cli" is not supported: gpush speaks ssh and local`,
 		`fleet.yaml:11: host sw2: ansible_connection: connection plugin "network_cli"`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Select(all) = %v, want it to contain %q", err, want)
@@ -88,12 +88,14 @@ func TestConnectionPlugins(t *testing.T) {
 		"": "ssh", "ssh": "ssh", "smart": "ssh", "paramiko": "ssh", "paramiko_ssh": "ssh",
 		"ansible.builtin.ssh": "ssh", "ansible.legacy.ssh": "ssh", "ansible.builtin.paramiko_ssh": "ssh",
 		"local": "local", "ansible.builtin.local": "local", "ansible.legacy.local": "local",
+		"containers.podman.podman": "podman", "podman": "podman", "community.docker.docker": "docker", "docker": "docker",
+		"kubernetes.core.kubectl": "kubectl", "kubectl": "kubectl", "gpush_command": "gpush_command",
 	} {
 		if got, err := connectionPlugin(name); err != nil || got != want {
 			t.Errorf("connectionPlugin(%q) = %q, %v; want %q", name, got, err, want)
 		}
 	}
-	for _, name := range []string{"network_cli", "ansible.netcommon.network_cli", "docker", "community.docker.docker",
+	for _, name := range []string{"network_cli", "ansible.netcommon.network_cli", "community.docker.docker_api", "containers.podman.buildah",
 		"ansible.builtin.smart", "ansible.builtin.winrm", "ansible.builtin.", "SSH"} {
 		if got, err := connectionPlugin(name); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", name)) {
 			t.Errorf("connectionPlugin(%q) = %q, %v; want an error naming it", name, got, err)

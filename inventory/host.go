@@ -27,7 +27,8 @@ type Host struct {
 	// dialer expands them. ProxyJump and ProxyCommand exclude each other:
 	// as in OpenSSH, whichever is given first wins, so at most one is set.
 	ProxyCommand string `json:"proxy_command,omitempty"`
-	// Connection is "ssh" or "local".
+	// Connection is "ssh", "local", or a command transport: "podman",
+	// "docker", "kubectl", "gpush_command" (see remote's registry).
 	Connection string `json:"connection"`
 	// ConnectTimeout bounds connecting to the host (TCP, banner, key
 	// exchange, login; every hop): ansible_ssh_timeout, else ssh_config
@@ -41,5 +42,8 @@ type Host struct {
 	Vars map[string]any `json:"vars"`
 }
 
-// IsLocal reports whether the host is reached without SSH.
+// IsLocal reports whether the host is the machine gpush runs on.
 func (h Host) IsLocal() bool { return h.Connection == "local" }
+
+// IsSSH reports whether the host is reached over SSH (ssh_config applies).
+func (h Host) IsSSH() bool { return h.Connection == "ssh" || h.Connection == "" }

@@ -643,7 +643,20 @@ func connectionPlugin(name string) (string, error) {
 	case "local":
 		return "local", nil
 	}
-	return "", fmt.Errorf("connection plugin %q is not supported: gpush speaks only ssh and local (also as ansible.builtin.ssh, ansible.builtin.local)", name)
+	// The command transports (remote/cmdtransport.go), by their Ansible
+	// collection names and short ones.
+	switch name {
+	case "containers.podman.podman", "podman":
+		return "podman", nil
+	case "community.docker.docker", "docker":
+		return "docker", nil
+	case "kubernetes.core.kubectl", "community.kubernetes.kubectl", "kubectl":
+		return "kubectl", nil
+	case "gpush_command":
+		return "gpush_command", nil
+	}
+	return "", fmt.Errorf("connection plugin %q is not supported: gpush speaks ssh and local (also as ansible.builtin.ssh, ansible.builtin.local), "+
+		"containers.podman.podman, community.docker.docker, kubernetes.core.kubectl and gpush_command", name)
 }
 
 func parsePort(s string) (int, error) {

@@ -353,7 +353,7 @@ func TestErrorsNameFileAndLine(t *testing.T) {
 		{"bad.yaml", "all:\n  children:\n    a:\n      children:\n        b:\n          children:\n            a:\n",
 			"bad.yaml:7: child group cycle: a -> b -> a"},
 		{"bad.yaml", "all:\n  hosts:\n    h:\n      ansible_port: http\n", `bad.yaml:4: host h: ansible_port: "http" is not a port number`},
-		{"bad.yaml", "all:\n  hosts:\n    h:\n      ansible_connection: docker\n", `bad.yaml:4: host h: ansible_connection: connection plugin "docker" is not supported`},
+		{"bad.yaml", "all:\n  hosts:\n    h:\n      ansible_connection: winrm\n", `bad.yaml:4: host h: ansible_connection: connection plugin "winrm" is not supported`},
 		{"bad.yaml", "all:\n  hosts:\n    h:\n      ansible_become: maybe\n", `bad.yaml:4: host h: ansible_become: "maybe" is not a boolean`},
 		{"bad.yaml", "all:\n  hosts:\n    h:\n      ansible_ssh_common_args: -o ProxyCommand='nc %h %p' -J b\n", "bad.yaml:4: host h: ansible_ssh_common_args: cannot specify -J with ProxyCommand"},
 		{"bad.yaml", "all:\n  hosts:\n    h:\n      ansible_ssh_common_args: -J a\n      ansible_ssh_extra_args: -J b\n", "host h: ansible_ssh_extra_args: only a single -J option"},

@@ -258,7 +258,7 @@ func (c *SSHConfig) Complete(h *Host) error { return c.sc.complete(h) }
 // settings come first, as command-line options do for ssh, so they win and
 // Match user sees the inventory's user.
 func (sc *sshConfig) complete(h *Host) error {
-	if h.IsLocal() {
+	if !h.IsSSH() {
 		if h.Address == "" {
 			h.Address = h.Name
 		}

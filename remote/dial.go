@@ -22,8 +22,8 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
-// Dial opens the connection to h: SSH, or the local connection when
-// h.IsLocal(). The returned Conn is reused by every call of a run.
+// Dial opens the connection to h through the transport registered for its
+// connection (h.Connection; "" is ssh): see transport.go. The returned Conn is reused by every call of a run.
 func Dial(ctx context.Context, h inventory.Host, opts Options) (Conn, error) {
 	o := opts.withDefaults()
 	if h.ConnectTimeout > 0 { // the host's own: ansible_ssh_timeout, ssh_config ConnectTimeout
@@ -33,18 +33,16 @@ func Dial(ctx context.Context, h inventory.Host, opts Options) (Conn, error) {
 		return nil, &DialError{Host: h.Name, Addr: h.Address, Stage: StageConfig,
 			Err: fmt.Errorf("unknown host key policy %q (want %q or %q)", o.HostKeyPolicy, HostKeyStrict, HostKeyAcceptNew)}
 	}
-	if h.IsLocal() {
-		return newLocal(h, o), nil
+	name := h.Connection
+	if name == "" {
+		name = "ssh"
 	}
-	if h.Connection != "" && h.Connection != "ssh" {
+	open, ok := opener(name)
+	if !ok {
 		return nil, &DialError{Host: h.Name, Addr: h.Address, Stage: StageConfig,
-			Err: fmt.Errorf("unsupported connection %q (want ssh or local)", h.Connection)}
+			Err: fmt.Errorf("unsupported connection %q (want one of %v)", h.Connection, Connections())}
 	}
-	c, err := dialSSH(ctx, h, o)
-	if err != nil {
-		return nil, err // never a typed nil *sshConn inside the interface
-	}
-	return c, nil
+	return open(ctx, h, o)
 }
 
 // target is one SSH endpoint: a jump host or the final host.

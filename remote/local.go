@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -31,6 +32,25 @@ type localConn struct {
 	// session is shared by the in-process calls, as a remote host's serve
 	// session is by its calls (the memory stream, the last listing).
 	session *helper.Session
+
+	// become is the connection with become: the helper's serve session
+	// under sudo -n, through the command connection over the local
+	// transport (what any command transport does), started on first use.
+	becomeMu sync.Mutex
+	become   *cmdConn
+}
+
+// becomeConn is the command connection the become calls go through.
+func (c *localConn) becomeConn() *cmdConn {
+	c.becomeMu.Lock()
+	defer c.becomeMu.Unlock()
+	if c.become == nil {
+		h := c.host
+		h.Become = true
+		c.become = newCmdConn(h, TargetOf(h), localTransport{}, c.o)
+		c.become.uploads = &c.uploads
+	}
+	return c.become
 }
 
 func newLocal(h inventory.Host, o Options) *localConn {
@@ -42,6 +62,12 @@ func (c *localConn) Host() string { return c.host.Name }
 // Close stops what the session's calls left running (a paused stream).
 func (c *localConn) Close() error {
 	c.session.Close()
+	c.becomeMu.Lock()
+	b := c.become
+	c.becomeMu.Unlock()
+	if b != nil {
+		b.Close()
+	}
 	return nil
 }
 
@@ -123,7 +149,8 @@ func (c *localConn) Get(ctx context.Context, p string) ([]byte, error) {
 }
 
 // Helper serves the verb in-process; with become it runs the helper binary
-// through sudo -n instead, since gpush itself is not root.
+// through sudo -n instead, since gpush itself is not root: one serve
+// session, through the local transport, as every command transport does.
 func (c *localConn) Helper(ctx context.Context, verb string, req, resp any) error {
 	body, err := encodeRequest(c.host.Name, verb, req)
 	if err != nil {
@@ -154,21 +181,8 @@ func (c *localConn) Helper(ctx context.Context, verb string, req, resp any) erro
 		res.Stdout = out.Bytes()
 		return decodeHelper(c.host.Name, verb, "(in-process)", false, res, resp)
 	}
-	for attempt := 1; ; attempt++ {
-		p, err := c.DeployHelper(ctx)
-		if err != nil {
-			return err
-		}
-		res, err := c.exec(ctx, sudoArgv([]string{p, verb}), bytes.NewReader(body), 0, HelperMaxOutput)
-		if err != nil {
-			return err
-		}
-		if attempt == 1 && c.helper.forgetIfMissing(p, res) {
-			c.log.Info("helper file gone; deploying it again", "path", p)
-			continue
-		}
-		return decodeHelper(c.host.Name, verb, p, true, res, resp)
-	}
+	// With become: the serve session under sudo -n, as on any host.
+	return c.becomeConn().Helper(ctx, verb, req, resp)
 }
 
 // DeployHelper copies the helper binary into the local helper folder

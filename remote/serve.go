@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -48,10 +49,9 @@ const serveStartupMax = probeMaxOutput
 // before it starts, well within the channel's window (2 MiB), which stderr
 // shares with stdout.
 type serveSession struct {
-	c      *sshConn
-	ch     ssh.Channel
-	reqs   *unaskedWatch // the channel's requests, on the poller
-	stdin  io.Writer
+	owner  serveOwner
+	st     Stream
+	log    *slog.Logger
 	path   string // the helper's path on the host, for messages
 	pid    int    // the helper's pid there (its hello), for tests
 	stderr *tailBuffer
@@ -59,10 +59,6 @@ type serveSession struct {
 	// stderrDone closes when stderr ended.
 	stderrOnce sync.Once
 	stderrDone chan struct{}
-
-	exitMu     sync.Mutex
-	exitStatus int // -1 until sshd sends one
-	exitSignal string
 
 	wmu sync.Mutex // one line at a time on stdin
 
@@ -184,11 +180,9 @@ func (c *sshConn) openServe(ctx context.Context, verb, what, before, cmdline, to
 	if err != nil {
 		return nil, warmRefusal{}, err
 	}
-	s := &serveSession{c: c, ch: sc.ch, stdin: sc.ch, path: path, stderr: &tailBuffer{max: serveStderrMax},
-		stderrDone: make(chan struct{}), exitStatus: -1,
-		pending: map[uint64]chan helper.ServeReply{}, done: make(chan struct{})}
-	s.reqs = &unaskedWatch{reqs: sc.reqs, onReq: s.onRequest}
-	pollUnasked(s.reqs)
+	st := &sshStream{ch: sc.ch, exitStatus: -1}
+	st.reqs = &unaskedWatch{reqs: sc.reqs, onReq: st.onRequest}
+	pollUnasked(st.reqs)
 	c.log.Debug("serve session", "warm", warm)
 	started := time.Now()
 	ok, err := sc.ch.SendRequest("exec", true, ssh.Marshal(&struct{ Command string }{cmdline}))
@@ -199,9 +193,20 @@ func (c *sshConn) openServe(ctx context.Context, verb, what, before, cmdline, to
 		sc.ch.Close()
 		return nil, warmRefusal{}, c.lost("start "+what, err)
 	}
+	return handshake(ctx, c, st, c.log, verb, what, before, token, path, warm, started)
+}
+
+// handshake reads a started serve command's output up to the helper's
+// hello (or, with warm, a refusal of the warm check) and returns the
+// session speaking over st: the same for every transport.
+func handshake(ctx context.Context, c serveOwner, st Stream, log *slog.Logger, verb, what, before, token, path string, warm bool, started time.Time) (*serveSession, warmRefusal, error) {
+	s := &serveSession{owner: c, st: st, log: log, path: path, stderr: &tailBuffer{max: serveStderrMax},
+		stderrDone: make(chan struct{}),
+		pending:    map[uint64]chan helper.ServeReply{}, done: make(chan struct{})}
+	host := c.Host()
 	// readLine copies each line out anyway: the buffer only sets how much
 	// one read takes, and every host keeps it for its whole run.
-	br := bufio.NewReaderSize(sc.ch, 1024)
+	br := bufio.NewReaderSize(st, 1024)
 	type startup struct {
 		hello  bool
 		reason string
@@ -236,7 +241,7 @@ func (c *sshConn) openServe(ctx context.Context, verb, what, before, cmdline, to
 					st.reason = r
 					break
 				}
-				if pr, ok := parseWarmProbe(c.host.Name, text, token); ok {
+				if pr, ok := parseWarmProbe(host, text, token); ok {
 					st.probe = &pr
 					continue
 				}
@@ -257,31 +262,30 @@ func (c *sshConn) openServe(ctx context.Context, verb, what, before, cmdline, to
 		}
 		ch <- st
 	}()
-	var st startup
+	var up startup
 	select {
-	case st = <-ch:
+	case up = <-ch:
 	case <-ctx.Done():
-		sc.ch.Close()
+		st.Close()
 		// The login shell and its startup files run before the command:
 		// a ~/.bashrc waiting on a lock (pyenv rehash) stalls every session.
 		return nil, warmRefusal{}, fmt.Errorf("%s: helper %s: %s: no hello from the helper in %s (%s; the login shell's "+
-			"startup files run first; stdout ended %.200q, stderr %.200q): %w", c.host.Name, verb, what,
+			"startup files run first; stdout ended %.200q, stderr %.200q): %w", host, verb, what,
 			time.Since(started).Round(time.Millisecond), before, seenOut.Bytes(), tail(s.stderrTail(serveStderrWait), 200), ctx.Err())
 	}
 	switch {
-	case st.hello:
+	case up.hello:
 		go s.read(br)
 		return s, warmRefusal{}, nil
-	case st.reason != "":
-		sc.ch.Close()
-		return nil, warmRefusal{reason: st.reason, probe: st.probe}, nil
+	case up.reason != "":
+		st.Close()
+		return nil, warmRefusal{reason: up.reason, probe: up.probe}, nil
 	}
 	// Ended before its hello: sudo refused, a noexec mount, a missing
 	// sudo... decodeHelper words these as for a one-shot call.
-	exited := s.reqs.finish(serveExitWait)
-	sc.ch.Close()
-	res := &Result{Stdout: st.out, Stderr: s.stderrTail(serveStderrWait)}
-	status, signal := s.exit()
+	status, signal, exited := st.Exit(serveExitWait)
+	st.Close()
+	res := &Result{Stdout: up.out, Stderr: s.stderrTail(serveStderrWait)}
 	switch {
 	case status >= 0:
 		res.ExitCode = status
@@ -293,14 +297,14 @@ func (c *sshConn) openServe(ctx context.Context, verb, what, before, cmdline, to
 	default:
 		return nil, warmRefusal{}, c.lost(what+" (ended before its hello)", &ssh.ExitMissingError{})
 	}
-	if st.err != nil && !errors.Is(st.err, io.EOF) {
-		return nil, warmRefusal{}, fmt.Errorf("%s: helper %s: %s: %w (stderr %.200q)", c.host.Name, verb, what, st.err, res.Stderr)
+	if up.err != nil && !errors.Is(up.err, io.EOF) {
+		return nil, warmRefusal{}, fmt.Errorf("%s: helper %s: %s: %w (stderr %.200q)", host, verb, what, up.err, res.Stderr)
 	}
 	if res.ExitCode == 0 {
 		return nil, warmRefusal{}, fmt.Errorf("%s: helper %s: %s exited 0 without the helper's hello (stdout ends %.200q, stderr %.200q)",
-			c.host.Name, verb, what, tail(st.out, 200), res.Stderr)
+			host, verb, what, tail(up.out, 200), res.Stderr)
 	}
-	return nil, warmRefusal{}, decodeHelper(c.host.Name, verb, s.path, c.host.Become, res, nil)
+	return nil, warmRefusal{}, decodeHelper(host, verb, s.path, c.becomes(), res, nil)
 }
 
 // read delivers response lines to their callers until the session ends.
@@ -358,11 +362,10 @@ func (s *serveSession) end(why error) {
 	s.mu.Unlock()
 	// Closing the channel ends the helper's stdin; closing stdin here
 	// would race with a writer blocked on the window.
-	s.ch.Close()
+	s.st.Close()
 	// The exit status, when sshd sent one before the channel closed (a
 	// peer that stopped answering sends nothing: do not wait for it).
-	s.reqs.finish(serveExitWait)
-	switch status, signal := s.exit(); {
+	switch status, signal, _ := s.st.Exit(serveExitWait); {
 	case signal != "":
 		s.exitText = "killed by signal " + signal
 	case status >= 0:
@@ -374,7 +377,7 @@ func (s *serveSession) end(why error) {
 
 // onRequest takes a request sshd sent on the session's channel: its exit
 // status or signal, or a keepalive (refused, as x/crypto's Session does).
-func (s *serveSession) onRequest(r *ssh.Request) {
+func (s *sshStream) onRequest(r *ssh.Request) {
 	switch r.Type {
 	case "exit-status":
 		if len(r.Payload) >= 4 {
@@ -399,7 +402,7 @@ func (s *serveSession) onRequest(r *ssh.Request) {
 }
 
 // exit is the exit status (-1: none) and signal sshd sent so far.
-func (s *serveSession) exit() (int, string) {
+func (s *sshStream) exit() (int, string) {
 	s.exitMu.Lock()
 	defer s.exitMu.Unlock()
 	return s.exitStatus, s.exitSignal
@@ -415,7 +418,7 @@ func (s *serveSession) stderrTail(wait time.Duration) []byte {
 	s.stderrOnce.Do(func() {
 		go func() {
 			defer close(s.stderrDone)
-			io.Copy(s.stderr, s.ch.Stderr())
+			io.Copy(s.stderr, s.st.Stderr())
 		}()
 	})
 	t := time.NewTimer(wait)
@@ -435,7 +438,7 @@ func (s *serveSession) isEnded() bool {
 
 // call sends one request and waits for its response, ctx, or the end.
 func (s *serveSession) call(ctx context.Context, verb string, body []byte, resp any) error {
-	host := s.c.host.Name
+	host := s.owner.Host()
 	s.mu.Lock()
 	if s.ended {
 		s.mu.Unlock()
@@ -495,7 +498,7 @@ func (s *serveSession) call(ctx context.Context, verb string, body []byte, resp 
 		go func() {
 			cancel, _ := json.Marshal(helper.ServeRequest{ID: id, Cancel: true})
 			if err := s.writeLine(cancel); err != nil {
-				s.c.log.Debug("serve: cancel frame not sent", "id", id, "err", err)
+				s.log.Debug("serve: cancel frame not sent", "id", id, "err", err)
 			}
 		}()
 		// The helper answers a cancelled request with what it did so far
@@ -562,7 +565,7 @@ func (s *serveSession) forget(id uint64) {
 func (s *serveSession) writeLine(line []byte) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	_, err := s.stdin.Write(append(line, '\n'))
+	_, err := s.st.Write(append(line, '\n'))
 	return err
 }
 
@@ -573,20 +576,20 @@ func (s *serveSession) decode(verb string, r helper.ServeReply, resp any) error 
 	if r.Failed {
 		res.ExitCode = 1
 	}
-	return decodeHelper(s.c.host.Name, verb, s.path, s.c.host.Become, res, resp)
+	return decodeHelper(s.owner.Host(), verb, s.path, s.owner.becomes(), res, resp)
 }
 
 // lostErr is the error of a call the session's end cut off.
 func (s *serveSession) lostErr(verb string) error {
 	what := "helper " + verb + " (serve session ended mid-call; not retried: the helper may have acted on it)"
-	if why := s.c.deadCause(s.endErr); why != nil {
-		return s.c.lost(what, s.endErr)
+	if why := s.owner.deadCause(s.endErr); why != nil {
+		return s.owner.lost(what, s.endErr)
 	}
 	exit := s.exitText
 	if exit == "" {
 		exit = "no exit status"
 	}
-	return fmt.Errorf("%s: %s: helper %s, %v; stderr: %s", s.c.host.Name, what, exit, s.endErr,
+	return fmt.Errorf("%s: %s: helper %s, %v; stderr: %s", s.owner.Host(), what, exit, s.endErr,
 		strings.TrimSpace(string(s.stderrTail(serveStderrWait))))
 }
 

@@ -414,6 +414,17 @@ func binSum(bin []byte) string {
 // warmCommand is the serve session's command line for a host: the fixed
 // script with its arguments, all quoted.
 func warmCommand(dir, token string, become bool, digests map[string]helperDigest) string {
+	return "set -- " + ShellJoin(warmArgs(dir, token, become, digests)) + "\n" + warmScript
+}
+
+// warmArgv is the warm check as an argument vector, for transports that
+// start an argv without a login shell: sh -c SCRIPT sh ARGS...
+func warmArgv(dir, token string, become bool, digests map[string]helperDigest) []string {
+	return append([]string{"sh", "-c", warmScript, "sh"}, warmArgs(dir, token, become, digests)...)
+}
+
+// warmArgs are the warm script's positional arguments.
+func warmArgs(dir, token string, become bool, digests map[string]helperDigest) []string {
 	b := ""
 	if become {
 		b = "1"
@@ -427,7 +438,7 @@ func warmCommand(dir, token string, become bool, digests map[string]helperDigest
 		}
 		args = append(args, d.sum, size)
 	}
-	return "set -- " + ShellJoin(args) + "\n" + warmScript
+	return args
 }
 
 // serveArgv is how the cold path runs a helper it has just checked.

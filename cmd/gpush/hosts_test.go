@@ -18,7 +18,7 @@ func TestHostsBadHostOnlyWhenSelected(t *testing.T) {
 		t.Errorf("--limit gpus: exit %d\n%s%s", code, out, stderr)
 	}
 	code, out, stderr = gpush(t, "hosts", "-i", inv)
-	if code == 0 || !strings.Contains(stderr, inv+":5: host sw1: ansible_connection") || !strings.Contains(stderr, "only ssh and local") {
+	if code == 0 || !strings.Contains(stderr, inv+":5: host sw1: ansible_connection") || !strings.Contains(stderr, "gpush speaks ssh and local") {
 		t.Errorf("all, sw1 selected: exit %d\n%s%s", code, out, stderr)
 	}
 }

@@ -169,6 +169,10 @@ type Options struct {
 	// CgroupParent is podman run's --cgroup-parent (a cgroupfs path);
 	// empty: podman's default, /libpod_parent.
 	CgroupParent string
+	// HostPID shares the host's PID namespace (--pid=host) and Privileged
+	// runs privileged (--privileged): the DaemonSet pattern, a container
+	// whose root sees the host's processes and their open files.
+	HostPID, Privileged bool
 }
 
 // RunArgs are the arguments of `podman run` for a container named name.
@@ -182,6 +186,12 @@ func (r *Runtime) RunArgs(name string, o Options) []string {
 	}
 	if o.CgroupParent != "" {
 		args = append(args, "--cgroup-parent", o.CgroupParent)
+	}
+	if o.HostPID {
+		args = append(args, "--pid", "host")
+	}
+	if o.Privileged {
+		args = append(args, "--privileged")
 	}
 	for _, b := range o.Binds {
 		args = append(args, "-v", b+":"+b)
