@@ -38,12 +38,11 @@ type cmdConn struct {
 
 	uploads *atomic.Int32
 
-	serveLock chan struct{}
-	serve     *serveSession
+	serve serveSlot
 }
 
 func newCmdConn(h inventory.Host, tg Target, t Transport, o Options) *cmdConn {
-	return &cmdConn{host: h, tg: tg, t: t, o: o, log: o.Logger.With("host", h.Name), serveLock: make(chan struct{}, 1), uploads: new(atomic.Int32)}
+	return &cmdConn{host: h, tg: tg, t: t, o: o, log: o.Logger.With("host", h.Name), serve: newServeSlot(), uploads: new(atomic.Int32)}
 }
 
 func (c *cmdConn) Host() string              { return c.host.Name }
@@ -55,11 +54,7 @@ func (c *cmdConn) lost(what string, err error) error {
 
 // Close ends the serve session, if one runs.
 func (c *cmdConn) Close() error {
-	c.serveLock <- struct{}{}
-	s := c.serve
-	c.serve = nil
-	<-c.serveLock
-	if s != nil {
+	if s := c.serve.take(); s != nil {
 		s.end(errors.New("connection closed by gpush"))
 	}
 	return nil
@@ -211,22 +206,7 @@ func (c *cmdConn) DeployHelper(ctx context.Context) (string, error) {
 }
 
 func (c *cmdConn) serveSession(ctx context.Context, verb string) (*serveSession, error) {
-	select {
-	case c.serveLock <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%s: helper %s: %w", c.host.Name, verb, ctx.Err())
-	}
-	defer func() { <-c.serveLock }()
-	if s := c.serve; s != nil && !s.isEnded() {
-		return s, nil
-	}
-	c.serve = nil
-	s, err := c.startServe(ctx, verb)
-	if err != nil {
-		return nil, err
-	}
-	c.serve = s
-	return s, nil
+	return c.serve.get(ctx, c.host.Name, verb, c.startServe)
 }
 
 // startServe runs the warm check as the serve command; when it refuses,

@@ -70,17 +70,17 @@ func TestPodmanTransportSeesHostHolders(t *testing.T) {
 	if n := c.uploads.Load(); n != 1 {
 		t.Errorf("cold container: %d uploads, want 1", n)
 	}
-	p := c.serve.path
+	p := c.serve.current().path
 	// HOME is / in the busybox container (no passwd file).
 	if !strings.HasPrefix(p, "/.cache/gpush/gpush-helper-") {
 		t.Errorf("helper path %q", p)
 	}
 	// Its calls share the one session.
-	pid := c.serve.pid
+	pid := c.serve.current().pid
 	if err := c.Helper(ctx, helper.VerbSnapshot, helper.SnapshotRequest{Config: helper.Config{DevDir: dev}}, &snap); err != nil {
 		t.Fatal(err)
 	}
-	if c.serve.pid != pid {
+	if c.serve.current().pid != pid {
 		t.Errorf("second call on a new session")
 	}
 	res, err := c.Run(ctx, []string{"sh", "-c", `echo "$1"`, "sh", "a b'c"}, RunOptions{})
@@ -93,8 +93,8 @@ func TestPodmanTransportSeesHostHolders(t *testing.T) {
 	if err := c2.Helper(ctx, helper.VerbSnapshot, helper.SnapshotRequest{Config: helper.Config{DevDir: dev}}, &snap); err != nil {
 		t.Fatal(err)
 	}
-	if n := c2.uploads.Load(); n != 0 || c2.serve.path != p {
-		t.Errorf("warm container: %d uploads, path %q (want %q)", n, c2.serve.path, p)
+	if n := c2.uploads.Load(); n != 0 || c2.serve.current().path != p {
+		t.Errorf("warm container: %d uploads, path %q (want %q)", n, c2.serve.current().path, p)
 	}
 
 	// A planted file of the same size is refused by the warm check and

@@ -97,26 +97,56 @@ func (c *sshConn) StartHelper(ctx context.Context, verb string) error {
 // serveSession returns the running session or starts one; one start at a
 // time, waiting callers honour their ctx.
 func (c *sshConn) serveSession(ctx context.Context, verb string) (*serveSession, error) {
+	return c.serve.get(ctx, c.host.Name, verb, c.startServe)
+}
+
+// serveSlot holds a connection's one serve session: started on first use,
+// and again once it ended, under a lock (a channel: a waiting caller
+// honours its ctx) that makes concurrent callers share one start.
+type serveSlot struct {
+	lock chan struct{}
+	s    *serveSession
+}
+
+func newServeSlot() serveSlot { return serveSlot{lock: make(chan struct{}, 1)} }
+
+// get returns the live session, or the one start(ctx, verb) begins.
+func (sl *serveSlot) get(ctx context.Context, host, verb string, start func(context.Context, string) (*serveSession, error)) (*serveSession, error) {
 	select {
-	case c.serveLock <- struct{}{}: // uncontended: no ctx race
+	case sl.lock <- struct{}{}: // uncontended: no ctx race
 	default:
 		select {
-		case c.serveLock <- struct{}{}:
+		case sl.lock <- struct{}{}:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%s: helper %s: %w", c.host.Name, verb, ctx.Err())
+			return nil, fmt.Errorf("%s: helper %s: %w", host, verb, ctx.Err())
 		}
 	}
-	defer func() { <-c.serveLock }()
-	if s := c.serve; s != nil && !s.isEnded() {
+	defer func() { <-sl.lock }()
+	if s := sl.s; s != nil && !s.isEnded() {
 		return s, nil
 	}
-	c.serve = nil
-	s, err := c.startServe(ctx, verb)
+	sl.s = nil
+	s, err := start(ctx, verb)
 	if err != nil {
 		return nil, err
 	}
-	c.serve = s
+	sl.s = s
 	return s, nil
+}
+
+// current is the session the slot holds (nil when none); take removes it.
+func (sl *serveSlot) current() *serveSession {
+	sl.lock <- struct{}{}
+	defer func() { <-sl.lock }()
+	return sl.s
+}
+
+func (sl *serveSlot) take() *serveSession {
+	sl.lock <- struct{}{}
+	defer func() { <-sl.lock }()
+	s := sl.s
+	sl.s = nil
+	return s
 }
 
 // startServe runs the warm check and, when it refuses, deploys the Go way

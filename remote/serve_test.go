@@ -30,9 +30,7 @@ func killServe(t *testing.T, c *sshConn) {
 // conn has seen it end.
 func signalServe(t *testing.T, c *sshConn, sig syscall.Signal) {
 	t.Helper()
-	c.serveLock <- struct{}{}
-	s := c.serve
-	<-c.serveLock
+	s := c.serve.current()
 	if s == nil || s.pid <= 0 {
 		t.Fatal("no serve session running")
 	}
@@ -468,7 +466,7 @@ func TestServeStoppedHelperCallEndsWithCtx(t *testing.T) {
 	if err := c.Helper(context.Background(), helper.VerbSnapshot, snapReq, nil); err != nil {
 		t.Fatal(err)
 	}
-	s := c.serve
+	s := c.serve.current()
 	if err := syscall.Kill(s.pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}

@@ -35,10 +35,8 @@ type sshConn struct {
 	helper  helperCache
 	uploads atomic.Int32
 
-	// serve is the helper's serve session (serve.go), started and replaced
-	// under serveLock (a channel: a waiting caller honours its ctx).
-	serveLock chan struct{}
-	serve     *serveSession
+	// serve holds the helper's serve session (serve.go).
+	serve serveSlot
 	// sessions counts the sessions opened on the connection (exec, SFTP,
 	// serve): what a run costs in round trips, for tests and benches.
 	sessions atomic.Int32
@@ -55,7 +53,7 @@ type sshConn struct {
 // heard says when the server last sent anything (for the keepalive).
 func newSSHConn(h inventory.Host, client *ssh.Client, u unasked, hops []*ssh.Client, heard func() time.Time, proxy *proxyConn, o Options) *sshConn {
 	c := &sshConn{host: h, client: client, hops: hops, proxy: proxy, o: o, log: o.Logger.With("host", h.Name),
-		dead: make(chan struct{}), serveLock: make(chan struct{}, 1)}
+		dead: make(chan struct{}), serve: newServeSlot()}
 	if o.KeepaliveInterval > 0 {
 		c.keepalive = startKeepalive(c, o.KeepaliveInterval, o.KeepaliveCountMax, heard)
 	}

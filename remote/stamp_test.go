@@ -214,7 +214,7 @@ func TestColdHostThreeSessions(t *testing.T) {
 	if e.sums() != 1 {
 		t.Fatalf("cold host: %d sha256sum runs, want 1", e.sums())
 	}
-	p := c.serve.path
+	p := c.serve.current().path
 	c.Close()
 	if n := sshdSessions(t, e.srv, clientPort(c)); n != 3 {
 		t.Errorf("sshd logged %d sessions for the cold conn, want 3", n)

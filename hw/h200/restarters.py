@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from hwcheck import check, failures, log
+from hwcheck import alive, check, failures, log, used
 
 BIN = sys.argv[1]
 SECTIONS = sys.argv[2] if len(sys.argv) > 2 else "ABCD"
@@ -28,18 +28,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 procs = []
 
 
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[-1][0] not in "ZX"
-    except OSError:
-        return False
-
-
-def used():
-    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, check=True).stdout
-    return int(out.splitlines()[0])
 
 
 def owners():

@@ -20,7 +20,7 @@ import sys
 import time
 
 import killverify
-from hwcheck import check, failures, log
+from hwcheck import alive, check, failures, log, used
 
 BIN = sys.argv[1]
 GPUSH = os.path.join(BIN, "gpush")
@@ -29,18 +29,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 procs = []
 
 
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[-1][0] not in "ZX"
-    except OSError:
-        return False
-
-
-def used():
-    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, check=True).stdout
-    return int(out.splitlines()[0])
 
 
 def start(argv, want=("ready",), **kw):
