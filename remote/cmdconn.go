@@ -63,18 +63,7 @@ func (c *cmdConn) Close() error {
 // Run starts argv through the transport (with Sudo, through sudo -n on
 // the target), feeds it opts.Stdin and collects its output.
 func (c *cmdConn) Run(ctx context.Context, argv []string, opts RunOptions) (*Result, error) {
-	if len(argv) == 0 {
-		return nil, fmt.Errorf("%s: run: empty command", c.host.Name)
-	}
-	line := argv
-	if opts.Sudo {
-		line = sudoArgv(argv)
-	}
-	res, err := c.run(ctx, line, opts.Stdin, opts.Timeout, maxOutput(opts))
-	if err == nil && opts.Sudo {
-		err = sudoRunError(c.host.Name, argv, res)
-	}
-	return res, err
+	return runArgv(ctx, c.host.Name, argv, opts, c.run)
 }
 
 func (c *cmdConn) run(ctx context.Context, argv []string, stdin io.Reader, timeout time.Duration, maxOut int64) (*Result, error) {
@@ -178,15 +167,7 @@ func (c *cmdConn) Get(ctx context.Context, p string) ([]byte, error) {
 
 // Helper runs one request over the serve session, started on first use.
 func (c *cmdConn) Helper(ctx context.Context, verb string, req, resp any) error {
-	body, err := encodeRequest(c.host.Name, verb, req)
-	if err != nil {
-		return err
-	}
-	s, err := c.serveSession(ctx, verb)
-	if err != nil {
-		return err
-	}
-	return s.call(ctx, verb, body, resp)
+	return callHelper(ctx, c.host.Name, verb, req, resp, c.serveSession)
 }
 
 // StartHelper starts the serve session unless one runs.

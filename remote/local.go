@@ -73,16 +73,23 @@ func (c *localConn) Close() error {
 
 // Run execs argv directly: no shell is involved.
 func (c *localConn) Run(ctx context.Context, argv []string, opts RunOptions) (*Result, error) {
+	return runArgv(ctx, c.host.Name, argv, opts, c.exec)
+}
+
+// runArgv runs argv with exec (with Sudo, through sudo -n), what the Run
+// of every Conn that starts an argv itself does.
+func runArgv(ctx context.Context, host string, argv []string, opts RunOptions,
+	exec func(ctx context.Context, argv []string, stdin io.Reader, timeout time.Duration, maxOut int64) (*Result, error)) (*Result, error) {
 	if len(argv) == 0 {
-		return nil, fmt.Errorf("%s: run: empty command", c.host.Name)
+		return nil, fmt.Errorf("%s: run: empty command", host)
 	}
 	line := argv
 	if opts.Sudo {
 		line = sudoArgv(argv)
 	}
-	res, err := c.exec(ctx, line, opts.Stdin, opts.Timeout, maxOutput(opts))
+	res, err := exec(ctx, line, opts.Stdin, opts.Timeout, maxOutput(opts))
 	if err == nil && opts.Sudo {
-		err = sudoRunError(c.host.Name, argv, res)
+		err = sudoRunError(host, argv, res)
 	}
 	return res, err
 }

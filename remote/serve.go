@@ -77,11 +77,17 @@ type serveSession struct {
 // Helper runs one helper request over the Conn's serve session, starting
 // it on first use (and again after it died between calls).
 func (c *sshConn) Helper(ctx context.Context, verb string, req, resp any) error {
-	body, err := encodeRequest(c.host.Name, verb, req)
+	return callHelper(ctx, c.host.Name, verb, req, resp, c.serveSession)
+}
+
+// callHelper encodes req and runs it over the serve session session
+// returns: what every Conn's Helper does.
+func callHelper(ctx context.Context, host, verb string, req, resp any, session func(context.Context, string) (*serveSession, error)) error {
+	body, err := encodeRequest(host, verb, req)
 	if err != nil {
 		return err
 	}
-	s, err := c.serveSession(ctx, verb)
+	s, err := session(ctx, verb)
 	if err != nil {
 		return err
 	}
