@@ -12,8 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/gpush/gpush/inventory"
 )
 
 // cmdConn is the connection of a command transport (podman, docker,
@@ -30,8 +28,7 @@ import (
 // anything runs it. The target needs sh, uname, id, stat and sha256sum
 // (busybox has them all).
 type cmdConn struct {
-	host inventory.Host
-	tg   Target
+	host Host
 	t    Transport
 	o    Options
 	log  *slog.Logger
@@ -41,8 +38,8 @@ type cmdConn struct {
 	serve serveSlot
 }
 
-func newCmdConn(h inventory.Host, tg Target, t Transport, o Options) *cmdConn {
-	return &cmdConn{host: h, tg: tg, t: t, o: o, log: o.Logger.With("host", h.Name), serve: newServeSlot(), uploads: new(atomic.Int32)}
+func newCmdConn(h Host, t Transport, o Options) *cmdConn {
+	return &cmdConn{host: h, t: t, o: o, log: o.Logger.With("host", h.Name), serve: newServeSlot(), uploads: new(atomic.Int32)}
 }
 
 func (c *cmdConn) Host() string              { return c.host.Name }

@@ -86,7 +86,7 @@ func waitStream(ctx context.Context, st Stream, what string, stdin *os.File) err
 }
 
 // varString is the string var key of t ("" when unset); other types are an error.
-func varString(t Target, key string) (string, error) {
+func varString(t Host, key string) (string, error) {
 	v, ok := t.Vars[key]
 	if !ok || v == nil {
 		return "", nil
@@ -99,7 +99,7 @@ func varString(t Target, key string) (string, error) {
 }
 
 // optionSafe refuses a name that the program would read as an option.
-func optionSafe(t Target, what, s string) error {
+func optionSafe(t Host, what, s string) error {
 	if s == "" {
 		return fmt.Errorf("%s: empty %s", t.Name, what)
 	}
@@ -115,7 +115,7 @@ func optionSafe(t Target, what, s string) error {
 // privileged container sharing the host's PID namespace (--pid=host, the
 // DaemonSet pattern) sees the host's GPU holders. The helper is copied in
 // with `podman cp`, to a temp name then renamed inside.
-func newContainerTransport(engine, exeVar string, t Target) (Transport, error) {
+func newContainerTransport(engine, exeVar string, t Host) (Transport, error) {
 	exe, err := varString(t, exeVar)
 	if err != nil {
 		return nil, err
@@ -150,7 +150,7 @@ func newContainerTransport(engine, exeVar string, t Target) (Transport, error) {
 // ansible_kubectl_container, with ansible_kubectl_kubeconfig and
 // ansible_kubectl_context; files go in with kubectl cp (which needs tar in
 // the container).
-func newKubectlTransport(t Target) (Transport, error) {
+func newKubectlTransport(t Host) (Transport, error) {
 	var err error
 	get := func(k string) string {
 		v, e := varString(t, k)
@@ -219,7 +219,7 @@ const VarCommand = "gpush_command"
 //
 // Exactly one element holds {argv} or {argv_sh}. The helper is copied
 // through stdin (sh -c 'cat > "$1"' on the target).
-func newCommandTransport(t Target) (Transport, error) {
+func newCommandTransport(t Host) (Transport, error) {
 	v, ok := t.Vars[VarCommand]
 	if !ok || v == nil {
 		return nil, fmt.Errorf("%s: ansible_connection=gpush_command needs %s, a list of strings such as [srun, -w, \"{host}\", \"{argv}\"]", t.Name, VarCommand)
@@ -241,7 +241,7 @@ func newCommandTransport(t Target) (Transport, error) {
 
 // CommandTemplate is the command transport of a gpush_command template
 // (see newCommandTransport).
-func CommandTemplate(t Target, tmpl []string) (Transport, error) {
+func CommandTemplate(t Host, tmpl []string) (Transport, error) {
 	if len(tmpl) == 0 {
 		return nil, fmt.Errorf("%s: %s is empty", t.Name, VarCommand)
 	}
@@ -274,7 +274,7 @@ func CommandTemplate(t Target, tmpl []string) (Transport, error) {
 
 // substitute replaces the placeholders in one template element, in one
 // pass (a value holding "{host}" is not substituted again).
-func substitute(e string, t Target, argv []string) string {
+func substitute(e string, t Host, argv []string) string {
 	var b strings.Builder
 	for len(e) > 0 {
 		switch {

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/gpush/gpush/helper"
-	"github.com/gpush/gpush/inventory"
 	"github.com/pkg/sftp"
 )
 
@@ -71,7 +70,7 @@ func parseProbe(host string, out []byte) (probeResult, error) {
 
 // RemoteDir returns where the helper goes on h: the gpush_remote_dir var
 // (default ~/.cache/gpush), with ~ and relative paths taken from home.
-func RemoteDir(h inventory.Host, home string) (string, error) {
+func RemoteDir(h Host, home string) (string, error) {
 	dir, err := remoteDirSetting(h)
 	if err != nil {
 		return "", err
@@ -90,7 +89,7 @@ func RemoteDir(h inventory.Host, home string) (string, error) {
 // remoteDirSetting is the host's gpush_remote_dir as given (default
 // ~/.cache/gpush), checked as far as it can be without the host's $HOME:
 // the warm check resolves ~ and relative paths on the host.
-func remoteDirSetting(h inventory.Host) (string, error) {
+func remoteDirSetting(h Host) (string, error) {
 	dir := DefaultRemoteDir
 	if v, ok := h.Vars[VarRemoteDir]; ok && v != nil {
 		s, ok := v.(string)
@@ -182,7 +181,7 @@ func (hc *helperCache) forgetIfMissing(p string, res *Result) bool {
 
 // deployTarget is everything deployHelper needs about one host.
 type deployTarget struct {
-	host    inventory.Host
+	host    Host
 	fs      fileSys
 	machine string // uname -m
 	home    string

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/gpush/gpush/inventory"
 )
 
 func TestGoArch(t *testing.T) {
@@ -24,7 +22,7 @@ func TestGoArch(t *testing.T) {
 }
 
 func TestRemoteDir(t *testing.T) {
-	h := inventory.Host{Name: "g1"}
+	h := Host{Name: "g1"}
 	cases := map[any]string{
 		nil:             "/home/u/.cache/gpush",
 		"/opt/gpush/":   "/opt/gpush",

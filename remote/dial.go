@@ -18,13 +18,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpush/gpush/inventory"
 	"golang.org/x/crypto/ssh"
 )
 
 // Dial opens the connection to h through the transport registered for its
-// connection (h.Connection; "" is ssh): see transport.go. The returned Conn is reused by every call of a run.
-func Dial(ctx context.Context, h inventory.Host, opts Options) (Conn, error) {
+// connection (h.Connection; "" is ssh): see transport.go. The returned
+// Conn is reused by every call of a run.
+func Dial(ctx context.Context, h Host, opts Options) (Conn, error) {
 	o := opts.withDefaults()
 	if h.ConnectTimeout > 0 { // the host's own: ansible_ssh_timeout, ssh_config ConnectTimeout
 		o.ConnectTimeout = h.ConnectTimeout
@@ -70,7 +70,7 @@ var localUser = sync.OnceValue(func() string {
 	return os.Getenv("USER")
 })
 
-func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error) {
+func dialSSH(ctx context.Context, h Host, o Options) (*sshConn, error) {
 	addr := h.Address
 	if addr == "" {
 		addr = h.Name
@@ -173,9 +173,9 @@ func dialSSH(ctx context.Context, h inventory.Host, o Options) (*sshConn, error)
 	return sc, nil
 }
 
-// parseHop reads one ProxyJump hop, [user@]host[:port], resolving a host
-// name through ssh_config (HostName, Port, User, IdentityFile) when it has
-// an entry there.
+// parseHop reads one ProxyJump hop, [user@]host[:port], completed by
+// o.CompleteHop when there is one (the caller's ssh_config: HostName,
+// Port, User, IdentityFile, IdentitiesOnly, ProxyCommand).
 func parseHop(spec string, o Options) (target, error) {
 	if spec == "" {
 		return target{}, errors.New("empty hop in ProxyJump")
@@ -201,14 +201,21 @@ func parseHop(spec string, o Options) (target, error) {
 		}
 		t.port = p
 	}
-	if cfg := loadSSHConfig(o); cfg != nil {
-		// Completed as an inventory host would be: HostName (with its %
-		// tokens), Port, User and IdentityFile; the hop's own spec wins.
-		hop := inventory.Host{Name: host, Port: t.port, User: t.user}
-		if err := cfg.Complete(&hop); err != nil {
+	if o.CompleteHop != nil {
+		hop, err := o.CompleteHop(Host{Name: host, Port: t.port, User: t.user, Connection: "ssh"})
+		if err != nil {
 			return target{}, fmt.Errorf("ProxyJump hop %q: %w", spec, err)
 		}
-		t.host, t.port, t.user = hop.Address, hop.Port, hop.User
+		if hop.Address != "" {
+			t.host = hop.Address
+		}
+		// The spec's own port and user win over the completion's.
+		if t.port == 0 {
+			t.port = hop.Port
+		}
+		if t.user == "" {
+			t.user = hop.User
+		}
 		t.keys = append(t.keys, hop.IdentityFiles...)
 		t.identitiesOnly = hop.IdentitiesOnly
 		// Used only for the first hop: later ones go through the one
@@ -222,26 +229,6 @@ func parseHop(spec string, o Options) (target, error) {
 		t.user = localUser()
 	}
 	return t, nil
-}
-
-var sshConfigCache sync.Map // path -> *inventory.SSHConfig
-
-// loadSSHConfig reads o.SSHConfigFile once per process; nil when disabled,
-// missing or unreadable (hop names are then dialled as written).
-func loadSSHConfig(o Options) *inventory.SSHConfig {
-	if o.SSHConfigFile == "none" {
-		return nil
-	}
-	if c, ok := sshConfigCache.Load(o.SSHConfigFile); ok {
-		return c.(*inventory.SSHConfig)
-	}
-	cfg, err := inventory.LoadSSHConfig([]string{o.SSHConfigFile}, "")
-	if err != nil {
-		o.Logger.Warn("ignoring unreadable ssh config for ProxyJump hops", "file", o.SSHConfigFile, "err", err)
-		return nil
-	}
-	sshConfigCache.Store(o.SSHConfigFile, cfg)
-	return cfg
 }
 
 func expandHome(p string) string {

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpush/gpush/inventory"
 	"github.com/gpush/gpush/lab/sshd"
 	"github.com/gpush/gpush/remote/helperbin"
 )
@@ -51,7 +50,7 @@ type env struct {
 	srv  *sshd.Server
 	kh   string
 	opts Options
-	host inventory.Host
+	host Host
 	dir  string // the helper's remote dir (same machine: loopback)
 	logs *logBuf
 	tdir string
@@ -82,11 +81,10 @@ func envFor(t testing.TB, srv *sshd.Server) *env {
 		ConnectTimeout: 10 * time.Second,
 		AgentSocket:    "none",
 		DefaultKeys:    []string{},
-		SSHConfigFile:  "none",
 		HelperSource:   helperbin.Source,
 		Logger:         log,
 	}
-	e.host = inventory.Host{
+	e.host = Host{
 		Name: "h1", Address: srv.Host, Port: srv.Port, User: "root",
 		IdentityFiles: []string{srv.ClientKeyPath}, Connection: "ssh",
 		Vars: map[string]any{VarRemoteDir: e.dir},

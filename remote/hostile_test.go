@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpush/gpush/inventory"
 	"github.com/gpush/gpush/lab/sshd"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
@@ -62,8 +61,8 @@ func listen(t *testing.T, serve func(net.Conn)) *net.TCPAddr {
 	return l.Addr().(*net.TCPAddr)
 }
 
-func hostileHost(addr *net.TCPAddr) inventory.Host {
-	return inventory.Host{Name: "bad1", Address: "127.0.0.1", Port: addr.Port, User: "root", Connection: "ssh"}
+func hostileHost(addr *net.TCPAddr) Host {
+	return Host{Name: "bad1", Address: "127.0.0.1", Port: addr.Port, User: "root", Connection: "ssh"}
 }
 
 func hostileOpts(t *testing.T) Options {
@@ -73,7 +72,6 @@ func hostileOpts(t *testing.T) Options {
 		ConnectTimeout: time.Second,
 		AgentSocket:    "none",
 		DefaultKeys:    []string{},
-		SSHConfigFile:  "none",
 		Logger:         log,
 	}
 }
@@ -82,7 +80,7 @@ func hostileOpts(t *testing.T) Options {
 // the host and port. That the deadline ended a stalled peer shows in the
 // message ("within 1s"), which only the deadline path writes; no wall-clock
 // bound is asserted (it would flake on a loaded machine).
-func dialFails(t *testing.T, h inventory.Host, o Options, stage string, subs ...string) {
+func dialFails(t *testing.T, h Host, o Options, stage string, subs ...string) {
 	t.Helper()
 	c, err := Dial(context.Background(), h, o)
 	if err == nil {
@@ -298,7 +296,7 @@ func TestKeepaliveClosesADeadConnection(t *testing.T) {
 func TestUnknownHostKeyPolicyRefused(t *testing.T) {
 	o := hostileOpts(t)
 	o.HostKeyPolicy = "no"
-	_, err := Dial(context.Background(), inventory.Host{Name: "x", Address: "127.0.0.1", Connection: "ssh"}, o)
+	_, err := Dial(context.Background(), Host{Name: "x", Address: "127.0.0.1", Connection: "ssh"}, o)
 	if de := dialErr(t, err); de.Stage != StageConfig {
 		t.Fatalf("stage %q: %v", de.Stage, err)
 	}

@@ -18,12 +18,11 @@ import (
 	"time"
 
 	"github.com/gpush/gpush/helper"
-	"github.com/gpush/gpush/inventory"
 )
 
 // localConn reaches the machine gpush runs on, without SSH.
 type localConn struct {
-	host inventory.Host
+	host Host
 	o    Options
 	log  *slog.Logger
 
@@ -47,13 +46,13 @@ func (c *localConn) becomeConn() *cmdConn {
 	if c.become == nil {
 		h := c.host
 		h.Become = true
-		c.become = newCmdConn(h, TargetOf(h), localTransport{}, c.o)
+		c.become = newCmdConn(h.addressed(), localTransport{}, c.o)
 		c.become.uploads = &c.uploads
 	}
 	return c.become
 }
 
-func newLocal(h inventory.Host, o Options) *localConn {
+func newLocal(h Host, o Options) *localConn {
 	return &localConn{host: h, o: o, log: o.Logger.With("host", h.Name), session: helper.NewSession()}
 }
 

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/gpush/gpush/helper"
-	"github.com/gpush/gpush/inventory"
 	"github.com/gpush/gpush/remote/helperbin"
 )
 
@@ -20,7 +19,7 @@ func localHost(t *testing.T) (*localConn, string) {
 	t.Helper()
 	dir := t.TempDir()
 	log, _ := testLogger(t)
-	h := inventory.Host{Name: "localhost", Connection: "local",
+	h := Host{Name: "localhost", Connection: "local",
 		Vars: map[string]any{VarRemoteDir: filepath.Join(dir, "helper")}}
 	c, err := Dial(context.Background(), h, Options{HelperSource: helperbin.Source, Logger: log})
 	if err != nil {

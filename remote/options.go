@@ -33,7 +33,7 @@ type Options struct {
 	HostKeyPolicy string
 	// ConnectTimeout bounds TCP connect, banner, key exchange and
 	// authentication of each hop (default 10s); a host's own
-	// inventory.Host.ConnectTimeout wins.
+	// Host.ConnectTimeout wins.
 	ConnectTimeout time.Duration
 	// KeepaliveInterval is how long the server may be silent before a
 	// keepalive@openssh.com request is sent (default 15s; negative
@@ -54,9 +54,15 @@ type Options struct {
 	// agent's other keys unless the host has IdentitiesOnly. Set to an
 	// empty non-nil slice to offer none.
 	DefaultKeys []string
-	// SSHConfigFile resolves ProxyJump hop names (HostName, Port, User,
-	// IdentityFile) (default ~/.ssh/config; "none" disables).
-	SSHConfigFile string
+	// CompleteHop completes a ProxyJump hop from the caller's ssh_config,
+	// as OpenSSH does for -J: it is given the hop as written (Name, and
+	// Port and User where the spec has them) and returns it with what the
+	// config says: Address (HostName), Port, User, IdentityFiles,
+	// IdentitiesOnly and ProxyCommand (used for the first hop only). The
+	// spec's own port and user win over what it returns. Called once per
+	// hop per dial, from the dialling goroutines at once. Nil: hops are
+	// dialled as written.
+	CompleteHop func(hop Host) (Host, error)
 	// HelperSource returns the gpush-helper binary for a GOARCH ("amd64",
 	// "arm64"); see package helperbin. Needed for Helper on SSH hosts and
 	// for Helper with become on the local host.
@@ -95,9 +101,6 @@ func (o Options) withDefaults() Options {
 		for _, n := range []string{"id_ed25519", "id_ecdsa", "id_rsa"} {
 			o.DefaultKeys = append(o.DefaultKeys, filepath.Join(home, ".ssh", n))
 		}
-	}
-	if o.SSHConfigFile == "" {
-		o.SSHConfigFile = filepath.Join(home, ".ssh", "config")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

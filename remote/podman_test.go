@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/gpush/gpush/helper"
-	"github.com/gpush/gpush/inventory"
 	"github.com/gpush/gpush/lab/podmanlab"
 	"github.com/gpush/gpush/remote/helperbin"
 )
@@ -44,7 +43,7 @@ func TestPodmanTransportSeesHostHolders(t *testing.T) {
 	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
 
 	log, _ := testLogger(t)
-	h := inventory.Host{Name: "gpu01", Address: name, Connection: "podman"}
+	h := Host{Name: "gpu01", Address: name, Connection: "podman"}
 	dial := func() *cmdConn {
 		c, err := Dial(context.Background(), h, Options{HelperSource: helperbin.Source, Logger: log})
 		if err != nil {

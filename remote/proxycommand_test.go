@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpush/gpush/inventory"
 	"github.com/gpush/gpush/lab/sshd"
 )
 
@@ -249,9 +248,9 @@ func TestProxyCommandFailureQuotesStderr(t *testing.T) {
 	tdir := t.TempDir()
 	log, _ := testLogger(t)
 	opts := Options{KnownHostsFile: filepath.Join(tdir, "kh"), ConnectTimeout: 10 * time.Second, AgentSocket: "none",
-		DefaultKeys: []string{}, SSHConfigFile: "none", Logger: log}
+		DefaultKeys: []string{}, Logger: log}
 	info := filepath.Join(tdir, "info")
-	h := inventory.Host{Name: "gpu01", Address: "127.0.0.1", Port: port, User: "root", Connection: "ssh"}
+	h := Host{Name: "gpu01", Address: "127.0.0.1", Port: port, User: "root", Connection: "ssh"}
 	h.ProxyCommand = helperCommand(t, "proxy-helper", "%h", "%p", info)
 	_, err = Dial(context.Background(), h, opts)
 	de := dialErr(t, err)
@@ -320,9 +319,9 @@ func TestProxyCommandCanceled(t *testing.T) {
 	tdir := t.TempDir()
 	log, _ := testLogger(t)
 	opts := Options{KnownHostsFile: filepath.Join(tdir, "kh"), ConnectTimeout: time.Hour, AgentSocket: "none",
-		DefaultKeys: []string{}, SSHConfigFile: "none", Logger: log}
+		DefaultKeys: []string{}, Logger: log}
 	info := filepath.Join(tdir, "info")
-	h := inventory.Host{Name: "gpu02", Address: "127.0.0.1", Port: 22, User: "root", Connection: "ssh",
+	h := Host{Name: "gpu02", Address: "127.0.0.1", Port: 22, User: "root", Connection: "ssh",
 		ProxyCommand: helperCommand(t, "proxy-sleeper", info)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

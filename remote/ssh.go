@@ -13,14 +13,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gpush/gpush/inventory"
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 )
 
 // sshConn is one SSH connection; every call is a new channel on it.
 type sshConn struct {
-	host   inventory.Host
+	host   Host
 	client *ssh.Client
 	hops   []*ssh.Client
 	// proxy is the ProxyCommand carrying the connection, if any: when it
@@ -51,7 +50,7 @@ type sshConn struct {
 
 // newSSHConn wraps a logged-in client; u is what its server sends unasked,
 // heard says when the server last sent anything (for the keepalive).
-func newSSHConn(h inventory.Host, client *ssh.Client, u unasked, hops []*ssh.Client, heard func() time.Time, proxy *proxyConn, o Options) *sshConn {
+func newSSHConn(h Host, client *ssh.Client, u unasked, hops []*ssh.Client, heard func() time.Time, proxy *proxyConn, o Options) *sshConn {
 	c := &sshConn{host: h, client: client, hops: hops, proxy: proxy, o: o, log: o.Logger.With("host", h.Name),
 		dead: make(chan struct{}), serve: newServeSlot()}
 	if o.KeepaliveInterval > 0 {

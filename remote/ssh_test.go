@@ -337,11 +337,15 @@ func TestProxyJumpTwoHops(t *testing.T) {
 	if err := os.WriteFile(e.kh, []byte(kh), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// Each hop authenticates with its own key, found in ssh_config.
-	cfg := filepath.Join(e.tdir, "ssh_config")
-	os.WriteFile(cfg, []byte(fmt.Sprintf("Host jump2\n  HostName 127.0.0.1\n  Port %d\n  User root\n  IdentityFile %s\n",
-		j2.Port, j2.ClientKeyPath)), 0o600)
-	e.opts.SSHConfigFile = cfg
+	// Each hop authenticates with its own key, given by the completion
+	// (the caller's ssh_config).
+	e.opts.CompleteHop = func(hop Host) (Host, error) {
+		if hop.Name == "jump2" {
+			return Host{Name: hop.Name, Address: "127.0.0.1", Port: j2.Port, User: "root",
+				IdentityFiles: []string{j2.ClientKeyPath}}, nil
+		}
+		return Host{Name: hop.Name, Address: hop.Name, Port: hop.Port, User: hop.User}, nil
+	}
 	e.host.IdentityFiles = []string{e.srv.ClientKeyPath, j1.ClientKeyPath}
 	e.host.ProxyJump = fmt.Sprintf("root@127.0.0.1:%d,jump2", j1.Port)
 

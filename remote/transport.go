@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpush/gpush/inventory"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/sys/unix"
 )
@@ -32,23 +31,6 @@ import (
 // transports, which run a local program (podman exec -i, kubectl exec -i,
 // a site's command) that carries the pipes to the target.
 
-// Target is what a command transport knows of a host: not inventory.Host,
-// so that a transport reads only what it is given.
-type Target struct {
-	// Name is the inventory name.
-	Name string
-	// Address is ansible_host, or Name: the container, pod or node the
-	// transport reaches.
-	Address string
-	// User is ansible_user ("" for the transport's default).
-	User string
-	// Become runs the helper through sudo -n on the target.
-	Become bool
-	// Vars are the host's vars (transport settings: ansible_kubectl_namespace,
-	// gpush_command, ...).
-	Vars map[string]any
-}
-
 // Transport starts argument vectors on one target and places files there.
 type Transport interface {
 	// Start starts argv on the target, with pipes. argv is never joined
@@ -61,7 +43,7 @@ type Transport interface {
 }
 
 // Opener opens the connection of one connection kind to a host.
-type Opener func(ctx context.Context, h inventory.Host, o Options) (Conn, error)
+type Opener func(ctx context.Context, h Host, o Options) (Conn, error)
 
 var (
 	registryMu sync.RWMutex
@@ -76,16 +58,17 @@ func Register(name string, open Opener) {
 }
 
 // RegisterCommand adds the command transport name: newT makes the
-// transport of one target, and the connection is a command connection
-// over it (the helper placed and checked through it, one serve session).
-func RegisterCommand(name string, newT func(Target) (Transport, error)) {
-	Register(name, func(ctx context.Context, h inventory.Host, o Options) (Conn, error) {
-		tg := TargetOf(h)
-		t, err := newT(tg)
+// transport of one host (its Address set: Name when it had none), and the
+// connection is a command connection over it (the helper placed and
+// checked through it, one serve session).
+func RegisterCommand(name string, newT func(Host) (Transport, error)) {
+	Register(name, func(ctx context.Context, h Host, o Options) (Conn, error) {
+		h = h.addressed()
+		t, err := newT(h)
 		if err != nil {
 			return nil, &DialError{Host: h.Name, Addr: h.Address, Stage: StageConfig, Err: err}
 		}
-		return newCmdConn(h, tg, t, o), nil
+		return newCmdConn(h, t, o), nil
 	})
 }
 
@@ -108,30 +91,21 @@ func opener(name string) (Opener, bool) {
 	return o, ok
 }
 
-// TargetOf is the Target of an inventory host.
-func TargetOf(h inventory.Host) Target {
-	addr := h.Address
-	if addr == "" {
-		addr = h.Name
-	}
-	return Target{Name: h.Name, Address: addr, User: h.User, Become: h.Become, Vars: h.Vars}
-}
-
 func init() {
-	Register("ssh", func(ctx context.Context, h inventory.Host, o Options) (Conn, error) {
+	Register("ssh", func(ctx context.Context, h Host, o Options) (Conn, error) {
 		c, err := dialSSH(ctx, h, o)
 		if err != nil {
 			return nil, err // never a typed nil *sshConn inside the interface
 		}
 		return c, nil
 	})
-	Register("local", func(ctx context.Context, h inventory.Host, o Options) (Conn, error) {
+	Register("local", func(ctx context.Context, h Host, o Options) (Conn, error) {
 		return newLocal(h, o), nil
 	})
-	RegisterCommand("podman", func(t Target) (Transport, error) {
+	RegisterCommand("podman", func(t Host) (Transport, error) {
 		return newContainerTransport("podman", "ansible_podman_executable", t)
 	})
-	RegisterCommand("docker", func(t Target) (Transport, error) {
+	RegisterCommand("docker", func(t Host) (Transport, error) {
 		return newContainerTransport("docker", "ansible_docker_executable", t)
 	})
 	RegisterCommand("kubectl", newKubectlTransport)

@@ -5,8 +5,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-
-	"github.com/gpush/gpush/inventory"
 )
 
 func argvOf(t *testing.T, tr Transport, argv []string) []string {
@@ -30,7 +28,7 @@ func TestRegistryHasTheConnections(t *testing.T) {
 			t.Errorf("Connections() = %v, missing %q", got, want)
 		}
 	}
-	_, err := Dial(context.Background(), inventory.Host{Name: "h", Connection: "winrm"}, Options{})
+	_, err := Dial(context.Background(), Host{Name: "h", Connection: "winrm"}, Options{})
 	if err == nil || !strings.Contains(err.Error(), `unsupported connection "winrm"`) {
 		t.Errorf("Dial(winrm) = %v", err)
 	}
@@ -41,7 +39,7 @@ func TestRegistryHasTheConnections(t *testing.T) {
 // options at the container's name, which may not start with -).
 func TestContainerTransportArgv(t *testing.T) {
 	argv := []string{"gpush-helper", "serve", "tok; rm -rf /", "$(id)"}
-	tr, err := newContainerTransport("podman", "ansible_podman_executable", Target{Name: "gpu01", Address: "gpu-agent"})
+	tr, err := newContainerTransport("podman", "ansible_podman_executable", Host{Name: "gpu01", Address: "gpu-agent"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +51,7 @@ func TestContainerTransportArgv(t *testing.T) {
 		[]string{"podman", "cp", "/tmp/x", "gpu-agent:/root/.cache/gpush/.h.gpush-tmp-1"}) {
 		t.Errorf("podman cp argv %q", got)
 	}
-	tr, err = newContainerTransport("docker", "ansible_docker_executable", Target{Name: "gpu01", Address: "agent", User: "svc",
+	tr, err = newContainerTransport("docker", "ansible_docker_executable", Host{Name: "gpu01", Address: "agent", User: "svc",
 		Vars: map[string]any{"ansible_docker_executable": "/opt/docker"}})
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +60,7 @@ func TestContainerTransportArgv(t *testing.T) {
 	if got := argvOf(t, tr, argv); !reflect.DeepEqual(got, want) {
 		t.Errorf("docker argv %q, want %q", got, want)
 	}
-	if _, err := newContainerTransport("podman", "ansible_podman_executable", Target{Name: "x", Address: "--privileged"}); err == nil {
+	if _, err := newContainerTransport("podman", "ansible_podman_executable", Host{Name: "x", Address: "--privileged"}); err == nil {
 		t.Error("a container name starting with - was taken")
 	}
 }
@@ -71,7 +69,7 @@ func TestContainerTransportArgv(t *testing.T) {
 // cluster here (none can be reached), so this stops at the argv.
 func TestKubectlTransportArgv(t *testing.T) {
 	argv := []string{"sh", "-c", "echo $HOME", "sh"}
-	tr, err := newKubectlTransport(Target{Name: "gpu01", Address: "gpu01.example", Vars: map[string]any{
+	tr, err := newKubectlTransport(Host{Name: "gpu01", Address: "gpu01.example", Vars: map[string]any{
 		"ansible_kubectl_namespace": "gpu-system", "ansible_kubectl_pod": "gpush-agent-x7k2p",
 		"ansible_kubectl_container": "agent", "ansible_kubectl_context": "prod",
 	}})
@@ -87,14 +85,14 @@ func TestKubectlTransportArgv(t *testing.T) {
 		t.Errorf("kubectl cp argv %q", got)
 	}
 	// No pod var: ansible_host names the pod.
-	tr, err = newKubectlTransport(Target{Name: "gpu01", Address: "pod-a"})
+	tr, err = newKubectlTransport(Host{Name: "gpu01", Address: "pod-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := argvOf(t, tr, []string{"id"}); !reflect.DeepEqual(got, []string{"kubectl", "exec", "-i", "pod-a", "--", "id"}) {
 		t.Errorf("kubectl argv %q", got)
 	}
-	if _, err := newKubectlTransport(Target{Name: "x", Address: "p", Vars: map[string]any{"ansible_kubectl_namespace": 3}}); err == nil {
+	if _, err := newKubectlTransport(Host{Name: "x", Address: "p", Vars: map[string]any{"ansible_kubectl_namespace": 3}}); err == nil {
 		t.Error("a non-string namespace was taken")
 	}
 }
@@ -104,7 +102,7 @@ func TestKubectlTransportArgv(t *testing.T) {
 // and a value holding a placeholder is not substituted again.
 func TestCommandTransportArgv(t *testing.T) {
 	argv := []string{"gpush-helper", "serve", "it's {host}", "$(reboot)"}
-	tg := Target{Name: "gpu01", Address: "node{name}01", User: "ops", Vars: map[string]any{
+	tg := Host{Name: "gpu01", Address: "node{name}01", User: "ops", Vars: map[string]any{
 		VarCommand: []any{"srun", "--jobid=42", "-w", "{host}", "--overlap", "{argv}"},
 	}}
 	tr, err := newCommandTransport(tg)
@@ -131,7 +129,7 @@ func TestCommandTransportArgv(t *testing.T) {
 		nil, "srun -w {host} {argv}", []any{"srun", "{host}"}, []any{"srun", "{argv}", "{argv}"},
 		[]any{"srun", "--cmd={argv}"}, []any{"{argv}"}, []any{"srun", 3, "{argv}"}, []any{},
 	} {
-		if _, err := newCommandTransport(Target{Name: "h", Vars: map[string]any{VarCommand: bad}}); err == nil {
+		if _, err := newCommandTransport(Host{Name: "h", Vars: map[string]any{VarCommand: bad}}); err == nil {
 			t.Errorf("template %#v was taken", bad)
 		}
 	}
@@ -141,7 +139,7 @@ func TestCommandTransportArgv(t *testing.T) {
 // stdin: gpush_command with env(1) as the "remote" command runs here.
 func TestCommandConnRunPutGet(t *testing.T) {
 	dir := t.TempDir()
-	h := inventory.Host{Name: "here", Connection: "gpush_command",
+	h := Host{Name: "here", Connection: "gpush_command",
 		Vars: map[string]any{VarCommand: []any{"env", "GPUSH_T={host}", "{argv}"}}}
 	c, err := Dial(context.Background(), h, Options{})
 	if err != nil {

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/gpush/gpush/helper"
-	"github.com/gpush/gpush/inventory"
 	"github.com/gpush/gpush/lab/sshd"
 	"github.com/gpush/gpush/remote/helperbin"
 )
@@ -120,7 +119,7 @@ func TestDeployNamesAStuckSource(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		_, err := deployHelper(ctx, deployTarget{
-			host: inventory.Host{Name: "h1", Vars: map[string]any{VarRemoteDir: dir}}, fs: localFS{},
+			host: Host{Name: "h1", Vars: map[string]any{VarRemoteDir: dir}}, fs: localFS{},
 			machine: "x86_64", home: dir, uid: os.Getuid(), source: source, sum: localSum, log: log,
 		})
 		done <- err
