@@ -155,11 +155,9 @@ func BenchmarkLabMemory(b *testing.B) {
 		b.Fatal(err)
 	}
 	hosts := inv.Hosts()
-	ropts := remote.Options{KnownHostsFile: l.KnownHosts, AgentSocket: "none", SSHConfigFile: "none",
+	ropts := remote.Options{KnownHostsFile: l.KnownHosts, AgentSocket: "none",
 		HelperSource: helperbin.Source, HelperDigest: helperbin.Digest}
-	o := Options{Forks: n, Dial: func(ctx context.Context, h inventory.Host) (remote.Conn, error) {
-		return remote.Dial(ctx, h, ropts)
-	}}
+	o := Options{Forks: n, Dial: Dialer(ropts)}
 	warm, s := memScripts(b, name)
 	measureHosts(b, n, name == memFree, func(measured bool, onResult func(HostResult)) []HostResult {
 		o.OnResult = onResult

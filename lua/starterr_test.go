@@ -1,7 +1,6 @@
 package lua
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,12 +51,12 @@ func TestScriptOnNoexecHelperFolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := remote.Options{KnownHostsFile: kh, ConnectTimeout: 10 * time.Second, AgentSocket: "none",
-		DefaultKeys: []string{}, SSHConfigFile: "none", HelperSource: helperbin.Source}
+		DefaultKeys: []string{}, HelperSource: helperbin.Source}
 	h := inventory.Host{Name: "h1", Address: srv.Host, Port: srv.Port, User: "root", Connection: "ssh",
 		IdentityFiles: []string{srv.ClientKeyPath}, Vars: map[string]any{remote.VarRemoteDir: filepath.Join(mnt, "gpush")}}
 	start := time.Now()
 	res := Run(t.Context(), script0(`return gpu.snapshot()`), []inventory.Host{h}, Options{
-		Dial: func(ctx context.Context, h inventory.Host) (remote.Conn, error) { return remote.Dial(ctx, h, opts) }})
+		Dial: Dialer(opts)})
 	took := time.Since(start)
 	r := res[0]
 	t.Logf("%s in %s: %s", r.Status, took.Round(time.Millisecond), r.Error)

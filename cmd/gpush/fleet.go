@@ -7,6 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gpush/gpush/inventory"
+	"github.com/gpush/gpush/lua"
 	"github.com/gpush/gpush/remote"
 	"github.com/gpush/gpush/remote/helperbin"
 )
@@ -78,6 +79,7 @@ func parseFleet(c *cli.Context) (*fleet, error) {
 		HostKeyPolicy:  policy,
 		HelperSource:   helperbin.Source,
 		HelperDigest:   helperbin.Digest,
+		CompleteHop:    lua.SSHConfigHops("", f.logger),
 		Logger:         f.logger,
 	}
 	return f, nil

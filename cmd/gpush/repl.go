@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gpush/gpush/inventory"
 	"github.com/gpush/gpush/lua"
 	"github.com/gpush/gpush/lua/repl"
-	"github.com/gpush/gpush/remote"
 )
 
 // The REPL itself (loop, dot commands, display) is lua/repl; this is its
@@ -45,10 +42,8 @@ func runRepl(c *cli.Context) error {
 			Forks:     f.forks,
 			Check:     f.check,
 			ExtraVars: f.extra,
-			Dial: func(ctx context.Context, h inventory.Host) (remote.Conn, error) {
-				return remote.Dial(ctx, h, f.remote)
-			},
-			Logger: f.logger,
+			Dial:      lua.Dialer(f.remote),
+			Logger:    f.logger,
 		},
 		Timeout: f.timeout,
 		Verbose: c.Bool("verbose"),

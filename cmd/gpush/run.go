@@ -15,7 +15,6 @@ import (
 	"github.com/gpush/gpush/inventory"
 	"github.com/gpush/gpush/lua"
 	"github.com/gpush/gpush/modules"
-	"github.com/gpush/gpush/remote"
 	"github.com/gpush/gpush/report"
 )
 
@@ -133,9 +132,7 @@ func runRun(c *cli.Context) error {
 			Check:       f.check,
 			ExtraVars:   f.extra,
 			MemoryLimit: memLimit,
-			Dial: func(ctx context.Context, h inventory.Host) (remote.Conn, error) {
-				return remote.Dial(ctx, h, f.remote)
-			},
+			Dial:        lua.Dialer(f.remote),
 			OnEvent: func(e lua.Event) {
 				if quit.Load() {
 					return

@@ -14,7 +14,6 @@ import (
 	glua "github.com/yuin/gopher-lua"
 
 	"github.com/gpush/gpush/helper"
-	"github.com/gpush/gpush/inventory"
 	"github.com/gpush/gpush/lab/labgpu"
 	"github.com/gpush/gpush/lab/nssystemd"
 	"github.com/gpush/gpush/modules/gpu"
@@ -112,7 +111,7 @@ func newRealEnv(t *testing.T) *realEnv {
 		}
 	})
 	e.sd = sd
-	conn, err := remote.Dial(context.Background(), inventory.Host{Name: "localhost", Connection: "local"}, remote.Options{})
+	conn, err := remote.Dial(context.Background(), remote.Host{Name: "localhost", Connection: "local"}, remote.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
