@@ -1,6 +1,9 @@
 // Package remote reaches a host: the Conn interface, SSH connections
-// (x/crypto/ssh with known_hosts, agent, ssh_config, ProxyJump, keepalives),
-// the local connection, and deployment of the helper over SFTP.
+// (x/crypto/ssh with known_hosts, agent, ProxyJump, ProxyCommand,
+// keepalives), the local connection, the command transports, and
+// deployment of the helper. It is given a Host and Options and reads no
+// inventory or ssh_config itself: the caller converts its hosts and
+// completes ProxyJump hops through Options.CompleteHop.
 package remote
 
 import (
@@ -35,7 +38,7 @@ type Result struct {
 // Conn is one open connection to one host, reused by every call of a run.
 // Implementations are safe for concurrent use.
 type Conn interface {
-	// Host is the inventory name of the host.
+	// Host is the host's name (Host.Name).
 	Host() string
 	// Run runs an argument vector. Nothing is ever built into a shell
 	// string from user input: over SSH every element is quoted for the

@@ -47,7 +47,7 @@ func Dial(ctx context.Context, h Host, opts Options) (Conn, error) {
 
 // target is one SSH endpoint: a jump host or the final host.
 type target struct {
-	name string // for messages: inventory name or the hop as written
+	name string // for messages: Host.Name or the hop as written
 	host string
 	port int
 	user string

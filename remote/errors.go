@@ -24,7 +24,7 @@ const (
 // DialError is why a host could not be reached: the CLI maps it to
 // "unreachable". Err explains the stage in operator terms.
 type DialError struct {
-	Host  string // inventory name
+	Host  string // Host.Name
 	Hop   string // the jump host that failed, as ProxyJump names it; "" for the host itself
 	Addr  string // host:port dialed (the hop's, for a failed jump host)
 	Via   string // the jump host this address was dialed through, if any

@@ -39,7 +39,7 @@ const (
 // stderr, which say why far better than the closed connection the SSH
 // client saw (Err).
 type ProxyCommandError struct {
-	Host     string // inventory name (or the jump host as written)
+	Host     string // Host.Name (or the jump host as written)
 	ExitCode int    // -1 when a signal ended it
 	Signal   string // the signal that ended it, if any
 	Stderr   string // the latest proxyStderrCap bytes

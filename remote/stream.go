@@ -32,7 +32,7 @@ type Stream interface {
 
 // serveOwner is the connection a serve session belongs to, for its errors.
 type serveOwner interface {
-	// Host is the inventory name of the host.
+	// Host is the host's name (Host.Name).
 	Host() string
 	// becomes reports whether the helper runs through sudo -n.
 	becomes() bool
