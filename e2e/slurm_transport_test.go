@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,6 +62,22 @@ func TestSlurmTransportFreeGPUs(t *testing.T) {
 	requireRow(t, r.stdout, "n[1-2] 2 0 NVIDIA H200 free 0 143771")
 	if strings.Contains(r.stderr, "ssh") && strings.Contains(r.stderr, "dial") {
 		t.Errorf("an SSH dial in a slurm run: %s", r.stderr)
+	}
+
+	// A holder that is a step of the job itself: the job is a live
+	// restarter, so the GPU is not "freed" and the job is named.
+	if _, err := c.Run(context.Background(), "scancel", job); err != nil {
+		t.Fatal(err)
+	}
+	job2, worker := sbatchHolder(t, c, dir, filepath.Join(dev, "nvidia0"))
+	r = h.gpush("run", "free_gpus.lua", "-i", "slurm:"+job2, "-e", "gpush_dev_dir="+dev, "-e", "gpush_nvidia_smi="+smi,
+		"-e", "grace=1s", "-e", "settle=1s")
+	if r.code != 2 {
+		t.Errorf("job step holder: exit %d, want 2", r.code)
+	}
+	requireContains(t, r.stdout, "slurm job "+job2, "scancel "+job2)
+	if pidAlive(worker) {
+		t.Errorf("worker %d alive after the kill", worker)
 	}
 
 	r = h.gpush("run", "gpu_status.lua", "-i", "slurm:999999")
