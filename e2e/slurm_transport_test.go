@@ -19,8 +19,8 @@ import (
 // a step of the job (srun --overlap -w NODE). The holder is an orphaned
 // worker outside the job, so freeing it is a real "freed"; both nodes'
 // rows are in the report. The lab's nodes share this machine's PID
-// namespace (no per-node namespace yet), so the run is one host at a
-// time (--forks 1): the first node frees the GPU, the second finds it free.
+// namespace, so the run is one host at a time (--forks 1): the first
+// node frees the GPU, the second finds it free.
 func TestSlurmTransportFreeGPUs(t *testing.T) {
 	slurmlab.Need(t)
 	dir, dev, smi := fakeGPUDir(t)
