@@ -28,7 +28,7 @@ type Host struct {
 	// as in OpenSSH, whichever is given first wins, so at most one is set.
 	ProxyCommand string `json:"proxy_command,omitempty"`
 	// Connection is "ssh", "local", or a command transport: "podman",
-	// "docker", "kubectl", "gpush_command" (see remote's registry).
+	// "docker", "kubectl", "slurm", "gpush_command" (see remote's registry).
 	Connection string `json:"connection"`
 	// ConnectTimeout bounds connecting to the host (TCP, banner, key
 	// exchange, login; every hop): ansible_ssh_timeout, else ssh_config

@@ -654,9 +654,11 @@ func connectionPlugin(name string) (string, error) {
 		return "kubectl", nil
 	case "gpush_command":
 		return "gpush_command", nil
+	case "slurm":
+		return "slurm", nil
 	}
 	return "", fmt.Errorf("connection plugin %q is not supported: gpush speaks ssh and local (also as ansible.builtin.ssh, ansible.builtin.local), "+
-		"containers.podman.podman, community.docker.docker, kubernetes.core.kubectl and gpush_command", name)
+		"containers.podman.podman, community.docker.docker, kubernetes.core.kubectl, slurm and gpush_command", name)
 }
 
 func parsePort(s string) (int, error) {

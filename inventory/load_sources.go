@@ -109,6 +109,13 @@ func loadSpec(spec string, opts Options) ([]*Inventory, string, error) {
 	if strings.TrimSpace(spec) == "" {
 		return nil, "", errors.New("inventory: empty --inventory value")
 	}
+	if strings.HasPrefix(spec, SlurmPrefix) {
+		inv, err := slurmJob(spec)
+		if err != nil {
+			return nil, "", err
+		}
+		return []*Inventory{inv}, "", nil
+	}
 	st, err := os.Stat(spec)
 	switch {
 	case err == nil && st.IsDir():

@@ -27,9 +27,9 @@ import (
 // Transports are in a registry keyed by the connection name, as Ansible's
 // ansible_connection spells it (inventory maps the plugin names onto
 // these): "ssh" and "local" are the two built in ones with connections of
-// their own; "podman", "docker", "kubectl" and "gpush_command" are command
-// transports, which run a local program (podman exec -i, kubectl exec -i,
-// a site's command) that carries the pipes to the target.
+// their own; "podman", "docker", "kubectl", "slurm" and "gpush_command" are
+// command transports, which run a local program (podman exec -i, kubectl
+// exec -i, srun, a site's command) that carries the pipes to the target.
 
 // Transport starts argument vectors on one target and places files there.
 type Transport interface {
@@ -110,6 +110,7 @@ func init() {
 	})
 	RegisterCommand("kubectl", newKubectlTransport)
 	RegisterCommand("gpush_command", newCommandTransport)
+	RegisterCommand("slurm", newSlurmTransport)
 }
 
 // execStream is a local process started with pipes (os.Pipe: reads and
