@@ -20,7 +20,7 @@ const (
 // leave nothing behind when the task ends. The helper goes in through
 // stdin (sh -c 'cat > "$1"' on the node), as srun has no copy of its own
 // to a chosen path apart from sbcast, which needs the same step set-up.
-func newSlurmTransport(t Target) (Transport, error) {
+func newSlurmTransport(t Host) (Transport, error) {
 	job, err := varSlurmString(t, VarSlurmJob)
 	if err != nil {
 		return nil, err
@@ -51,7 +51,7 @@ func newSlurmTransport(t Target) (Transport, error) {
 
 // varSlurmString is a var that may be written as a number (a job id in
 // YAML is an int) or a string.
-func varSlurmString(t Target, key string) (string, error) {
+func varSlurmString(t Host, key string) (string, error) {
 	switch v := t.Vars[key].(type) {
 	case int:
 		return fmt.Sprint(v), nil

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/gpush/gpush/helper"
-	"github.com/gpush/gpush/inventory"
 	"github.com/gpush/gpush/lab/slurmlab"
 	"github.com/gpush/gpush/remote/helperbin"
 )
@@ -17,7 +16,7 @@ import (
 // separate arguments (no shell string); a missing job id is refused
 // naming the host and the var.
 func TestSlurmTransportArgv(t *testing.T) {
-	tr, err := newSlurmTransport(Target{Name: "gpu01", Address: "n2", Vars: map[string]any{VarSlurmJob: 1234, VarSlurmSrun: "/opt/slurm/bin/srun"}})
+	tr, err := newSlurmTransport(Host{Name: "gpu01", Address: "n2", Vars: map[string]any{VarSlurmJob: 1234, VarSlurmSrun: "/opt/slurm/bin/srun"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,11 +26,11 @@ func TestSlurmTransportArgv(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("argv\n got %q\nwant %q", got, want)
 	}
-	_, err = newSlurmTransport(Target{Name: "gpu01", Address: "n2"})
+	_, err = newSlurmTransport(Host{Name: "gpu01", Address: "n2"})
 	if err == nil || !strings.Contains(err.Error(), "gpu01") || !strings.Contains(err.Error(), VarSlurmJob) {
 		t.Errorf("no job id: %v", err)
 	}
-	_, err = newSlurmTransport(Target{Name: "gpu01", Address: "-n2", Vars: map[string]any{VarSlurmJob: "7"}})
+	_, err = newSlurmTransport(Host{Name: "gpu01", Address: "-n2", Vars: map[string]any{VarSlurmJob: "7"}})
 	if err == nil {
 		t.Error("a node name starting with '-' was taken")
 	}
@@ -44,7 +43,7 @@ func TestSlurmTransportRealJob(t *testing.T) {
 	job := c.Sbatch(t, "-N2", "-o", "/dev/null", "--wrap", "sleep 300")
 	c.WaitState(t, job, 20*time.Second, "RUNNING")
 	log, _ := testLogger(t)
-	h := inventory.Host{Name: "gpu02", Address: "n2", Connection: "slurm", Vars: map[string]any{
+	h := Host{Name: "gpu02", Address: "n2", Connection: "slurm", Vars: map[string]any{
 		VarSlurmJob: job, VarRemoteDir: t.TempDir()}}
 	cn, err := Dial(context.Background(), h, Options{HelperSource: helperbin.Source, Logger: log})
 	if err != nil {
