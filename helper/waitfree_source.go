@@ -181,3 +181,85 @@ func (h *hostSource) priorListing(ctx context.Context) (ownership, time.Time, bo
 	}
 	return sessionOf(ctx).lastListing(listingKey(h.s.cfg, h.smi.path))
 }
+
+// Source is a host that WaitFreeOn reads instead of the real one: a model
+// (modulestest) that the wait's steps judge as they judge a real host.
+type Source interface {
+	// Now is the host's clock (a model's may be virtual).
+	Now() time.Time
+	// Sleep returns when the clock reads until, or with ctx's error.
+	Sleep(ctx context.Context, until time.Time) error
+	// Poll reads the GPUs and every holder, judged by nothing but what
+	// they are (a suspicious protected name included), owning nothing.
+	Poll(ctx context.Context) (Reading, error)
+	// ListApps judges r's holders by the compute apps listing (Owner,
+	// OwnerWhy, MemMiB, MemByGPU) and names the ghosts.
+	ListApps(ctx context.Context, r *Reading) error
+	// NoListing judges r's holders by the device files they map and open.
+	NoListing(r *Reading)
+	// MapsDevice: pid maps an NVIDIA device file (a compute context).
+	MapsDevice(pid int) bool
+	// WatchedAncestor is the Watch manager that started h, if any.
+	WatchedAncestor(h Holder, watch []Manager) *Manager
+}
+
+// Reading is one poll of a Source.
+type Reading struct {
+	// SMI: nvidia-smi runs, so memory and the compute apps can be read.
+	SMI     bool
+	GPUs    []GPU
+	Holders []Holder
+	Ghosts  []Ghost
+}
+
+// WaitFreeOn is WaitFree on src.
+func WaitFreeOn(ctx context.Context, req WaitFreeRequest, src Source) (*WaitFreeResponse, error) {
+	return waitOn(ctx, req, readingSource{src}, "")
+}
+
+// readingSource is a Source as a waitSource: no stream, no session.
+type readingSource struct{ src Source }
+
+func (r readingSource) now() time.Time { return r.src.Now() }
+
+func (r readingSource) sleep(ctx context.Context, at time.Time, _ map[int]bool, _ map[int]int64, _ bool) ([]string, error) {
+	return nil, r.src.Sleep(ctx, at)
+}
+
+func (r readingSource) poll(ctx context.Context, _ time.Time) (gpuState, error) {
+	rd, err := r.src.Poll(ctx)
+	if err != nil {
+		return gpuState{}, fmt.Errorf("model poll: %w", err)
+	}
+	return gpuState{smiOK: rd.SMI, gpus: rd.GPUs, holders: rd.Holders}, nil
+}
+
+func (r readingSource) listApps(ctx context.Context, gs *gpuState) error {
+	if !gs.smiOK {
+		return nil
+	}
+	rd := Reading{SMI: gs.smiOK, GPUs: gs.gpus, Holders: gs.holders}
+	if err := r.src.ListApps(ctx, &rd); err != nil {
+		return fmt.Errorf("model compute apps: %w", err)
+	}
+	gs.holders, gs.ghosts, gs.apps = rd.Holders, rd.Ghosts, true
+	return nil
+}
+
+func (r readingSource) noListing(gs *gpuState) {
+	rd := Reading{SMI: gs.smiOK, GPUs: gs.gpus, Holders: gs.holders}
+	r.src.NoListing(&rd)
+	gs.holders = rd.Holders
+}
+
+func (r readingSource) mapsDevice(pid int) bool { return r.src.MapsDevice(pid) }
+
+func (r readingSource) watchedAncestor(h Holder, watch []Manager) *Manager {
+	return r.src.WatchedAncestor(h, watch)
+}
+
+func (r readingSource) priorListing(context.Context) (ownership, time.Time, bool) {
+	return nil, time.Time{}, false
+}
+
+func (r readingSource) streaming() bool { return false }

@@ -115,11 +115,13 @@ type GPUHost struct {
 	units     map[string]*FakeUnit
 	nextPID   int
 	polls     int
+	clock     time.Time // virtual: waits move it on, nothing else does
 }
 
 // NewGPUHost returns a host with n idle H200-like GPUs (143771 MiB, 0 MiB used).
 func NewGPUHost(hostname string, n int) *GPUHost {
-	g := &GPUHost{Hostname: hostname, BootID: "boot-" + hostname, units: map[string]*FakeUnit{}, nextPID: 1000}
+	g := &GPUHost{Hostname: hostname, BootID: "boot-" + hostname, units: map[string]*FakeUnit{}, nextPID: 1000,
+		clock: time.Unix(1_700_000_000, 0)}
 	for i := 0; i < n; i++ {
 		g.gpus = append(g.gpus, &FakeGPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", hostname, i),
 			Name: "NVIDIA H200", BusID: fmt.Sprintf("00000000:%02X:00.0", 6+i), TotalMiB: 143771})
@@ -719,152 +721,48 @@ func (g *GPUHost) managers(req helper.ManagersRequest) helper.ManagersResponse {
 	return resp
 }
 
-// waitFree polls the model and judges each poll with helper.Assess. Time
-// is virtual (Interval per poll, no real sleeping) so tests are fast; ctx
-// is still honoured between polls. Owners and suspicious holders block;
-// monitors do not. Once every chosen GPU reads free it stays watched for
-// Settle: an owner that appears in that time (a respawned worker) ends it.
-func (g *GPUHost) waitFree(ctx context.Context, req helper.WaitFreeRequest) (helper.WaitFreeResponse, error) {
-	interval, timeout := req.Interval.D(), req.Timeout.D()
-	if interval <= 0 {
-		interval = helper.DefaultWaitInterval
+// waitFree runs the helper's wait on the model (helper.WaitFreeOn): its
+// clock is virtual, so a wait takes no real time, and each poll is one
+// step of the model's scripted behaviours (ExitAfterPolls,
+// AppearAfterPolls).
+func (g *GPUHost) waitFree(ctx context.Context, req helper.WaitFreeRequest) (*helper.WaitFreeResponse, error) {
+	resp, err := helper.WaitFreeOn(ctx, req, g)
+	if err != nil {
+		return nil, fmt.Errorf("wait-free on model %s: %w", g.Hostname, err)
 	}
-	if timeout <= 0 {
-		timeout = helper.DefaultWaitTimeout
+	return resp, nil
+}
+
+var _ helper.Source = (*GPUHost)(nil)
+
+// Now is the model's virtual clock.
+func (g *GPUHost) Now() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.clock
+}
+
+// Sleep moves the virtual clock on to until.
+func (g *GPUHost) Sleep(ctx context.Context, until time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	resp := helper.WaitFreeResponse{Version: helper.Version, ThresholdMiB: map[int]int64{}}
-	if len(req.Holders) > 0 {
-		return g.waitGiven(ctx, req, interval, timeout)
+	if until.After(g.clock) {
+		g.clock = until
 	}
-	watched := map[int]bool{}
-	for _, x := range g.gpus {
-		if len(req.GPUs) == 0 || contains(req.GPUs, x.Index) {
-			watched[x.Index] = true
-			t := helper.BaselineMiB
-			if req.ThresholdMiB != nil {
-				t = *req.ThresholdMiB
-			}
-			resp.ThresholdMiB[x.Index] = t
-		}
-	}
-	initial := map[int]bool{}
-	for _, h := range g.holderList() {
-		initial[h.PID] = true
-	}
-	freeSince := time.Duration(-1)
-	for t := time.Duration(0); ; t += interval {
-		if err := ctx.Err(); err != nil {
-			return resp, fmt.Errorf("wait-free interrupted: %w", err)
-		}
-		g.poll(&resp)
-		gpus, holders, _, all := g.assess(resp.ThresholdMiB)
-		byPID := map[int]helper.Holder{}
-		for _, h := range holders {
-			byPID[h.PID] = h
-		}
-		var status []helper.GPUStatus
-		var blocking []helper.Holder
-		seen := map[int]bool{}
-		allFree := true
-		for _, st := range all {
-			if !watched[st.Index] {
-				continue
-			}
-			for _, pid := range append(append([]int{}, st.Owners...), st.Suspicious...) {
-				if !initial[pid] && st.State != helper.GPUSuspicious {
-					st.State = helper.GPUNewHolder
-					h := byPID[pid]
-					st.Reason = "new holder " + helper.Label(pid, h.Comm, h.Cmdline) + " appeared"
-					if freeSince >= 0 {
-						st.Reason += fmt.Sprintf(" %s after it read free", t-freeSince)
-					}
-					for _, w := range req.Watch {
-						if w.PID != 0 && w.PID == h.PPID {
-							st.Reason += "; " + w.Why
-						}
-					}
-				}
-				if !seen[pid] {
-					seen[pid] = true
-					blocking = append(blocking, byPID[pid])
-				}
-			}
-			allFree = allFree && st.State == helper.GPUFree
-			status = append(status, st)
-		}
-		sample := helper.Sample{T: helper.Duration(t), UsedMiB: map[int]int64{}, Holders: len(blocking)}
-		for _, x := range gpus {
-			if watched[x.Index] {
-				sample.UsedMiB[x.Index] = x.MemUsedMiB
-			}
-		}
-		resp.Timeline = append(resp.Timeline, sample)
-		resp.Elapsed = helper.Duration(t)
-		newHolder := false
-		for _, st := range status {
-			newHolder = newHolder || st.State == helper.GPUNewHolder
-		}
-		if allFree && freeSince < 0 {
-			freeSince = t
-		}
-		settled := freeSince >= 0 && t-freeSince >= req.Settle.D()
-		switch {
-		case newHolder:
-			resp.Outcome = helper.WaitNewHolder
-		case allFree && settled:
-			resp.OK, resp.Outcome = true, helper.WaitFreed
-		case !allFree && freeSince >= 0:
-			// It read free, then did not stay free: memory came back.
-			resp.Outcome = helper.WaitMemoryHeld
-		case t+interval > timeout && len(blocking) > 0:
-			resp.Outcome = helper.WaitTimedOut
-		case t+interval > timeout && allFree:
-			// The deadline cut the settle short: free, but not verified.
-			resp.Outcome = helper.WaitTimedOut
-		case t+interval > timeout:
-			resp.Outcome = helper.WaitMemoryHeld
-		default:
-			continue
-		}
-		if freeSince >= 0 {
-			resp.Settled = helper.Duration(t - freeSince)
-		}
-		var reasons []string
-		for _, st := range status {
-			if st.State != helper.GPUFree {
-				reasons = append(reasons, fmt.Sprintf("GPU %d: %s", st.Index, st.Reason))
-			}
-		}
-		resp.Reason = strings.Join(reasons, "; ")
-		if resp.Reason == "" && !resp.OK {
-			resp.Reason = fmt.Sprintf("free for %s of the %s settle when the %s deadline passed", t-freeSince, req.Settle.D(), timeout)
-		}
-		for _, x := range gpus {
-			if watched[x.Index] {
-				resp.GPUs = append(resp.GPUs, x)
-			}
-		}
-		resp.Status, resp.Holders = status, blocking
-		return resp, nil
-	}
+	return nil
 }
 
-// given: h is one of the identities (a start time of 0 matches any).
-func given(ids []helper.Identity, h helper.Holder) bool {
-	for _, id := range ids {
-		if id.PID == h.PID && (id.StartTime == 0 || id.StartTime == h.StartTime) && (id.BootID == "" || id.BootID == h.BootID) {
-			return true
-		}
+// Poll is one poll of a wait: the model steps on (holders appear and
+// exit as scripted), then reads its GPUs and holders, owning nothing yet.
+func (g *GPUHost) Poll(ctx context.Context) (helper.Reading, error) {
+	if err := ctx.Err(); err != nil {
+		return helper.Reading{}, err
 	}
-	return false
-}
-
-// poll counts one poll of a wait and lets go the holder told to exit
-// after that many polls (ExitAfterPolls). Called with g.mu held.
-func (g *GPUHost) poll(resp *helper.WaitFreeResponse) {
-	resp.Polls++
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	g.polls++
 	for _, h := range g.holders {
 		if h.ExitAfterPolls > 0 && g.visible(h) {
@@ -875,147 +773,93 @@ func (g *GPUHost) poll(resp *helper.WaitFreeResponse) {
 			}
 		}
 	}
+	holders := g.holderList()
+	for i := range holders {
+		h := &holders[i]
+		h.Owner, h.OwnerWhy, h.MemMiB, h.MemByGPU = false, "", 0, nil
+	}
+	return helper.Reading{SMI: !g.NoSMI, GPUs: g.gpuList(), Holders: holders}, nil
 }
 
-// waitGiven is waitFree for given holders (req.Holders), as the helper
-// does it: polls until none of them holds a device or memory charged to
-// its dead pid (a ghost an heir keeps), whoever else holds the GPUs; the
-// GPUs are those they held at the first poll (every GPU when none of them
-// is left then) unless req.GPUs says. While
-// a watched supervisor starts a new holder during Settle, it ends as
-// new-holder. Called with g.mu held.
-func (g *GPUHost) waitGiven(ctx context.Context, req helper.WaitFreeRequest, interval, timeout time.Duration) (helper.WaitFreeResponse, error) {
-	resp := helper.WaitFreeResponse{Version: helper.Version, ThresholdMiB: map[int]int64{}}
-	watched := map[int]bool{}
-	for _, idx := range req.GPUs {
-		watched[idx] = true
+// ListApps judges the holders as the model's listing does, and names its
+// ghosts.
+func (g *GPUHost) ListApps(ctx context.Context, r *helper.Reading) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	judged := map[int]helper.Holder{}
 	for _, h := range g.holderList() {
-		if len(req.GPUs) == 0 && given(req.Holders, h) {
-			for _, idx := range h.GPUs {
-				watched[idx] = true
-			}
-		}
+		judged[h.PID] = h
 	}
-	if len(watched) == 0 {
-		for _, gpu := range g.gpus {
-			watched[gpu.Index] = true
-		}
-	}
-	var atFree map[int]bool
-	freeSince := time.Duration(-1)
-	for t := time.Duration(0); ; t += interval {
-		if err := ctx.Err(); err != nil {
-			return resp, fmt.Errorf("wait-free interrupted: %w", err)
-		}
-		g.poll(&resp)
-		gpus, holders, ghosts, all := g.assess(nil)
-		var left []helper.Holder
-		for _, h := range holders {
-			if given(req.Holders, h) {
-				left = append(left, h)
-			}
-		}
-		var mine []helper.Ghost
-		for _, gh := range ghosts {
-			for _, id := range req.Holders {
-				if gh.PID == id.PID {
-					mine = append(mine, gh)
-				}
-			}
-		}
-		var status []helper.GPUStatus
-		for _, st := range all {
-			if !watched[st.Index] {
-				continue
-			}
-			st.Waiting = []int{}
-			for _, h := range left {
-				if contains(h.GPUs, st.Index) {
-					st.Waiting = append(st.Waiting, h.PID)
-				}
-			}
-			for _, gh := range mine {
-				if gh.GPU == st.Index && !contains(st.Waiting, gh.PID) {
-					st.Waiting = append(st.Waiting, gh.PID)
-				}
-			}
-			sort.Ints(st.Waiting)
-			status = append(status, st)
-		}
-		sample := helper.Sample{T: helper.Duration(t), UsedMiB: map[int]int64{}, Holders: len(left)}
-		for _, x := range gpus {
-			if watched[x.Index] {
-				sample.UsedMiB[x.Index] = x.MemUsedMiB
-			}
-		}
-		resp.Timeline = append(resp.Timeline, sample)
-		resp.Elapsed = helper.Duration(t)
-		released := len(left) == 0 && len(mine) == 0
-		if released && freeSince < 0 {
-			freeSince, atFree = t, map[int]bool{}
-			for _, h := range holders {
-				atFree[h.PID] = true
-			}
-		}
-		var back []string
-		if freeSince >= 0 {
-			for _, h := range holders {
-				for _, w := range req.Watch {
-					if !atFree[h.PID] && w.PID != 0 && w.PID == h.PPID {
-						back = append(back, fmt.Sprintf("new holder %s %s after the given holders were gone; %s",
-							helper.Label(h.PID, h.Comm, h.Cmdline), t-freeSince, w.Why))
-					}
-				}
-			}
-		}
-		settled := freeSince >= 0 && (t-freeSince >= req.Settle.D() || len(req.Watch) == 0)
-		switch {
-		case len(back) > 0:
-			resp.Outcome, resp.Reason = helper.WaitNewHolder, strings.Join(back, "; ")
-		case settled:
-			resp.OK, resp.Outcome = true, helper.WaitReleased
-		case t+interval > timeout:
-			resp.Outcome = helper.WaitTimedOut
-			var parts []string
-			for _, st := range status {
-				var who []string
-				for _, h := range left {
-					if contains(st.Waiting, h.PID) {
-						w := helper.Label(h.PID, h.Comm, h.Cmdline)
-						if m := h.MemByGPU[st.Index]; m > 0 {
-							w += fmt.Sprintf(" %d MiB", m)
-						}
-						who = append(who, w)
-					}
-				}
-				for _, gh := range mine {
-					if gh.GPU == st.Index {
-						who = append(who, fmt.Sprintf("pid %d (%s) is gone but %d MiB is still charged to it", gh.PID, gh.Name, gh.MemMiB))
-					}
-				}
-				if len(who) > 0 {
-					parts = append(parts, fmt.Sprintf("GPU %d: still held by %s", st.Index, strings.Join(who, ", ")))
-				}
-			}
-			resp.Reason = strings.Join(parts, "; ")
-			if released {
-				resp.Reason = "the given holders were gone but the deadline came into the settle"
-			}
-		default:
+	for i := range r.Holders {
+		h := &r.Holders[i]
+		j, ok := judged[h.PID]
+		if !ok {
+			// Gone since the poll: the listing does not name it.
+			h.Owner, h.OwnerWhy, h.MemMiB, h.MemByGPU = false, "", 0, nil
 			continue
 		}
-		if freeSince >= 0 {
-			resp.Settled = helper.Duration(t - freeSince)
-		}
-		for _, x := range gpus {
-			if watched[x.Index] {
-				resp.GPUs = append(resp.GPUs, x)
-			}
-		}
-		resp.Status, resp.Holders = status, left
-		return resp, nil
+		h.Owner, h.OwnerWhy, h.MemMiB, h.MemByGPU = j.Owner, j.OwnerWhy, j.MemMiB, j.MemByGPU
 	}
+	r.Ghosts = g.ghostList(r.Holders)
+	return nil
+}
+
+// NoListing judges the holders by their devices alone: a context mapped,
+// or nvidia-uvm open.
+func (g *GPUHost) NoListing(r *helper.Reading) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i := range r.Holders {
+		h := &r.Holders[i]
+		h.Owner = g.mapsDevice(h.PID) || hasDevice(h.Devices, "nvidia-uvm")
+	}
+}
+
+// MapsDevice: pid is a holder with a context (every holder of a GPU but
+// monitors and protected daemons, a forked heir too).
+func (g *GPUHost) MapsDevice(pid int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mapsDevice(pid)
+}
+
+func (g *GPUHost) mapsDevice(pid int) bool {
+	h := g.find(pid)
+	return h != nil && !h.Monitor && !h.Protected && len(h.GPUs) > 0
+}
+
+// WatchedAncestor is the watched manager h runs under: its unit, or a
+// live process it descends from (the same one, by start time).
+func (g *GPUHost) WatchedAncestor(h helper.Holder, watch []helper.Manager) *helper.Manager {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, w := range watch {
+		if w.PID <= 0 {
+			if w.Unit != "" && h.Unit == w.Unit && (w.Kind == "" || w.Kind == helper.ManagerUnit) {
+				return &w
+			}
+			continue
+		}
+		for pid, n := h.PPID, 0; pid > 1 && n < 64; n++ {
+			var id helper.Identity
+			var ppid int
+			if p := g.proc(pid); p != nil {
+				id, ppid = p.Identity, p.PPID
+			} else if x := g.find(pid); x != nil {
+				id, ppid = x.Identity, x.PPID
+			} else {
+				break
+			}
+			if pid == w.PID && (w.StartTime == 0 || w.StartTime == id.StartTime) {
+				return &w
+			}
+			pid = ppid
+		}
+	}
+	return nil
 }
 
 func (g *GPUHost) unit(req helper.UnitRequest) helper.UnitResponse {
