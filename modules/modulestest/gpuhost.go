@@ -516,139 +516,160 @@ func (g *GPUHost) removeProc(pid int) {
 // reapers never count as supervisors: they adopt orphans, they restart nothing.
 var reapers = map[string]bool{"systemd": true, "init": true, "tini": true, "dumb-init": true, "containerd-shim": true}
 
-// kill follows the helper's contract on the model: identity re-checked,
-// protected skipped unless forced, TERM then KILL, stuck survives, live
-// parents of what died reported as supervisors.
-func (g *GPUHost) kill(req helper.KillRequest) helper.KillResponse {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	resp := helper.KillResponse{Version: helper.Version}
-	done := map[int]bool{}
-	died := map[int]int{} // pid -> ppid of what this request ended
-	var consider func(id helper.Identity, via string, exact bool)
-	consider = func(id helper.Identity, via string, exact bool) {
-		if done[id.PID] {
-			return
-		}
-		done[id.PID] = true
-		h, p := g.find(id.PID), g.proc(id.PID)
-		var who helper.Holder
-		switch {
-		case h != nil:
-			who = h.Holder
-		case p != nil:
-			who = helper.Holder{Identity: p.Identity, PPID: p.PPID, Comm: p.Comm, Cmdline: p.Cmdline, State: "S"}
-		}
-		if who.PID == 0 || (exact && (who.StartTime != id.StartTime || (id.BootID != "" && id.BootID != who.BootID))) {
-			// Gone, or the pid was reused by another process: nothing to signal.
-			resp.Results = append(resp.Results, helper.KillResult{Identity: id, Outcome: helper.OutcomeExited,
-				Reason: "not running", Via: via})
-			return
-		}
-		stuck, ignoreTerm := h != nil && h.Stuck, h != nil && h.IgnoreTerm
-		end := func() {
-			died[who.PID] = who.PPID
-			if h != nil {
-				g.remove(who.PID, true)
-			} else {
-				g.removeProc(who.PID)
-			}
-		}
-		r := helper.KillResult{Identity: who.Identity, Comm: who.Comm, Via: via, PPID: who.PPID}
-		switch {
-		case who.PID <= 1:
-			r.Outcome, r.Reason = helper.OutcomeSkipped, "pid 1"
-		case who.Protected && !req.Force:
-			r.Outcome, r.Reason = helper.OutcomeSkipped, "protected: "+who.ProtectedWhy
-		case req.DryRun:
-			r.Outcome = helper.OutcomeWould
-		default:
-			first := strings.TrimPrefix(strings.ToUpper(req.Signal), "SIG")
-			if first == "" {
-				first = "TERM"
-			}
-			r.Signals = append(r.Signals, first)
-			switch {
-			case first == "KILL" && !stuck:
-				r.Outcome = helper.OutcomeKilled
-				end()
-			case first != "KILL" && !ignoreTerm && !stuck:
-				r.Outcome = helper.OutcomeExited
-				end()
-			default:
-				if first != "KILL" {
-					r.Signals = append(r.Signals, "KILL")
-				}
-				if stuck {
-					r.Outcome, r.State, r.Reason = helper.OutcomeSurvived, "D", "still alive after KILL (state D)"
-				} else {
-					r.Outcome = helper.OutcomeKilled
-					end()
-				}
-			}
-		}
-		resp.Results = append(resp.Results, r)
-		if req.Group {
-			for _, o := range g.holderList() {
-				if o.PGID == who.PGID && o.PID != who.PID {
-					consider(o.Identity, fmt.Sprintf("group of %d", who.PID), false)
-				}
-			}
-		}
-		if req.Tree {
-			for _, o := range g.holderList() {
-				if o.PPID == who.PID {
-					consider(o.Identity, fmt.Sprintf("child of %d", who.PID), false)
-				}
-			}
-			for _, o := range append([]*FakeProc(nil), g.procs...) {
-				if o.PPID == who.PID {
-					consider(o.Identity, fmt.Sprintf("child of %d", who.PID), false)
-				}
-			}
-		}
+// kill runs the helper's kill on the model (helper.KillOn): each signal
+// acts as the holder's script says (IgnoreTerm, Stuck, a respawning
+// parent), on the model's virtual clock.
+func (g *GPUHost) kill(ctx context.Context, req helper.KillRequest) (*helper.KillResponse, error) {
+	resp, err := helper.KillOn(ctx, req, killSource{g})
+	if err != nil {
+		return nil, fmt.Errorf("kill on model %s: %w", g.Hostname, err)
 	}
-	for _, t := range req.Targets {
-		consider(t, "target", true)
-	}
-	if !req.DryRun {
-		resp.Managers = g.parentManagers(died)
-	}
-	return resp
+	return resp, nil
 }
 
-// parentManagers: the live parents of what died, except pid 1, reapers and
-// what died in the same request.
-func (g *GPUHost) parentManagers(died map[int]int) []helper.Manager {
-	byPID := map[int]*helper.Manager{}
-	var order []int
-	pids := make([]int, 0, len(died))
-	for pid := range died {
-		pids = append(pids, pid)
+// killSource is the model as a helper.KillSource (Now and Sleep are the
+// GPUHost's).
+type killSource struct{ *GPUHost }
+
+var _ helper.KillSource = killSource{}
+
+// Ticks is the start time the model's next process gets.
+func (k killSource) Ticks() uint64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return uint64(k.nextPID+1) * 100
+}
+
+func (k killSource) BootID() string { return k.GPUHost.BootID }
+
+func (k killSource) Procs() ([]helper.KillProc, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []helper.KillProc
+	for _, h := range k.holders {
+		if k.visible(h) {
+			out = append(out, holderProc(h))
+		}
 	}
-	sort.Ints(pids)
+	for _, p := range k.procs {
+		out = append(out, procProc(p))
+	}
+	return out, nil
+}
+
+func (k killSource) Proc(pid int) (helper.KillProc, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.killProc(pid)
+}
+
+func (g *GPUHost) killProc(pid int) (helper.KillProc, bool) {
+	if h := g.find(pid); h != nil {
+		return holderProc(h), true
+	}
+	if p := g.proc(pid); p != nil {
+		return procProc(p), true
+	}
+	return helper.KillProc{}, false
+}
+
+func holderProc(h *FakeHolder) helper.KillProc {
+	p := helper.KillProc{Identity: h.Identity, PPID: h.PPID, PGID: h.PGID, State: h.State, Comm: h.Comm}
+	if h.Protected {
+		// The helper's words: the model keeps the bare name.
+		p.Protected = h.ProtectedWhy
+		if !strings.HasPrefix(p.Protected, "protected name ") {
+			p.Protected = "protected name " + p.Protected
+		}
+	}
+	if h.PID <= 1 {
+		p.Never = "pid " + strconv.Itoa(h.PID)
+	}
+	return p
+}
+
+// procProc: a process is its own group's leader.
+func procProc(x *FakeProc) helper.KillProc {
+	p := helper.KillProc{Identity: x.Identity, PPID: x.PPID, PGID: x.PID, State: "S", Comm: x.Comm}
+	if x.PID <= 1 {
+		p.Never = "pid " + strconv.Itoa(x.PID)
+	}
+	return p
+}
+
+// Self: the helper runs in no group of the model's.
+func (k killSource) Self() helper.KillProc { return helper.KillProc{PGID: -1} }
+
+// Signal: a holder ends unless it ignores TERM or is stuck in D (then
+// nothing ends it); a process without GPUs ends.
+func (k killSource) Signal(id helper.Identity, sig string) (bool, string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	p, ok := k.killProc(id.PID)
+	switch {
+	case !ok:
+		return false, "gone"
+	case p.StartTime != id.StartTime:
+		return false, "pid reused"
+	}
+	h := k.find(id.PID)
+	switch {
+	case h == nil:
+		k.removeProc(id.PID)
+	case h.Stuck, h.IgnoreTerm && sig != "KILL":
+	default:
+		k.remove(id.PID, true)
+	}
+	return true, ""
+}
+
+// Ignores: IgnoreTerm is a handler, not SIG_IGN: the grace is waited.
+func (k killSource) Ignores(helper.Identity, string) bool { return false }
+
+// Chains: the model's only managers are live parents.
+func (k killSource) Chains(_ context.Context, pids []int) map[int][]helper.Manager {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := map[int][]helper.Manager{}
 	for _, pid := range pids {
-		ppid := died[pid]
-		if _, gone := died[ppid]; gone {
+		p, ok := k.killProc(pid)
+		if !ok {
 			continue
 		}
-		s, ok := byPID[ppid]
-		if !ok {
-			m, found := g.parentManager(ppid)
-			if !found {
-				continue
-			}
-			s = &m
-			byPID[ppid] = s
-			order = append(order, ppid)
+		if m, ok := k.parentManager(p.PPID); ok {
+			out[pid] = []helper.Manager{m}
 		}
-		s.Children = append(s.Children, pid)
-	}
-	out := make([]helper.Manager, 0, len(order))
-	for _, pid := range order {
-		out = append(out, *byPID[pid])
 	}
 	return out
+}
+
+func (k killSource) Alive(_ context.Context, ms []*helper.Manager) []bool {
+	out := make([]bool, len(ms))
+	for i, m := range ms {
+		out[i] = k.managerAlive(*m)
+	}
+	return out
+}
+
+// managerAlive: a process manager is alive while the model has it, a unit
+// while the model's unit is active.
+func (g *GPUHost) managerAlive(m helper.Manager) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	unitActive := func(name string) bool {
+		u, ok := g.units[name]
+		return ok && u.Active
+	}
+	switch m.Kind {
+	case helper.ManagerProcess, "":
+		if m.PID > 0 {
+			return g.proc(m.PID) != nil || g.find(m.PID) != nil
+		}
+		return unitActive(m.Unit)
+	case helper.ManagerUnit:
+		return unitActive(m.Unit)
+	}
+	return true
 }
 
 // parentManager is the process manager a live parent ppid is, as the
@@ -680,22 +701,9 @@ func (g *GPUHost) parentManager(ppid int) (helper.Manager, bool) {
 // managers answers the managers verb from the model: a process manager is
 // alive while the model has it, a unit while the model's unit is active;
 // a stop kills a process manager's tree and stops a unit.
-func (g *GPUHost) managers(req helper.ManagersRequest) helper.ManagersResponse {
+func (g *GPUHost) managers(ctx context.Context, req helper.ManagersRequest) helper.ManagersResponse {
 	resp := helper.ManagersResponse{Results: []helper.ManagerResult{}}
-	alive := func(m helper.Manager) bool {
-		switch m.Kind {
-		case helper.ManagerProcess, "":
-			if m.PID > 0 {
-				return g.proc(m.PID) != nil || g.find(m.PID) != nil
-			}
-			u, ok := g.Unit(m.Unit)
-			return ok && u.Active
-		case helper.ManagerUnit:
-			u, ok := g.Unit(m.Unit)
-			return ok && u.Active
-		}
-		return true
-	}
+	alive := g.managerAlive
 	for _, m := range req.Managers {
 		res := helper.ManagerResult{Manager: m, Alive: alive(m)}
 		if req.Action == helper.ManagersStop {
@@ -707,7 +715,10 @@ func (g *GPUHost) managers(req helper.ManagersRequest) helper.ManagersResponse {
 			case req.DryRun:
 				res.Outcome = helper.StopWould
 			case m.Kind == helper.ManagerProcess:
-				g.kill(helper.KillRequest{Targets: []helper.Identity{m.Identity}, Tree: true, Force: true})
+				if _, err := g.kill(ctx, helper.KillRequest{Targets: []helper.Identity{m.Identity}, Tree: true, Force: true}); err != nil {
+					res.Outcome, res.Reason = helper.StopFailed, err.Error()
+					break
+				}
 				res.Outcome, res.Alive = helper.StopStopped, alive(m)
 			case m.Kind == helper.ManagerUnit:
 				g.unit(helper.UnitRequest{Action: helper.UnitStop, Unit: m.Unit})
