@@ -520,29 +520,31 @@ var reapers = map[string]bool{"systemd": true, "init": true, "tini": true, "dumb
 // acts as the holder's script says (IgnoreTerm, Stuck, a respawning
 // parent), on the model's virtual clock.
 func (g *GPUHost) kill(ctx context.Context, req helper.KillRequest) (*helper.KillResponse, error) {
-	resp, err := helper.KillOn(ctx, req, killSource{g})
+	resp, err := helper.KillOn(ctx, req, modelSource{g})
 	if err != nil {
 		return nil, fmt.Errorf("kill on model %s: %w", g.Hostname, err)
 	}
 	return resp, nil
 }
 
-// killSource is the model as a helper.KillSource (Now and Sleep are the
-// GPUHost's).
-type killSource struct{ *GPUHost }
+// modelSource is the model as the helper's wait and kill read a host.
+type modelSource struct{ *GPUHost }
 
-var _ helper.KillSource = killSource{}
+var (
+	_ helper.Source     = modelSource{}
+	_ helper.KillSource = modelSource{}
+)
 
 // Ticks is the start time the model's next process gets.
-func (k killSource) Ticks() uint64 {
+func (k modelSource) Ticks() uint64 {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return uint64(k.nextPID+1) * 100
 }
 
-func (k killSource) BootID() string { return k.GPUHost.BootID }
+func (k modelSource) BootID() string { return k.GPUHost.BootID }
 
-func (k killSource) Procs() ([]helper.KillProc, error) {
+func (k modelSource) Procs() ([]helper.KillProc, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var out []helper.KillProc
@@ -557,7 +559,7 @@ func (k killSource) Procs() ([]helper.KillProc, error) {
 	return out, nil
 }
 
-func (k killSource) Proc(pid int) (helper.KillProc, bool) {
+func (k modelSource) Proc(pid int) (helper.KillProc, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.killProc(pid)
@@ -598,11 +600,11 @@ func procProc(x *FakeProc) helper.KillProc {
 }
 
 // Self: the helper runs in no group of the model's.
-func (k killSource) Self() helper.KillProc { return helper.KillProc{PGID: -1} }
+func (k modelSource) Self() helper.KillProc { return helper.KillProc{PGID: -1} }
 
 // Signal: a holder ends unless it ignores TERM or is stuck in D (then
 // nothing ends it); a process without GPUs ends.
-func (k killSource) Signal(id helper.Identity, sig string) (bool, string) {
+func (k modelSource) Signal(id helper.Identity, sig string) (bool, string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	p, ok := k.killProc(id.PID)
@@ -624,10 +626,10 @@ func (k killSource) Signal(id helper.Identity, sig string) (bool, string) {
 }
 
 // Ignores: IgnoreTerm is a handler, not SIG_IGN: the grace is waited.
-func (k killSource) Ignores(helper.Identity, string) bool { return false }
+func (k modelSource) Ignores(helper.Identity, string) bool { return false }
 
 // Chains: the model's only managers are live parents.
-func (k killSource) Chains(_ context.Context, pids []int) map[int][]helper.Manager {
+func (k modelSource) Chains(_ context.Context, pids []int) map[int][]helper.Manager {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	out := map[int][]helper.Manager{}
@@ -643,7 +645,7 @@ func (k killSource) Chains(_ context.Context, pids []int) map[int][]helper.Manag
 	return out
 }
 
-func (k killSource) Alive(_ context.Context, ms []*helper.Manager) []bool {
+func (k modelSource) Alive(_ context.Context, ms []*helper.Manager) []bool {
 	out := make([]bool, len(ms))
 	for i, m := range ms {
 		out[i] = k.managerAlive(*m)
@@ -737,24 +739,22 @@ func (g *GPUHost) managers(ctx context.Context, req helper.ManagersRequest) help
 // step of the model's scripted behaviours (ExitAfterPolls,
 // AppearAfterPolls).
 func (g *GPUHost) waitFree(ctx context.Context, req helper.WaitFreeRequest) (*helper.WaitFreeResponse, error) {
-	resp, err := helper.WaitFreeOn(ctx, req, g)
+	resp, err := helper.WaitFreeOn(ctx, req, modelSource{g})
 	if err != nil {
 		return nil, fmt.Errorf("wait-free on model %s: %w", g.Hostname, err)
 	}
 	return resp, nil
 }
 
-var _ helper.Source = (*GPUHost)(nil)
-
 // Now is the model's virtual clock.
-func (g *GPUHost) Now() time.Time {
+func (g modelSource) Now() time.Time {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.clock
 }
 
 // Sleep moves the virtual clock on to until.
-func (g *GPUHost) Sleep(ctx context.Context, until time.Time) error {
+func (g modelSource) Sleep(ctx context.Context, until time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -768,7 +768,7 @@ func (g *GPUHost) Sleep(ctx context.Context, until time.Time) error {
 
 // Poll is one poll of a wait: the model steps on (holders appear and
 // exit as scripted), then reads its GPUs and holders, owning nothing yet.
-func (g *GPUHost) Poll(ctx context.Context) (helper.Reading, error) {
+func (g modelSource) Poll(ctx context.Context) (helper.Reading, error) {
 	if err := ctx.Err(); err != nil {
 		return helper.Reading{}, err
 	}
@@ -794,7 +794,7 @@ func (g *GPUHost) Poll(ctx context.Context) (helper.Reading, error) {
 
 // ListApps judges the holders as the model's listing does, and names its
 // ghosts.
-func (g *GPUHost) ListApps(ctx context.Context, r *helper.Reading) error {
+func (g modelSource) ListApps(ctx context.Context, r *helper.Reading) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -820,7 +820,7 @@ func (g *GPUHost) ListApps(ctx context.Context, r *helper.Reading) error {
 
 // NoListing judges the holders by their devices alone: a context mapped,
 // or nvidia-uvm open.
-func (g *GPUHost) NoListing(r *helper.Reading) {
+func (g modelSource) NoListing(r *helper.Reading) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for i := range r.Holders {
@@ -831,7 +831,7 @@ func (g *GPUHost) NoListing(r *helper.Reading) {
 
 // MapsDevice: pid is a holder with a context (every holder of a GPU but
 // monitors and protected daemons, a forked heir too).
-func (g *GPUHost) MapsDevice(pid int) bool {
+func (g modelSource) MapsDevice(pid int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.mapsDevice(pid)
@@ -844,7 +844,7 @@ func (g *GPUHost) mapsDevice(pid int) bool {
 
 // WatchedAncestor is the watched manager h runs under: its unit, or a
 // live process it descends from (the same one, by start time).
-func (g *GPUHost) WatchedAncestor(h helper.Holder, watch []helper.Manager) *helper.Manager {
+func (g modelSource) WatchedAncestor(h helper.Holder, watch []helper.Manager) *helper.Manager {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, w := range watch {
