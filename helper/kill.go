@@ -477,6 +477,9 @@ func (k *killRun) waitGone(ctx context.Context, vs []*victim, d time.Duration, o
 type hostKill struct {
 	s      *scanner
 	pidfds map[int]int // by pid: the fd pins the process a check proved
+	// rules by identity: a process's protection is read once, not on
+	// each of the liveness checks a wait makes every killPoll.
+	rules map[Identity][2]string
 }
 
 func (h *hostKill) close() {
@@ -526,6 +529,10 @@ func (h *hostKill) Proc(pid int) (KillProc, bool) {
 	if st.State == "Z" || st.State == "X" {
 		p.LiveThreads = h.s.proc.liveThreads(pid)
 	}
+	if r, ok := h.rules[p.Identity]; ok {
+		p.Never, p.Protected = r[0], r[1]
+		return p, true
+	}
 	why := h.s.protectedWhy(st.PID, st.Comm, h.s.proc.cmdline(st.PID))
 	switch {
 	case why != "" && (st.PID <= 1 || st.PID == h.s.self || h.s.guarded[st.PID]):
@@ -535,6 +542,10 @@ func (h *hostKill) Proc(pid int) (KillProc, bool) {
 	default:
 		p.Protected = why
 	}
+	if h.rules == nil {
+		h.rules = map[Identity][2]string{}
+	}
+	h.rules[p.Identity] = [2]string{p.Never, p.Protected}
 	return p, true
 }
 

@@ -95,9 +95,9 @@ type freeWait struct {
 	apps            appsState
 	initial         map[Identity]bool // every holder of the first poll
 	settle          settleState
-	fastPolls       int  // drain polls in a row (see nextPoll)
-	memUnder        bool // the last poll read every chosen GPU at or under its threshold
-	reported        time.Time
+	fastPolls       int       // drain polls in a row (see nextPoll)
+	memUnder        bool      // the last poll read every chosen GPU at or under its threshold
+	reported        time.Time // when a reading was last reported (Progress)
 	last            gpuState
 	status          []GPUStatus
 }
