@@ -55,12 +55,12 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 	if err != nil {
 		return nil, err
 	}
-	src, release, note, err := newHostSource(ctx, req.Config, interval)
+	src, release, err := newHostSource(ctx, req.Config, interval)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	return waitOn(ctx, req, src, note)
+	return waitOn(ctx, req, src)
 }
 
 // waitTiming checks a request's bounds and fills in the defaults.
@@ -134,8 +134,8 @@ type pollState struct {
 	byPID  map[int]Holder
 }
 
-// waitOn runs the wait on src; note is the source's first note.
-func waitOn(ctx context.Context, req WaitFreeRequest, src waitSource, note string) (*WaitFreeResponse, error) {
+// waitOn runs the wait on src.
+func waitOn(ctx context.Context, req WaitFreeRequest, src waitSource) (*WaitFreeResponse, error) {
 	interval, timeout, err := waitTiming(req)
 	if err != nil {
 		return nil, err
@@ -144,9 +144,6 @@ func waitOn(ctx context.Context, req WaitFreeRequest, src waitSource, note strin
 		resp:    &WaitFreeResponse{Version: Version, Timeline: []Sample{}, ThresholdMiB: map[int]int64{}},
 		initial: map[Identity]bool{}, apps: appsState{judged: ownership{}}}
 	w.deadline = w.start.Add(timeout)
-	if note != "" {
-		w.notes = append(w.notes, note)
-	}
 	// A listing the session's last snapshot read counts as one of this
 	// wait's own polls would have: its judgments stand until appsRefresh
 	// polls' time after it was read, as a poll's do, and a holder it did

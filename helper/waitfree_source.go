@@ -46,31 +46,48 @@ type hostSource struct {
 	// streamPolls counts polls the stream asked for since the last timed
 	// one, so that a stream and a poll that disagree cannot spin.
 	streamPolls int
+	started     bool   // the first sleep started the stream
+	drop        func() // gives the stream back to the session
 }
 
-// newHostSource starts the memory stream (or takes the session's, still
-// running from an earlier call), so that the first poll already reads the
-// GPUs from it (a --query-gpu run saved on every wait). The release ends
-// what the source holds; a note says why there is no stream.
-func newHostSource(ctx context.Context, cfg Config, interval time.Duration) (src *hostSource, release func(), note string, err error) {
+// newHostSource reads the host through cfg; its first sleep starts the
+// memory stream (see startStream). The release ends what it holds.
+func newHostSource(ctx context.Context, cfg Config, interval time.Duration) (*hostSource, func(), error) {
 	s, err := newScanner(cfg)
 	if err != nil {
-		return nil, nil, "", err
+		return nil, nil, err
 	}
 	smi, findErr := newSMIRunner(cfg)
-	src = &hostSource{s: s, smi: smi, findErr: findErr, interval: interval}
-	release = src.stopTimer
-	if findErr == nil && memStreamPeriod > 0 {
-		stream, drop, err := waitStream(ctx, smi.path, memStreamPeriod)
-		if err != nil {
-			return src, release, err.Error() + ": polled every " + interval.String(), nil
-		}
-		src.stream = stream
-		// A stream ended mid-wait is closed already: the release drops
-		// it from the session.
-		release = func() { src.stopTimer(); drop() }
+	src := &hostSource{s: s, smi: smi, findErr: findErr, interval: interval}
+	return src, src.release, nil
+}
+
+// startStream starts the memory stream (or takes the session's, still
+// running from an earlier call), so that the first poll already reads the
+// GPUs from it (a --query-gpu run saved on every wait); a note says why
+// there is none.
+func (h *hostSource) startStream(ctx context.Context) string {
+	h.started = true
+	if h.findErr != nil || memStreamPeriod <= 0 {
+		return ""
 	}
-	return src, release, "", nil
+	stream, drop, err := waitStream(ctx, h.smi.path, memStreamPeriod)
+	if err != nil {
+		return err.Error() + ": polled every " + h.interval.String()
+	}
+	// A stream ended mid-wait is closed already: the drop takes it from
+	// the session.
+	h.stream, h.drop = stream, drop
+	return ""
+}
+
+func (h *hostSource) release() {
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	if h.drop != nil {
+		h.drop()
+	}
 }
 
 func (h *hostSource) now() time.Time { return time.Now() }
@@ -86,12 +103,17 @@ func (h *hostSource) endStream(why string) string {
 // sleep: the memory stream only tells when to look; each verdict is a
 // full poll's.
 func (h *hostSource) sleep(ctx context.Context, at time.Time, want map[int]bool, th map[int]int64, memUnder bool) ([]string, error) {
+	var notes []string
+	if !h.started {
+		if note := h.startStream(ctx); note != "" {
+			notes = append(notes, note)
+		}
+	}
 	if h.timer == nil {
 		h.timer = time.NewTimer(time.Until(at))
 	} else {
 		h.timer.Reset(time.Until(at))
 	}
-	var notes []string
 	for {
 		if h.stream != nil {
 			// An ended stream first: a due timer must not hide it.
@@ -123,12 +145,6 @@ func (h *hostSource) sleep(ctx context.Context, at time.Time, want map[int]bool,
 			}
 		}
 		return notes, nil
-	}
-}
-
-func (h *hostSource) stopTimer() {
-	if h.timer != nil {
-		h.timer.Stop()
 	}
 }
 
@@ -214,7 +230,7 @@ type Reading struct {
 
 // WaitFreeOn is WaitFree on src.
 func WaitFreeOn(ctx context.Context, req WaitFreeRequest, src Source) (*WaitFreeResponse, error) {
-	return waitOn(ctx, req, readingSource{src}, "")
+	return waitOn(ctx, req, readingSource{src})
 }
 
 // readingSource is a Source as a waitSource: no stream, no session.
