@@ -65,88 +65,80 @@ func havePidfd() bool {
 	return pidfdOK
 }
 
+// KillSource is a host that KillOn signals instead of the real one: a
+// model (modulestest) that the kill's steps treat as they treat a real
+// host.
+type KillSource interface {
+	// Now is the host's clock (a model's may be virtual).
+	Now() time.Time
+	// Sleep returns when the clock reads until, or with ctx's error.
+	Sleep(ctx context.Context, until time.Time) error
+	// Ticks is the host's clock in clock ticks since boot (a start time's
+	// unit): the kill's Since.
+	Ticks() uint64
+	BootID() string
+	// Procs is every process (for Group and Tree).
+	Procs() ([]KillProc, error)
+	// Proc reads pid now; false when there is none.
+	Proc(pid int) (KillProc, bool)
+	// Self is the helper's own process.
+	Self() KillProc
+	// Signal sends sig (TERM, KILL, ...) to id if its identity still
+	// holds; why not: "gone", "pid reused" or the error.
+	Signal(id Identity, sig string) (sent bool, why string)
+	// Ignores: id's disposition for sig is SIG_IGN.
+	Ignores(id Identity, sig string) bool
+	// Chains are the managers of each pid, innermost first.
+	Chains(ctx context.Context, pids []int) map[int][]Manager
+	// Alive says of each manager whether it is alive now.
+	Alive(ctx context.Context, ms []*Manager) []bool
+}
+
+// KillProc is one process as a kill sees it.
+type KillProc struct {
+	Identity
+	PPID, PGID  int
+	State, Comm string
+	// LiveThreads: a Z or X leader still has live threads (signals reach
+	// them, they hold its files).
+	LiveThreads bool
+	// Never says why it is never signalled (pid 1, the helper, its
+	// ancestors, a kernel thread); Protected names its protected name,
+	// which force lifts.
+	Never, Protected string
+}
+
 // victim is one process the request considers.
 type victim struct {
-	res   KillResult
-	pidfd int
-	done  bool
+	res  KillResult
+	done bool
 }
 
 // liveness re-reads the process: gone (exited, or its pid now names
 // another process) or alive with its state. A Z leader whose other threads
 // still run is alive: signals reach them, and they hold its files.
-func (s *scanner) liveness(id Identity) (alive bool, reused bool, state string) {
-	st, err := s.proc.stat(id.PID)
-	if err != nil {
+func liveness(src KillSource, id Identity) (alive bool, reused bool, state string) {
+	p, ok := src.Proc(id.PID)
+	if !ok {
 		return false, false, ""
 	}
-	if st.StartTime != id.StartTime {
+	if p.StartTime != id.StartTime {
 		return false, true, ""
 	}
-	if (st.State == "Z" || st.State == "X") && !s.proc.liveThreads(id.PID) {
-		return false, false, st.State
+	if (p.State == "Z" || p.State == "X") && !p.LiveThreads {
+		return false, false, p.State
 	}
-	return true, false, st.State
-}
-
-// signal sends sig to v only if v's identity still holds. With a pidfd the
-// check is race-free: the fd pins the process it was opened on, and the
-// start time read after opening proves that process is v. Without one the
-// start time is re-read immediately before kill(2).
-func (s *scanner) signal(v *victim, sig unix.Signal, name string) (sent bool, why string) {
-	if havePidfd() && v.pidfd < 0 {
-		fd, err := unix.PidfdOpen(v.res.PID, 0)
-		if err != nil {
-			if errors.Is(err, unix.ESRCH) {
-				return false, "gone"
-			}
-			return false, fmt.Sprintf("pidfd_open(%d): %v", v.res.PID, err)
-		}
-		v.pidfd = fd
-	}
-	alive, reused, _ := s.liveness(v.res.Identity)
-	if reused {
-		return false, "pid reused"
-	}
-	if !alive {
-		return false, "gone"
-	}
-	var err error
-	if v.pidfd >= 0 {
-		err = unix.PidfdSendSignal(v.pidfd, sig, nil, 0)
-	} else {
-		err = unix.Kill(v.res.PID, sig)
-	}
-	if err != nil {
-		if errors.Is(err, unix.ESRCH) {
-			return false, "gone"
-		}
-		return false, fmt.Sprintf("signal %s to pid %d: %v", name, v.res.PID, err)
-	}
-	v.res.Signals = append(v.res.Signals, name)
-	v.res.SignalTimes = append(v.res.SignalTimes, time.Now())
-	return true, ""
-}
-
-// isKernelThread: PF_KTHREAD, or kthreadd and its children (no cmdline).
-func (s *scanner) isKernelThread(st procStat) bool {
-	if st.Flags&pfKthread != 0 || st.PID == 2 {
-		return true
-	}
-	return st.PPID == 2 && len(s.proc.cmdline(st.PID)) == 0
+	return true, false, p.State
 }
 
 // skipWhy says why a process must not be signalled, or "". Force lifts
 // only the protected-name rule.
-func (s *scanner) skipWhy(st procStat, force bool) string {
-	why := s.protectedWhy(st.PID, st.Comm, s.proc.cmdline(st.PID))
+func skipWhy(p KillProc, force bool) string {
 	switch {
-	case why != "" && (st.PID <= 1 || st.PID == s.self || s.guarded[st.PID]):
-		return why
-	case s.isKernelThread(st):
-		return "kernel thread"
-	case why != "" && !force:
-		return why + " (force not set)"
+	case p.Never != "":
+		return p.Never
+	case p.Protected != "" && !force:
+		return p.Protected + " (force not set)"
 	}
 	return ""
 }
@@ -157,8 +149,22 @@ func (s *scanner) skipWhy(st procStat, force bool) string {
 // now. pid <= 1, the helper, its ancestors and kernel threads are never
 // signalled; protected names only with Force.
 func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
-	start := time.Now()
-	sigName, sig, err := parseSignal(req.Signal)
+	if _, _, err := parseSignal(req.Signal); err != nil {
+		return nil, err
+	}
+	s, err := newScanner(req.Config)
+	if err != nil {
+		return nil, err
+	}
+	src := &hostKill{s: s, pidfds: map[int]int{}}
+	defer src.close()
+	return KillOn(ctx, req, src)
+}
+
+// KillOn is Kill on src.
+func KillOn(ctx context.Context, req KillRequest, src KillSource) (*KillResponse, error) {
+	start := src.Now()
+	sigName, _, err := parseSignal(req.Signal)
 	if err != nil {
 		return nil, err
 	}
@@ -166,11 +172,6 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 	if grace <= 0 {
 		grace = DefaultGrace
 	}
-	s, err := newScanner(req.Config)
-	if err != nil {
-		return nil, err
-	}
-	since := s.nowTicks()
 	for i, t := range req.Targets {
 		if t.PID <= 0 {
 			return nil, fmt.Errorf("target %d: pid %d is not a process id", i, t.PID)
@@ -179,78 +180,114 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 			return nil, fmt.Errorf("target %d (pid %d): start_time missing: targets are identities from a snapshot", i, t.PID)
 		}
 	}
-	var victims []*victim
-	index := map[int]*victim{}
-	add := func(id Identity, via string) *victim {
-		if v, ok := index[id.PID]; ok {
-			return v
+	k := &killRun{src: src, req: req, index: map[int]*victim{}, procs: map[int]KillProc{}}
+	since := src.Ticks()
+	if err := k.gather(); err != nil {
+		return nil, err
+	}
+	active := k.screen(sigName)
+	// An interrupted request signals nothing: a cancelled run must not
+	// start a kill it can no longer see through.
+	if len(active) > 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("nothing signalled: %w", err)
 		}
-		v := &victim{res: KillResult{Identity: id, Via: via}, pidfd: -1}
-		victims = append(victims, v)
-		index[id.PID] = v
+	}
+	// Each victim's managers, read while it lives: what may start it again.
+	var chains map[int][]Manager
+	if len(active) > 0 {
+		pids := make([]int, len(active))
+		for i, v := range active {
+			pids[i] = v.res.PID
+		}
+		chains = src.Chains(ctx, pids)
+	}
+	k.signalAll(ctx, active, sigName, grace)
+	resp := &KillResponse{Version: Version, Results: make([]KillResult, 0, len(k.victims)), Since: since}
+	for _, v := range k.victims {
+		if v.res.PPID == 0 {
+			if p, ok := k.procs[v.res.PID]; ok {
+				v.res.PPID = p.PPID
+			}
+		}
+		resp.Results = append(resp.Results, v.res)
+	}
+	resp.Managers = killedManagers(ctx, src, chains, resp.Results)
+	resp.Elapsed = Duration(src.Now().Sub(start))
+	return resp, nil
+}
+
+// killRun is one kill request's victims.
+type killRun struct {
+	src     KillSource
+	req     KillRequest
+	victims []*victim
+	index   map[int]*victim
+	procs   map[int]KillProc // each victim as it was read when it was added
+}
+
+func (k *killRun) add(id Identity, via string) *victim {
+	if v, ok := k.index[id.PID]; ok {
 		return v
 	}
-	defer func() {
-		for _, v := range victims {
-			if v.pidfd >= 0 {
-				unix.Close(v.pidfd)
-			}
-		}
-	}()
+	v := &victim{res: KillResult{Identity: id, Via: via}}
+	k.victims = append(k.victims, v)
+	k.index[id.PID] = v
+	return v
+}
 
+// gather takes the targets and, with Group and Tree, their groups and
+// descendants, each with the identity it has now.
+func (k *killRun) gather() error {
+	src, req, bootID := k.src, k.req, k.src.BootID()
 	// Every process and the parent -> children map, read once when Group or
 	// Tree need them.
-	var all []procStat
-	children := map[int][]procStat{}
+	var all []KillProc
+	children := map[int][]KillProc{}
 	if req.Group || req.Tree {
-		pids, err := s.proc.pids()
-		if err != nil {
-			return nil, err
+		var err error
+		if all, err = src.Procs(); err != nil {
+			return fmt.Errorf("kill: list processes: %w", err)
 		}
-		for _, pid := range pids {
-			if st, err := s.proc.stat(pid); err == nil {
-				all = append(all, st)
-				children[st.PPID] = append(children[st.PPID], st)
-			}
+		for _, p := range all {
+			children[p.PPID] = append(children[p.PPID], p)
 		}
 	}
-	selfStat, _ := s.proc.stat(s.self)
-
-	stats := map[int]procStat{}
+	self := src.Self()
 	for _, t := range req.Targets {
 		id := t
 		if id.BootID == "" {
-			id.BootID = s.bootID
+			id.BootID = bootID
 		}
-		v := add(id, "target")
-		if id.BootID != s.bootID {
+		v := k.add(id, "target")
+		if id.BootID != bootID {
 			v.res.Outcome, v.res.Reason, v.done = OutcomeSkipped, "pid reused (boot id changed: the host rebooted)", true
 			continue
 		}
-		st, err := s.proc.stat(id.PID)
-		if err != nil {
+		p, ok := src.Proc(id.PID)
+		if !ok {
 			v.res.Outcome, v.res.Reason, v.done = OutcomeExited, "already gone", true
 			continue
 		}
-		if st.StartTime != id.StartTime {
-			v.res.Comm = st.Comm
+		if p.StartTime != id.StartTime {
+			v.res.Comm = p.Comm
 			v.res.Outcome, v.res.Reason, v.done = OutcomeSkipped, "pid reused", true
 			continue
 		}
-		stats[id.PID] = st
+		k.procs[id.PID] = p
 		// A target that may not be signalled lends nobody its group or
 		// tree: the tree of pid 1 or of an ancestor is the whole host.
-		if why := s.skipWhy(st, req.Force); why != "" {
-			v.res.Comm = st.Comm
+		if why := skipWhy(p, req.Force); why != "" {
+			v.res.Comm = p.Comm
 			v.res.Outcome, v.res.Reason, v.done = OutcomeSkipped, why, true
 			continue
 		}
 		if req.Group {
 			for _, o := range all {
-				if o.PGID == st.PGID && o.PID != id.PID {
-					m := add(Identity{PID: o.PID, StartTime: o.StartTime, BootID: s.bootID}, "group of "+strconv.Itoa(id.PID))
-					stats[o.PID] = o
-					if st.PGID == selfStat.PGID && !m.done {
+				if o.PGID == p.PGID && o.PID != id.PID {
+					m := k.add(Identity{PID: o.PID, StartTime: o.StartTime, BootID: bootID}, "group of "+strconv.Itoa(id.PID))
+					k.procs[o.PID] = o
+					if p.PGID == self.PGID && !m.done {
 						m.res.Comm = o.Comm
 						m.res.Outcome, m.res.Reason, m.done = OutcomeSkipped, "in the helper's own process group", true
 					}
@@ -260,34 +297,38 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 		if req.Tree {
 			queue := []int{id.PID}
 			for len(queue) > 0 {
-				p := queue[0]
+				pid := queue[0]
 				queue = queue[1:]
-				for _, c := range children[p] {
-					if _, seen := index[c.PID]; seen {
+				for _, c := range children[pid] {
+					if _, seen := k.index[c.PID]; seen {
 						continue
 					}
-					add(Identity{PID: c.PID, StartTime: c.StartTime, BootID: s.bootID}, "child of "+strconv.Itoa(p))
-					stats[c.PID] = c
+					k.add(Identity{PID: c.PID, StartTime: c.StartTime, BootID: bootID}, "child of "+strconv.Itoa(pid))
+					k.procs[c.PID] = c
 					queue = append(queue, c.PID)
 				}
 			}
 		}
 	}
+	return nil
+}
 
-	// Safety rules, then zombies, then dry run.
+// screen applies the safety rules, then zombies, then dry run; it
+// returns the victims to signal.
+func (k *killRun) screen(sigName string) []*victim {
 	var active []*victim
-	for _, v := range victims {
+	for _, v := range k.victims {
 		if v.done {
 			continue
 		}
-		st := stats[v.res.PID]
-		v.res.Comm, v.res.PPID = st.Comm, st.PPID
-		switch why := s.skipWhy(st, req.Force); {
+		p := k.procs[v.res.PID]
+		v.res.Comm, v.res.PPID = p.Comm, p.PPID
+		switch why := skipWhy(p, k.req.Force); {
 		case why != "":
 			v.res.Outcome, v.res.Reason = OutcomeSkipped, why
-		case (st.State == "Z" || st.State == "X") && !s.proc.liveThreads(st.PID):
-			v.res.Outcome, v.res.Reason, v.res.State = OutcomeExited, "zombie (already exited)", st.State
-		case req.DryRun:
+		case (p.State == "Z" || p.State == "X") && !p.LiveThreads:
+			v.res.Outcome, v.res.Reason, v.res.State = OutcomeExited, "zombie (already exited)", p.State
+		case k.req.DryRun:
 			v.res.Outcome = OutcomeWould
 			v.res.Signals = []string{sigName}
 		default:
@@ -296,29 +337,24 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 		}
 		v.done = true
 	}
+	return active
+}
 
-	// An interrupted request signals nothing: a cancelled run must not
-	// start a kill it can no longer see through.
-	if len(active) > 0 {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("nothing signalled: %w", err)
-		}
+// signal sends sig to v if its identity still holds.
+func (k *killRun) signal(v *victim, name string) (sent bool, why string) {
+	if sent, why = k.src.Signal(v.res.Identity, name); sent {
+		v.res.Signals = append(v.res.Signals, name)
+		v.res.SignalTimes = append(v.res.SignalTimes, k.src.Now())
 	}
+	return sent, why
+}
 
-	// Each victim's managers, read while it lives: what may start it again.
-	var chains map[int][]Manager
-	if len(active) > 0 {
-		pids := make([]int, len(active))
-		for i, v := range active {
-			pids[i] = v.res.PID
-		}
-		chains = s.managerReader(ctx).chains(pids)
-	}
-
-	// First signal.
+// signalAll sends the first signal, waits the grace and KILLs what is
+// left; what is still alive then is survived.
+func (k *killRun) signalAll(ctx context.Context, active []*victim, sigName string, grace time.Duration) {
 	var waiting []*victim
 	for _, v := range active {
-		sent, why := s.signal(v, sig, sigName)
+		sent, why := k.signal(v, sigName)
 		switch {
 		case sent:
 			reportSignal(ctx, &v.res)
@@ -329,35 +365,35 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 			v.res.Outcome, v.res.Reason, v.done = OutcomeSkipped, why, true
 		default:
 			v.res.Outcome, v.res.Reason, v.done = OutcomeSurvived, why, true
-			v.res.State = s.stateOf(v.res.Identity)
+			v.res.State = k.stateOf(v.res.Identity)
 		}
 	}
-	if sig == unix.SIGKILL {
-		waiting = s.waitGone(ctx, waiting, killWait, OutcomeKilled)
+	if sigName == "KILL" {
+		waiting = k.waitGone(ctx, waiting, killWait, OutcomeKilled)
 	} else {
 		// A process that ignores the first signal (SIG_IGN) was not even
 		// told: the grace period would only delay the KILL it will get.
 		// A handler (or a blocked signal) may still end it: those wait.
 		var ignoring []*victim
-		waiting, ignoring = s.splitIgnoring(waiting, sig)
+		waiting, ignoring = k.splitIgnoring(waiting, sigName)
 		if len(ignoring) > 0 && ctx.Err() == nil {
 			for _, v := range ignoring {
 				v.res.Reason = sigName + " is ignored (SIG_IGN in /proc/PID/status SigIgn): KILL without the grace period"
 			}
-			waiting = append(waiting, s.killSurvivors(ctx, ignoring)...)
+			waiting = append(waiting, k.killSurvivors(ctx, ignoring)...)
 		} else {
 			waiting = append(waiting, ignoring...)
 		}
-		waiting = s.waitGone(ctx, waiting, grace, OutcomeExited)
+		waiting = k.waitGone(ctx, waiting, grace, OutcomeExited)
 		// KILL whatever ignored the first signal, unless the grace period
 		// was cut short: an interrupt is no licence to skip it.
 		if ctx.Err() == nil {
-			waiting = s.killSurvivors(ctx, waiting)
+			waiting = k.killSurvivors(ctx, waiting)
 		}
 	}
 	for _, v := range waiting {
 		v.res.Outcome = OutcomeSurvived
-		v.res.State = s.stateOf(v.res.Identity)
+		v.res.State = k.stateOf(v.res.Identity)
 		v.res.Reason = "still alive after " + strings.Join(v.res.Signals, ", ")
 		if v.res.State == "D" {
 			v.res.Reason += " (state D: uninterruptible sleep, usually stuck in the driver)"
@@ -369,34 +405,213 @@ func Kill(ctx context.Context, req KillRequest) (*KillResponse, error) {
 			}
 		}
 	}
-	resp := &KillResponse{Version: Version, Results: make([]KillResult, 0, len(victims)), Since: since}
-	for _, v := range victims {
-		if v.res.PPID == 0 {
-			if st, ok := stats[v.res.PID]; ok {
-				v.res.PPID = st.PPID
-			}
-		}
-		resp.Results = append(resp.Results, v.res)
-	}
-	resp.Managers = s.killedManagers(ctx, chains, resp.Results)
-	resp.Elapsed = Duration(time.Since(start))
-	return resp, nil
 }
 
 // splitIgnoring sets apart the victims whose disposition for sig is
-// SIG_IGN (read after sig was sent, the identity re-checked after the
-// read): sig was discarded for them.
-func (s *scanner) splitIgnoring(vs []*victim, sig unix.Signal) (rest, ignoring []*victim) {
+// SIG_IGN: sig was discarded for them.
+func (k *killRun) splitIgnoring(vs []*victim, sig string) (rest, ignoring []*victim) {
 	for _, v := range vs {
-		b, err := os.ReadFile(s.proc.path(v.res.PID, "status"))
-		alive, reused, _ := s.liveness(v.res.Identity)
-		if err == nil && alive && !reused && sigIgnored(b, sig) {
+		if k.src.Ignores(v.res.Identity, sig) {
 			ignoring = append(ignoring, v)
 			continue
 		}
 		rest = append(rest, v)
 	}
 	return rest, ignoring
+}
+
+// killSurvivors sends KILL to what outlived the first signal and waits for
+// it to vanish; it returns the processes still alive.
+func (k *killRun) killSurvivors(ctx context.Context, vs []*victim) []*victim {
+	var killed []*victim
+	for _, v := range vs {
+		sent, why := k.signal(v, "KILL")
+		switch {
+		case sent:
+			reportSignal(ctx, &v.res)
+			killed = append(killed, v)
+		case why == "gone" || why == "pid reused":
+			// It exited between the last poll and now.
+			v.res.Outcome, v.done = OutcomeExited, true
+		default:
+			v.res.Outcome, v.res.Reason, v.done = OutcomeSurvived, why, true
+			v.res.State = k.stateOf(v.res.Identity)
+		}
+	}
+	return k.waitGone(ctx, killed, killWait, OutcomeKilled)
+}
+
+func (k *killRun) stateOf(id Identity) string {
+	_, _, state := liveness(k.src, id)
+	return state
+}
+
+// waitGone polls every killPoll until each victim is gone or d passes;
+// the gone ones get outcome, the rest are returned.
+func (k *killRun) waitGone(ctx context.Context, vs []*victim, d time.Duration, outcome string) []*victim {
+	deadline := k.src.Now().Add(d)
+	for {
+		left := vs[:0:0]
+		for _, v := range vs {
+			if alive, _, _ := liveness(k.src, v.res.Identity); alive {
+				left = append(left, v)
+				continue
+			}
+			v.res.Outcome, v.done = outcome, true
+		}
+		vs = left
+		if len(vs) == 0 || !k.src.Now().Before(deadline) {
+			return vs
+		}
+		next := k.src.Now().Add(killPoll)
+		if next.After(deadline) {
+			next = deadline
+		}
+		if k.src.Sleep(ctx, next) != nil {
+			return vs
+		}
+	}
+}
+
+// hostKill is the real host as a KillSource: /proc, pidfds and kill(2).
+type hostKill struct {
+	s      *scanner
+	pidfds map[int]int // by pid: the fd pins the process a check proved
+	// rules by identity: a process's protection is read once, not on
+	// each of the liveness checks a wait makes every killPoll.
+	rules map[Identity][2]string
+}
+
+func (h *hostKill) close() {
+	for _, fd := range h.pidfds {
+		unix.Close(fd)
+	}
+}
+
+func (h *hostKill) Now() time.Time { return time.Now() }
+
+func (h *hostKill) Sleep(ctx context.Context, until time.Time) error {
+	t := time.NewTimer(time.Until(until))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func (h *hostKill) Ticks() uint64 { return h.s.nowTicks() }
+
+func (h *hostKill) BootID() string { return h.s.bootID }
+
+func (h *hostKill) Procs() ([]KillProc, error) {
+	pids, err := h.s.proc.pids()
+	if err != nil {
+		return nil, err
+	}
+	var out []KillProc
+	for _, pid := range pids {
+		if p, ok := h.Proc(pid); ok {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+func (h *hostKill) Proc(pid int) (KillProc, bool) {
+	st, err := h.s.proc.stat(pid)
+	if err != nil {
+		return KillProc{}, false
+	}
+	p := KillProc{Identity: Identity{PID: st.PID, StartTime: st.StartTime, BootID: h.s.bootID},
+		PPID: st.PPID, PGID: st.PGID, State: st.State, Comm: st.Comm}
+	if st.State == "Z" || st.State == "X" {
+		p.LiveThreads = h.s.proc.liveThreads(pid)
+	}
+	if r, ok := h.rules[p.Identity]; ok {
+		p.Never, p.Protected = r[0], r[1]
+		return p, true
+	}
+	why := h.s.protectedWhy(st.PID, st.Comm, h.s.proc.cmdline(st.PID))
+	switch {
+	case why != "" && (st.PID <= 1 || st.PID == h.s.self || h.s.guarded[st.PID]):
+		p.Never = why
+	case h.s.isKernelThread(st):
+		p.Never = "kernel thread"
+	default:
+		p.Protected = why
+	}
+	if h.rules == nil {
+		h.rules = map[Identity][2]string{}
+	}
+	h.rules[p.Identity] = [2]string{p.Never, p.Protected}
+	return p, true
+}
+
+func (h *hostKill) Self() KillProc {
+	p, _ := h.Proc(h.s.self)
+	return p
+}
+
+// Signal: with a pidfd the check is race-free: the fd pins the process it
+// was opened on, and the start time read after opening proves that
+// process is id. Without one the start time is re-read immediately
+// before kill(2).
+func (h *hostKill) Signal(id Identity, name string) (bool, string) {
+	sig := signals[name]
+	fd, ok := h.pidfds[id.PID]
+	if havePidfd() && !ok {
+		var err error
+		if fd, err = unix.PidfdOpen(id.PID, 0); err != nil {
+			if errors.Is(err, unix.ESRCH) {
+				return false, "gone"
+			}
+			return false, fmt.Sprintf("pidfd_open(%d): %v", id.PID, err)
+		}
+		h.pidfds[id.PID], ok = fd, true
+	}
+	alive, reused, _ := liveness(h, id)
+	if reused {
+		return false, "pid reused"
+	}
+	if !alive {
+		return false, "gone"
+	}
+	var err error
+	if ok {
+		err = unix.PidfdSendSignal(fd, sig, nil, 0)
+	} else {
+		err = unix.Kill(id.PID, sig)
+	}
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return false, "gone"
+		}
+		return false, fmt.Sprintf("signal %s to pid %d: %v", name, id.PID, err)
+	}
+	return true, ""
+}
+
+// Ignores reads SigIgn after sig was sent, the identity re-checked after
+// the read.
+func (h *hostKill) Ignores(id Identity, name string) bool {
+	b, err := os.ReadFile(h.s.proc.path(id.PID, "status"))
+	alive, reused, _ := liveness(h, id)
+	return err == nil && alive && !reused && sigIgnored(b, signals[name])
+}
+
+func (h *hostKill) Chains(ctx context.Context, pids []int) map[int][]Manager {
+	return h.s.managerReader(ctx).chains(pids)
+}
+
+func (h *hostKill) Alive(ctx context.Context, ms []*Manager) []bool {
+	states := h.s.managerReader(ctx).read(ms)
+	out := make([]bool, len(states))
+	for i, st := range states {
+		out[i] = st.alive
+	}
+	return out
 }
 
 // sigIgnored reads the SigIgn mask of a /proc/PID/status.
@@ -410,62 +625,17 @@ func sigIgnored(status []byte, sig unix.Signal) bool {
 	return false
 }
 
-// killSurvivors sends KILL to what outlived the first signal and waits for
-// it to vanish; it returns the processes still alive.
-func (s *scanner) killSurvivors(ctx context.Context, vs []*victim) []*victim {
-	var killed []*victim
-	for _, v := range vs {
-		sent, why := s.signal(v, unix.SIGKILL, "KILL")
-		switch {
-		case sent:
-			reportSignal(ctx, &v.res)
-			killed = append(killed, v)
-		case why == "gone" || why == "pid reused":
-			// It exited between the last poll and now.
-			v.res.Outcome, v.done = OutcomeExited, true
-		default:
-			v.res.Outcome, v.res.Reason, v.done = OutcomeSurvived, why, true
-			v.res.State = s.stateOf(v.res.Identity)
-		}
-	}
-	return s.waitGone(ctx, killed, killWait, OutcomeKilled)
-}
-
-func (s *scanner) stateOf(id Identity) string {
-	_, _, state := s.liveness(id)
-	return state
-}
-
-// waitGone polls every killPoll until each victim is gone or d passes;
-// the gone ones get outcome, the rest are returned.
-func (s *scanner) waitGone(ctx context.Context, vs []*victim, d time.Duration, outcome string) []*victim {
-	deadline := time.Now().Add(d)
-	t := time.NewTicker(killPoll)
-	defer t.Stop()
-	for {
-		left := vs[:0:0]
-		for _, v := range vs {
-			if alive, _, _ := s.liveness(v.res.Identity); alive {
-				left = append(left, v)
-				continue
-			}
-			v.res.Outcome, v.done = outcome, true
-		}
-		vs = left
-		if len(vs) == 0 || !time.Now().Before(deadline) {
-			return vs
-		}
-		select {
-		case <-ctx.Done():
-			return vs
-		case <-t.C:
-		}
-	}
-}
-
 // systemReapers are parents that adopt or reap processes but never restart
 // a worker (by comm); a unit's Restart= is judged from the unit instead.
 var systemReapers = []string{
 	"systemd", "init", "containerd-shim*", "conmon", "tini", "dumb-init", "catatonit",
 	"docker-init", "runc", "crun", "s6-svscan", "(sd-pam)", "kthreadd",
+}
+
+// isKernelThread: PF_KTHREAD, or kthreadd and its children (no cmdline).
+func (s *scanner) isKernelThread(st procStat) bool {
+	if st.Flags&pfKthread != 0 || st.PID == 2 {
+		return true
+	}
+	return st.PPID == 2 && len(s.proc.cmdline(st.PID)) == 0
 }

@@ -238,7 +238,7 @@ func (s *scanner) fillManagers(ctx context.Context, holders []Holder) {
 // killedManagers are the managers of the processes a kill ended (chains
 // read before the signals), read again after it: those still alive that
 // restart or may, each once, with the killed pids it manages.
-func (s *scanner) killedManagers(ctx context.Context, chains map[int][]Manager, results []KillResult) []Manager {
+func killedManagers(ctx context.Context, src KillSource, chains map[int][]Manager, results []KillResult) []Manager {
 	signalled := map[int]bool{}
 	for _, res := range results {
 		if res.Outcome == OutcomeExited || res.Outcome == OutcomeKilled || res.Outcome == OutcomeSurvived {
@@ -269,10 +269,10 @@ func (s *scanner) killedManagers(ctx context.Context, chains map[int][]Manager, 
 	if len(out) == 0 {
 		return nil
 	}
-	states := s.managerReader(ctx).read(out)
+	live := src.Alive(ctx, out)
 	var alive []Manager
 	for i, m := range out {
-		if states[i].alive && m.Restarts != RestartsNo {
+		if live[i] && m.Restarts != RestartsNo {
 			alive = append(alive, *m)
 		}
 	}
@@ -481,7 +481,7 @@ func (processKind) read(r *managerReader, ms []*Manager) []managerState {
 		if m.BootID == "" {
 			m.BootID = r.s.bootID
 		}
-		alive, _, state := r.s.liveness(m.Identity)
+		alive, _, state := liveness(&hostKill{s: r.s}, m.Identity)
 		if m.BootID != r.s.bootID {
 			alive = false
 		}

@@ -51,8 +51,21 @@ var waitPollHook func(n int)
 // cannot be read never becomes free: when nothing else can change, the
 // wait ends at once as unknown. A failing or hung nvidia-smi is an error.
 func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, error) {
-	start := time.Now()
-	interval, timeout := req.Interval.D(), req.Timeout.D()
+	interval, _, err := waitTiming(req)
+	if err != nil {
+		return nil, err
+	}
+	src, release, err := newHostSource(ctx, req.Config, interval)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return waitOn(ctx, req, src)
+}
+
+// waitTiming checks a request's bounds and fills in the defaults.
+func waitTiming(req WaitFreeRequest) (interval, timeout time.Duration, err error) {
+	interval, timeout = req.Interval.D(), req.Timeout.D()
 	if interval <= 0 {
 		interval = DefaultWaitInterval
 	}
@@ -60,366 +73,420 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 		timeout = DefaultWaitTimeout
 	}
 	if req.ThresholdMiB != nil && *req.ThresholdMiB < 0 {
-		return nil, fmt.Errorf("threshold_mib %d: must be >= 0", *req.ThresholdMiB)
+		return 0, 0, fmt.Errorf("threshold_mib %d: must be >= 0", *req.ThresholdMiB)
 	}
 	if req.Settle < 0 {
-		return nil, fmt.Errorf("settle %s: must be >= 0", req.Settle.D())
+		return 0, 0, fmt.Errorf("settle %s: must be >= 0", req.Settle.D())
 	}
-	s, err := newScanner(req.Config)
+	return interval, timeout, nil
+}
+
+// freeWait is what a wait keeps between polls.
+type freeWait struct {
+	req             WaitFreeRequest
+	src             waitSource
+	interval        time.Duration
+	start, deadline time.Time
+	given           givenSet
+	resp            *WaitFreeResponse
+	notes           []string
+	appsNote        bool // the notes say compute apps failed
+	want            map[int]bool
+	apps            appsState
+	initial         map[Identity]bool // every holder of the first poll
+	settle          settleState
+	fastPolls       int       // drain polls in a row (see nextPoll)
+	memUnder        bool      // the last poll read every chosen GPU at or under its threshold
+	reported        time.Time // when a reading was last reported (Progress)
+	last            gpuState
+	status          []GPUStatus
+}
+
+// appsState is what the compute apps listings said: each holder's
+// judgment by identity, and polls since the last listing.
+type appsState struct {
+	judged    ownership
+	sinceApps int
+}
+
+// settleState: when the GPUs (or given holders) first read free, and who
+// held a device then; zero while not settling.
+type settleState struct {
+	freeAt time.Time
+	atFree map[Identity]bool
+}
+
+func (st *settleState) begin(at time.Time, holders []Holder) {
+	st.freeAt, st.atFree = at, map[Identity]bool{}
+	for _, h := range holders {
+		st.atFree[h.Identity] = true
+	}
+}
+
+func (st *settleState) settling() bool { return !st.freeAt.IsZero() }
+
+// pollState is one poll: its reading, judged, and the chosen GPUs.
+type pollState struct {
+	start  time.Time
+	gs     gpuState
+	chosen []GPU
+	status []GPUStatus
+	byPID  map[int]Holder
+}
+
+// waitOn runs the wait on src.
+func waitOn(ctx context.Context, req WaitFreeRequest, src waitSource) (*WaitFreeResponse, error) {
+	interval, timeout, err := waitTiming(req)
 	if err != nil {
 		return nil, err
 	}
-	smi, findErr := newSMIRunner(req.Config)
-	resp := &WaitFreeResponse{Version: Version, Timeline: []Sample{}, ThresholdMiB: map[int]int64{}}
-	given := givenHolders(req.Holders)
-
-	var (
-		initial  = map[Identity]bool{} // every holder of the first poll
-		atFree   map[Identity]bool     // every holder when the GPUs first read free
-		freeAt   time.Time
-		want     map[int]bool
-		notes    []string
-		appsNote bool
-		judged   = ownership{}
-		// sinceApps counts polls since compute apps were last read.
-		sinceApps int
-		fastPolls int
-		last      gpuState
-		status    []GPUStatus
-	)
-	if findErr == nil {
-		// A listing the session's last snapshot read counts as one of this
-		// wait's own polls would have: its judgments stand until appsRefresh
-		// polls' time after it was read, as a poll's do, and a holder it
-		// did not judge is listed anew. Older, it is not used.
-		if prior, at, ok := sessionOf(ctx).lastListing(listingKey(s.cfg, smi.path)); ok {
-			if n := int(time.Since(at)/interval) + 1; n < appsRefresh {
-				judged, sinceApps = prior, n
-			}
+	w := &freeWait{req: req, src: src, interval: interval, start: src.now(), given: givenHolders(req.Holders),
+		resp:    &WaitFreeResponse{Version: Version, Timeline: []Sample{}, ThresholdMiB: map[int]int64{}},
+		initial: map[Identity]bool{}, apps: appsState{judged: ownership{}}}
+	w.deadline = w.start.Add(timeout)
+	// A listing the session's last snapshot read counts as one of this
+	// wait's own polls would have: its judgments stand until appsRefresh
+	// polls' time after it was read, as a poll's do, and a holder it did
+	// not judge is listed anew. Older, it is not used.
+	if prior, at, ok := src.priorListing(ctx); ok {
+		if n := int(w.start.Sub(at)/interval) + 1; n < appsRefresh {
+			w.apps = appsState{judged: prior, sinceApps: n}
 		}
 	}
-	deadline := start.Add(timeout)
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	// The memory stream (see memstream.go) only tells when to look: each
-	// verdict is a full poll's.
-	var (
-		stream *memStream
-		// streamPolls counts polls the stream asked for since the last
-		// timed one, so that a stream and a poll that disagree cannot spin.
-		streamPolls  int
-		pollMemUnder bool // the last poll read every chosen GPU at or under its threshold
-		pollStart    time.Time
-	)
-	// The stream starts with the wait (or is the session's, still running
-	// from an earlier call), so that its first poll already reads the GPUs
-	// from it (a --query-gpu run saved on every wait).
-	if findErr == nil && memStreamPeriod > 0 {
-		var release func()
-		if stream, release, err = waitStream(ctx, smi.path, memStreamPeriod); err != nil {
-			notes = append(notes, err.Error()+": polled every "+interval.String())
-		} else {
-			// A stream ended mid-wait is closed already: the release
-			// drops it from the session.
-			defer release()
-		}
-	}
-	var reported time.Time // when a reading was last reported (Progress)
-	endStream := func(why string) {
-		stream.close()
-		stream = nil
-		notes = append(notes, "memory stream "+why+": polled every "+interval.String())
-	}
+	next := w.start
 	for {
-		if stream != nil {
-			// An ended stream first: a due timer must not hide it.
-			select {
-			case <-stream.done:
-				endStream("ended (" + stream.reason().Error() + ")")
-			default:
-			}
-		}
-		var updates, ended <-chan struct{}
-		if stream != nil {
-			updates, ended = stream.updates, stream.done
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("interrupted after %d polls: %w", resp.Polls, ctx.Err())
-		case <-ended:
-			endStream("ended (" + stream.reason().Error() + ")")
-			continue
-		case <-updates:
-			if pollMemUnder || streamPolls >= drainPolls || !stream.under(want, resp.ThresholdMiB) {
-				continue
-			}
-			streamPolls++
-		case <-timer.C:
-			streamPolls = 0
-			if stream != nil && stream.stalled() {
-				endStream(fmt.Sprintf("stalled (no reading for %s, pid %d killed)", memStreamStall, stream.pid))
-			}
-		}
-		pollStart = time.Now()
-		if stream != nil && len(smi.lastGPUs) == 0 {
-			// The first poll: the GPUs of a whole round the stream printed
-			// after the poll began, as fresh as a --query-gpu run now. The
-			// stream starts as slowly as one (NVML's start), so it gets
-			// up to the stall time; a late one falls back to the query.
-			if gpus, ok := stream.gpusSince(ctx, pollStart, memStreamStall); ok {
-				smi.lastGPUs = gpus
-			}
-		}
-		// With the stream, the poll starts no --query-gpu: the /proc scan
-		// runs first and the memory comes from the stream after it.
-		fromStream := stream != nil && len(smi.lastGPUs) > 0 // a stream has an smi
-		if fromStream {
-			smi.reuse = true
-		}
-		gs, smiErr, err := s.read(ctx, smi, findErr)
-		if fromStream {
-			smi.reuse = false
-		}
-		if fromStream && err == nil && smiErr == nil {
-			gs, smiErr, err = s.streamMemory(ctx, gs, smi, findErr, stream, pollStart)
-			if err == nil && smiErr == nil && memoryWithoutHolder(gs) {
-				gs, smiErr, err = s.rescanKeepingMemory(ctx, gs, smi, findErr)
-			}
-		}
-		if err == nil {
-			err = smiErr
-		}
+		notes, err := src.sleep(ctx, next, w.want, w.resp.ThresholdMiB, w.memUnder)
+		w.notes = append(w.notes, notes...)
 		if err != nil {
-			return nil, fmt.Errorf("wait-free poll %d: %w", resp.Polls+1, err)
+			return nil, fmt.Errorf("interrupted after %d polls: %w", w.resp.Polls, err)
 		}
-		resp.Polls++
-		if req.IgnoreShared {
-			gs.holders = slices.DeleteFunc(gs.holders, func(h Holder) bool { return h.SharedOnly && !given.has(h) })
+		p, err := w.read(ctx)
+		if err != nil {
+			return nil, err
 		}
-		if want == nil {
-			if want, notes, err = chooseGPUs(req, gs); err != nil {
-				return nil, err
-			}
-			if given != nil && len(req.GPUs) == 0 {
-				// The GPUs the given holders hold; every GPU when none of
-				// them is left to say (killed before the first poll): memory
-				// may still be charged to them anywhere, and each GPU's
-				// state is still reported.
-				if g := given.gpus(gs.holders); len(g) > 0 {
-					want = g
-				}
-			}
-		} else if len(req.GPUs) == 0 && given == nil {
-			// "All" includes a GPU first seen now (a held /dev/nvidiaN).
-			for _, g := range gs.gpus {
-				want[g.Index] = true
+		w.classify(ctx, p)
+		w.record(ctx, p)
+		var done bool
+		if w.given != nil {
+			done = w.verdictGiven(p)
+		} else {
+			done = w.verdictFree(p)
+		}
+		if done {
+			break
+		}
+		next = w.nextPoll(p)
+	}
+	return w.finish(ctx), nil
+}
+
+// read takes one poll of the host and resolves the chosen GPUs.
+func (w *freeWait) read(ctx context.Context) (*pollState, error) {
+	p := &pollState{start: w.src.now()}
+	gs, err := w.src.poll(ctx, p.start)
+	if err != nil {
+		return nil, fmt.Errorf("wait-free poll %d: %w", w.resp.Polls+1, err)
+	}
+	w.resp.Polls++
+	if w.req.IgnoreShared {
+		gs.holders = slices.DeleteFunc(gs.holders, func(h Holder) bool { return h.SharedOnly && !w.given.has(h) })
+	}
+	if w.want == nil {
+		if w.want, w.notes, err = chooseGPUs(w.req, gs); err != nil {
+			return nil, err
+		}
+		if w.given != nil && len(w.req.GPUs) == 0 {
+			// The GPUs the given holders hold; every GPU when none of them
+			// is left to say (killed before the first poll): memory may
+			// still be charged to them anywhere, and each GPU's state is
+			// still reported.
+			if g := w.given.gpus(gs.holders); len(g) > 0 {
+				w.want = g
 			}
 		}
+	} else if len(w.req.GPUs) == 0 && w.given == nil {
+		// "All" includes a GPU first seen now (a held /dev/nvidiaN).
 		for _, g := range gs.gpus {
-			if want[g.Index] {
-				resp.ThresholdMiB[g.Index] = threshold(req)
+			w.want[g.Index] = true
+		}
+	}
+	for _, g := range gs.gpus {
+		if w.want[g.Index] {
+			w.resp.ThresholdMiB[g.Index] = threshold(w.req)
+		}
+	}
+	p.gs, p.chosen = gs, chosenGPUs(gs.gpus, w.want)
+	return p, nil
+}
+
+// classify judges the poll's holders: by earlier listings, and by a new
+// one only when it can change the verdict (see WaitFree).
+func (w *freeWait) classify(ctx context.Context, p *pollState) {
+	gs, th, judged := &p.gs, w.resp.ThresholdMiB, w.apps.judged
+	unjudged := judged.apply(gs.holders, w.want) && w.unjudgedContext(gs.holders)
+	for i := range gs.holders {
+		// What the devices alone say (nvidia-uvm in a daemon that never
+		// opens it), for holders no listing judges this poll.
+		markSuspicious(&gs.holders[i])
+	}
+	p.status = assessChosen(*gs, nil, w.want, th)
+	w.apps.sinceApps++
+	refresh := w.apps.sinceApps >= appsRefresh && judged.any(gs.holders)
+	switch {
+	case !gs.smiOK:
+		w.src.noListing(gs)
+		p.status = assessChosen(*gs, nil, w.want, th)
+	case !unjudged && !refresh && w.given == nil && w.src.streaming() && w.src.now().Sub(w.start) < drainDefer &&
+		w.deadline.Sub(w.src.now()) > w.interval && drainOfGone(p.status, gs.holders, judged):
+		// Memory its killed or stopped owners left, still draining: the
+		// stream tells when it is released (see drainDefer).
+	case unjudged || needApps(p.status) || refresh || w.given != nil && len(w.given.left(gs.holders)) == 0:
+		// For given holders, the listing tells whether memory is still
+		// charged to one that is gone (a ghost).
+		if err := w.src.listApps(ctx, gs); err != nil {
+			if !w.appsNote {
+				w.notes = append(w.notes, "compute apps unavailable, owners judged by mapped devices and nvidia-uvm only: "+err.Error())
+				w.appsNote = true
 			}
+			w.src.noListing(gs)
+		} else {
+			judged.record(gs.holders)
+			w.apps.sinceApps = 0
 		}
-		chosen := chosenGPUs(gs.gpus, want)
-		unjudged := judged.apply(gs.holders, want) && s.unjudgedContext(gs.holders, want, judged)
-		for i := range gs.holders {
-			// What the devices alone say (nvidia-uvm in a daemon that never
-			// opens it), for holders no listing judges this poll.
-			markSuspicious(&gs.holders[i])
-		}
-		status = assessChosen(gs, nil, want, resp.ThresholdMiB)
-		sinceApps++
-		switch {
-		case !gs.smiOK:
-			s.noListing(&gs)
-			status = assessChosen(gs, nil, want, resp.ThresholdMiB)
-		case !unjudged && !(sinceApps >= appsRefresh && judged.any(gs.holders)) && given == nil && stream != nil &&
-			time.Since(start) < drainDefer && time.Until(deadline) > interval && drainOfGone(status, gs.holders, judged):
-			// Memory its killed or stopped owners left, still draining: the
-			// stream tells when it is released (see drainDefer).
-		case unjudged || needApps(status) || sinceApps >= appsRefresh && judged.any(gs.holders) ||
-			given != nil && len(given.left(gs.holders)) == 0:
-			// For given holders, the listing tells whether memory is still
-			// charged to one that is gone (a ghost).
-			if err := s.readApps(ctx, &gs); err != nil {
-				if !appsNote {
-					notes = append(notes, "compute apps unavailable, owners judged by mapped devices and nvidia-uvm only: "+err.Error())
-					appsNote = true
-				}
-				s.noListing(&gs)
-			} else {
-				judged.record(gs.holders)
-				sinceApps = 0
-			}
-			status = assessChosen(gs, gs.ghosts, want, resp.ThresholdMiB)
-		}
-		last = gs
-		pollMemUnder = memUnder(chosen, resp.ThresholdMiB)
-		sample := Sample{T: Duration(pollStart.Sub(start)), UsedMiB: map[int]int64{}, Holders: len(blockingPIDs(status))}
-		for _, g := range chosen {
-			sample.UsedMiB[g.Index] = g.MemUsedMiB
-		}
-		resp.Timeline = append(resp.Timeline, sample)
-		if n := len(resp.Timeline); n == 1 || !maps.Equal(sample.UsedMiB, resp.Timeline[n-2].UsedMiB) || time.Since(reported) >= time.Second {
-			reported = time.Now()
-			reportProgress(ctx, Progress{Reading: &sample})
-		}
-		if waitPollHook != nil {
-			waitPollHook(resp.Polls)
-		}
-		byPID := map[int]Holder{}
-		for _, h := range gs.holders {
-			byPID[h.PID] = h
-			// A holder started after the kill (NewSince) is new whenever it
-			// is first seen: a worker its manager restarted already.
-			if resp.Polls == 1 && (req.NewSince == 0 || h.StartTime < req.NewSince) {
-				initial[h.Identity] = true
-			}
-		}
-		allFree := len(chosen) > 0 || gs.smiOK
-		for _, st := range status {
-			allFree = allFree && st.State == GPUFree
-		}
-		if given != nil {
-			left, ghosts := given.left(gs.holders), given.ghosts(gs.ghosts, gs.apps)
-			given.mark(status, left, ghosts)
-			// Without a listing (no nvidia-smi, or compute apps failing) memory
-			// charged to a gone pid cannot be seen: the notes say so.
-			released := len(left) == 0 && (ghosts != nil && len(ghosts) == 0 || !gs.apps && (!gs.smiOK || appsNote))
-			switch {
-			case !freeAt.IsZero():
-				if back := s.respawned(gs.holders, atFree, req.Watch, time.Since(freeAt)); back != "" {
-					resp.Outcome, resp.Reason = WaitNewHolder, back
-					resp.Settled = Duration(time.Since(freeAt))
-				} else if time.Since(freeAt) >= req.Settle.D() {
-					resp.Outcome, resp.OK = WaitReleased, true
-					resp.Settled = Duration(time.Since(freeAt))
-				}
-			case released && (req.Settle <= 0 || len(req.Watch) == 0):
-				resp.Outcome, resp.OK = WaitReleased, true
-			case released:
-				freeAt, atFree = pollStart, map[Identity]bool{}
-				for _, h := range gs.holders {
-					atFree[h.Identity] = true
-				}
-			case !time.Now().Before(deadline):
-				resp.Outcome, resp.Reason = WaitTimedOut, given.reason(left, ghosts)
-			}
-			last = gs
-			if resp.Outcome != "" {
-				break
-			}
-			if !time.Now().Before(deadline) && !freeAt.IsZero() {
-				resp.Outcome = WaitTimedOut
-				resp.Settled = Duration(time.Since(freeAt))
-				resp.Reason = fmt.Sprintf("the given holders were gone but the deadline came %s into the %s settle", resp.Settled.D().Round(time.Millisecond), req.Settle.D())
-				break
-			}
-			next := pollStart.Add(interval)
-			if next.After(deadline) {
-				next = deadline
-			}
-			timer.Reset(time.Until(next))
+		p.status = assessChosen(*gs, gs.ghosts, w.want, th)
+	}
+	p.byPID = map[int]Holder{}
+	for _, h := range gs.holders {
+		p.byPID[h.PID] = h
+	}
+}
+
+// unjudgedContext: a holder of a chosen GPU (or of shared devices only)
+// that no listing has judged maps an NVIDIA device, so it may own a
+// context that only --query-compute-apps can tell about.
+//
+// Why a poll may skip the listing otherwise and stay true: a process the
+// listing names has a compute context, and a context maps the driver's
+// device files (context.go: on the H200 a torch worker maps nvidiactl 27
+// times and nvidia0 3 times; NVML clients such as nvidia-smi -lms, pynvml
+// and dcgm map none). So a holder that maps none would be listed as no
+// owner: the listing could not make a GPU less free. It can only add ghosts
+// (memory charged to dead pids), and those matter only over the threshold,
+// where needApps reads it anyway. The maps are read after the scan found
+// the holder, so a context made before then is seen.
+func (w *freeWait) unjudgedContext(holders []Holder) bool {
+	for _, h := range holders {
+		if _, ok := w.apps.judged[h.Identity]; ok {
 			continue
 		}
-		switch {
-		case !freeAt.IsZero():
-			// Settling: anything that is not free now came back.
-			if back := s.cameBack(status, byPID, atFree, req.Watch, time.Since(freeAt)); len(back) > 0 {
-				var parts []string
-				for i, st := range status {
-					if why, ok := back[st.Index]; ok {
-						status[i].State, status[i].Reason = GPUNewHolder, why
-						parts = append(parts, fmt.Sprintf("GPU %d: %s", st.Index, why))
-					}
-				}
-				resp.Outcome, resp.Reason = WaitNewHolder, strings.Join(parts, "; ")
-				resp.Settled = Duration(time.Since(freeAt))
-			} else if time.Since(freeAt) >= req.Settle.D() {
-				resp.Outcome, resp.OK = WaitFreed, true
-				resp.Settled = Duration(time.Since(freeAt))
-			}
-		case allFree:
-			if len(chosen) == 0 {
-				resp.Reason = "nvidia-smi finds no GPU and no /dev/nvidiaN is held: nothing to free"
-			}
-			if req.Settle <= 0 || len(chosen) == 0 {
-				resp.Outcome, resp.OK = WaitFreed, true
-				break
-			}
-			freeAt, atFree = pollStart, map[Identity]bool{}
-			for _, h := range gs.holders {
-				atFree[h.Identity] = true
-			}
-		default:
-			if fresh := freshBlockers(status, byPID, initial); len(fresh) > 0 {
-				resp.Outcome = WaitNewHolder
-				resp.Reason = "new holder appeared: " + describeHolders(fresh)
-				for _, h := range fresh {
-					if m := s.watchedAncestor(h, req.Watch); m != nil && !strings.Contains(resp.Reason, ManagerWhy(*m)) {
-						resp.Reason += "; " + ManagerWhy(*m)
-					}
-				}
-				markNew(status, byPID, initial)
-			} else if stuck(status, len(chosen), gs.smiOK) || !time.Now().Before(deadline) {
-				resp.Outcome = finalOutcome(status, len(chosen), gs.smiOK)
-				resp.Reason = gpuReasons(status)
-				if len(chosen) == 0 {
-					resp.Reason = "no GPU is known on this host: no nvidia-smi, no /proc/driver/nvidia, no held /dev/nvidiaN"
-				}
-			}
+		if !h.SharedOnly && !slices.ContainsFunc(h.GPUs, func(g int) bool { return w.want[g] }) {
+			continue
 		}
-		if resp.Outcome != "" {
-			break
+		if w.src.mapsDevice(h.PID) {
+			return true
 		}
-		if !time.Now().Before(deadline) && !freeAt.IsZero() {
-			// The deadline cut the settle short: not verified.
-			resp.Outcome = WaitTimedOut
-			resp.Settled = Duration(time.Since(freeAt))
-			resp.Reason = fmt.Sprintf("the GPUs read free but the deadline came %s into the %s settle", resp.Settled.D().Round(time.Millisecond), req.Settle.D())
-			break
-		}
-		next := pollStart.Add(interval)
-		// Memory over the threshold with no owner left is usually the
-		// driver releasing a dead worker's memory (72 ms on the H200):
-		// look again soon, a few times, instead of a whole interval later.
-		// The stream, when there, watches the drain for free.
-		if draining(status) && fastPolls < drainPolls && stream == nil {
-			fastPolls++
-			next = pollStart.Add(min(interval, drainInterval))
-		} else if !draining(status) {
-			fastPolls = 0
-		}
-		if next.After(deadline) {
-			next = deadline
-		}
-		timer.Reset(time.Until(next))
 	}
-	resp.GPUs = chosenGPUs(last.gpus, want)
-	resp.Status = status
-	resp.Holders = remaining(last.holders, status)
-	if given != nil {
-		resp.Holders = given.left(last.holders)
+	return false
+}
+
+// record keeps the poll in the timeline and reports its reading.
+func (w *freeWait) record(ctx context.Context, p *pollState) {
+	w.last = p.gs
+	w.status = p.status
+	w.memUnder = memUnder(p.chosen, w.resp.ThresholdMiB)
+	resp := w.resp
+	sample := Sample{T: Duration(p.start.Sub(w.start)), UsedMiB: map[int]int64{}, Holders: len(blockingPIDs(p.status))}
+	for _, g := range p.chosen {
+		sample.UsedMiB[g.Index] = g.MemUsedMiB
+	}
+	resp.Timeline = append(resp.Timeline, sample)
+	if n := len(resp.Timeline); n == 1 || !maps.Equal(sample.UsedMiB, resp.Timeline[n-2].UsedMiB) || w.src.now().Sub(w.reported) >= time.Second {
+		w.reported = w.src.now()
+		reportProgress(ctx, Progress{Reading: &sample})
+	}
+	if waitPollHook != nil {
+		waitPollHook(resp.Polls)
+	}
+	for _, h := range p.gs.holders {
+		// A holder started after the kill (NewSince) is new whenever it
+		// is first seen: a worker its manager restarted already.
+		if resp.Polls == 1 && (w.req.NewSince == 0 || h.StartTime < w.req.NewSince) {
+			w.initial[h.Identity] = true
+		}
+	}
+}
+
+// pastDeadline: the deadline has come.
+func (w *freeWait) pastDeadline() bool { return !w.src.now().Before(w.deadline) }
+
+// sinceFree is how long the GPUs have read free.
+func (w *freeWait) sinceFree() time.Duration { return w.src.now().Sub(w.settle.freeAt) }
+
+// verdictGiven judges a poll of a wait for given holders; true when the
+// wait is over.
+func (w *freeWait) verdictGiven(p *pollState) bool {
+	resp, gs := w.resp, p.gs
+	left, ghosts := w.given.left(gs.holders), w.given.ghosts(gs.ghosts, gs.apps)
+	w.given.mark(p.status, left, ghosts)
+	// Without a listing (no nvidia-smi, or compute apps failing) memory
+	// charged to a gone pid cannot be seen: the notes say so.
+	released := len(left) == 0 && (ghosts != nil && len(ghosts) == 0 || !gs.apps && (!gs.smiOK || w.appsNote))
+	switch {
+	case w.settle.settling():
+		if back := w.respawned(gs.holders); back != "" {
+			resp.Outcome, resp.Reason = WaitNewHolder, back
+			resp.Settled = Duration(w.sinceFree())
+		} else if w.sinceFree() >= w.req.Settle.D() {
+			resp.Outcome, resp.OK = WaitReleased, true
+			resp.Settled = Duration(w.sinceFree())
+		}
+	case released && (w.req.Settle <= 0 || len(w.req.Watch) == 0):
+		resp.Outcome, resp.OK = WaitReleased, true
+	case released:
+		w.settle.begin(p.start, gs.holders)
+	case w.pastDeadline():
+		resp.Outcome, resp.Reason = WaitTimedOut, w.given.reason(left, ghosts)
+	}
+	if resp.Outcome != "" {
+		return true
+	}
+	if w.pastDeadline() && w.settle.settling() {
+		resp.Outcome = WaitTimedOut
+		resp.Settled = Duration(w.sinceFree())
+		resp.Reason = fmt.Sprintf("the given holders were gone but the deadline came %s into the %s settle", resp.Settled.D().Round(time.Millisecond), w.req.Settle.D())
+		return true
+	}
+	return false
+}
+
+// respawned: after the given holders were gone, a holder that was not
+// there then and descends from a watched supervisor took their place.
+func (w *freeWait) respawned(holders []Holder) string {
+	var parts []string
+	for _, h := range holders {
+		if w.settle.atFree[h.Identity] {
+			continue
+		}
+		if sup := w.src.watchedAncestor(h, w.req.Watch); sup != nil {
+			parts = append(parts, fmt.Sprintf("new holder %s %s after the given holders were gone; %s",
+				Label(h.PID, h.Comm, h.Cmdline), w.sinceFree().Round(100*time.Millisecond), ManagerWhy(*sup)))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// verdictFree judges a poll of a wait for free GPUs; true when the wait
+// is over.
+func (w *freeWait) verdictFree(p *pollState) bool {
+	resp, status := w.resp, p.status
+	allFree := len(p.chosen) > 0 || p.gs.smiOK
+	for _, st := range status {
+		allFree = allFree && st.State == GPUFree
 	}
 	switch {
-	case len(resp.Holders) > 0 && appsNote:
-		notes = append(notes, "holders' memory unknown")
-	case len(resp.Holders) > 0 && last.smiOK && !last.apps && !judged.covers(resp.Holders):
+	case w.settle.settling():
+		// Settling: anything that is not free now came back.
+		if back := w.cameBack(status, p.byPID); len(back) > 0 {
+			var parts []string
+			for i, st := range status {
+				if why, ok := back[st.Index]; ok {
+					status[i].State, status[i].Reason = GPUNewHolder, why
+					parts = append(parts, fmt.Sprintf("GPU %d: %s", st.Index, why))
+				}
+			}
+			resp.Outcome, resp.Reason = WaitNewHolder, strings.Join(parts, "; ")
+			resp.Settled = Duration(w.sinceFree())
+		} else if w.sinceFree() >= w.req.Settle.D() {
+			resp.Outcome, resp.OK = WaitFreed, true
+			resp.Settled = Duration(w.sinceFree())
+		}
+	case allFree:
+		if len(p.chosen) == 0 {
+			resp.Reason = "nvidia-smi finds no GPU and no /dev/nvidiaN is held: nothing to free"
+		}
+		if w.req.Settle <= 0 || len(p.chosen) == 0 {
+			resp.Outcome, resp.OK = WaitFreed, true
+			break
+		}
+		w.settle.begin(p.start, p.gs.holders)
+	default:
+		if fresh := freshBlockers(status, p.byPID, w.initial); len(fresh) > 0 {
+			resp.Outcome = WaitNewHolder
+			resp.Reason = "new holder appeared: " + describeHolders(fresh)
+			for _, h := range fresh {
+				if m := w.src.watchedAncestor(h, w.req.Watch); m != nil && !strings.Contains(resp.Reason, ManagerWhy(*m)) {
+					resp.Reason += "; " + ManagerWhy(*m)
+				}
+			}
+			markNew(status, p.byPID, w.initial)
+		} else if stuck(status, len(p.chosen), p.gs.smiOK) || w.pastDeadline() {
+			resp.Outcome = finalOutcome(status, len(p.chosen), p.gs.smiOK)
+			resp.Reason = gpuReasons(status)
+			if len(p.chosen) == 0 {
+				resp.Reason = "no GPU is known on this host: no nvidia-smi, no /proc/driver/nvidia, no held /dev/nvidiaN"
+			}
+		}
+	}
+	if resp.Outcome != "" {
+		return true
+	}
+	if w.pastDeadline() && w.settle.settling() {
+		// The deadline cut the settle short: not verified.
+		resp.Outcome = WaitTimedOut
+		resp.Settled = Duration(w.sinceFree())
+		resp.Reason = fmt.Sprintf("the GPUs read free but the deadline came %s into the %s settle", resp.Settled.D().Round(time.Millisecond), w.req.Settle.D())
+		return true
+	}
+	return false
+}
+
+// nextPoll is when the next poll is due.
+func (w *freeWait) nextPoll(p *pollState) time.Time {
+	next := p.start.Add(w.interval)
+	// Memory over the threshold with no owner left is usually the driver
+	// releasing a dead worker's memory (72 ms on the H200): look again
+	// soon, a few times, instead of a whole interval later. The stream,
+	// when there, watches the drain for free.
+	if draining(p.status) && w.fastPolls < drainPolls && !w.src.streaming() {
+		w.fastPolls++
+		next = p.start.Add(min(w.interval, drainInterval))
+	} else if !draining(p.status) {
+		w.fastPolls = 0
+	}
+	if next.After(w.deadline) {
+		next = w.deadline
+	}
+	return next
+}
+
+// finish fills in the response from the last poll.
+func (w *freeWait) finish(ctx context.Context) *WaitFreeResponse {
+	resp, last, status := w.resp, w.last, w.status
+	resp.GPUs = chosenGPUs(last.gpus, w.want)
+	resp.Status = status
+	resp.Holders = remaining(last.holders, status)
+	if w.given != nil {
+		resp.Holders = w.given.left(last.holders)
+	}
+	switch {
+	case len(resp.Holders) > 0 && w.appsNote:
+		w.notes = append(w.notes, "holders' memory unknown")
+	case len(resp.Holders) > 0 && last.smiOK && !last.apps && !w.apps.judged.covers(resp.Holders):
 		// Memory per holder only when someone will read it.
-		if err := s.readApps(ctx, &last); err != nil {
-			notes = append(notes, "holders' memory unknown: "+err.Error())
+		if err := w.src.listApps(ctx, &last); err != nil {
+			w.notes = append(w.notes, "holders' memory unknown: "+err.Error())
 		} else {
 			resp.Holders = remaining(last.holders, status)
 		}
 	}
-	if len(notes) > 0 {
+	if len(w.notes) > 0 {
 		if resp.Reason != "" {
 			resp.Reason += "; "
 		}
-		resp.Reason += strings.Join(notes, "; ")
+		resp.Reason += strings.Join(w.notes, "; ")
 	}
-	resp.Elapsed = Duration(time.Since(start))
-	return resp, nil
+	resp.Elapsed = Duration(w.src.now().Sub(w.start))
+	return resp
 }
 
 // streamMemory fills in the memory of a poll's GPUs (read with reuse) from
@@ -635,34 +702,6 @@ func (o ownership) apply(holders []Holder, want map[int]bool) (unjudged bool) {
 	return unjudged
 }
 
-// unjudgedContext: a holder of a chosen GPU (or of shared devices only)
-// that no listing has judged maps an NVIDIA device, so it may own a
-// context that only --query-compute-apps can tell about.
-//
-// Why a poll may skip the listing otherwise and stay true: a process the
-// listing names has a compute context, and a context maps the driver's
-// device files (context.go: on the H200 a torch worker maps nvidiactl 27
-// times and nvidia0 3 times; NVML clients such as nvidia-smi -lms, pynvml
-// and dcgm map none). So a holder that maps none would be listed as no
-// owner: the listing could not make a GPU less free. It can only add ghosts
-// (memory charged to dead pids), and those matter only over the threshold,
-// where needApps reads it anyway. The maps are read after the scan found
-// the holder, so a context made before then is seen.
-func (s *scanner) unjudgedContext(holders []Holder, want map[int]bool, judged ownership) bool {
-	for _, h := range holders {
-		if _, ok := judged[h.Identity]; ok {
-			continue
-		}
-		if !h.SharedOnly && !slices.ContainsFunc(h.GPUs, func(g int) bool { return want[g] }) {
-			continue
-		}
-		if len(s.mappedDevices(h.PID)) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
 // any: some holder was judged by a listing: only a listing sees it gain
 // or drop a context (the others' maps are read every poll).
 func (o ownership) any(holders []Holder) bool {
@@ -728,17 +767,17 @@ func freshBlockers(status []GPUStatus, byPID map[int]Holder, initial map[Identit
 // cameBack judges a settle poll: per GPU index, why it is no longer free.
 // A GPU opened only by a holder that owns nothing and that no watched
 // supervisor started (a monitor) stays free.
-func (s *scanner) cameBack(status []GPUStatus, byPID map[int]Holder, atFree map[Identity]bool, watch []Manager, since time.Duration) map[int]string {
+func (w *freeWait) cameBack(status []GPUStatus, byPID map[int]Holder) map[int]string {
 	out := map[int]string{}
-	after := since.Round(100 * time.Millisecond).String()
+	after := w.sinceFree().Round(100 * time.Millisecond).String()
 	for _, st := range status {
 		var news []string
 		for _, pid := range append(append(append([]int{}, st.Owners...), st.Suspicious...), st.Others...) {
 			h, ok := byPID[pid]
-			if !ok || atFree[h.Identity] {
+			if !ok || w.settle.atFree[h.Identity] {
 				continue
 			}
-			sup := s.watchedAncestor(h, watch)
+			sup := w.src.watchedAncestor(h, w.req.Watch)
 			if sup == nil && !h.Owner && h.Suspicious == "" {
 				continue // a monitor polling the GPU
 			}

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
 )
 
 // givenSet is a wait-free's given holders (WaitFreeRequest.Holders); nil
@@ -123,22 +122,6 @@ func (g givenSet) reason(left []Holder, ghosts []Ghost) string {
 	parts = append(parts, shared...)
 	if len(parts) == 0 {
 		return "the given holders' memory could not be checked (no compute apps listing)"
-	}
-	return strings.Join(parts, "; ")
-}
-
-// respawned: after the given holders were gone, a holder that was not
-// there then and descends from a watched supervisor took their place.
-func (s *scanner) respawned(holders []Holder, atFree map[Identity]bool, watch []Manager, since time.Duration) string {
-	var parts []string
-	for _, h := range holders {
-		if atFree[h.Identity] {
-			continue
-		}
-		if sup := s.watchedAncestor(h, watch); sup != nil {
-			parts = append(parts, fmt.Sprintf("new holder %s %s after the given holders were gone; %s",
-				Label(h.PID, h.Comm, h.Cmdline), since.Round(100*time.Millisecond), ManagerWhy(*sup)))
-		}
 	}
 	return strings.Join(parts, "; ")
 }

@@ -210,7 +210,11 @@ func (c *Conn) Helper(ctx context.Context, verb string, req, resp any) (err erro
 	case helper.SnapshotRequest:
 		out = c.Model.snapshot()
 	case helper.KillRequest:
-		out = c.Model.kill(r)
+		k, err := c.Model.kill(ctx, r)
+		if err != nil {
+			return err
+		}
+		out = k
 	case helper.WaitFreeRequest:
 		w, err := c.Model.waitFree(ctx, r)
 		if err != nil {
@@ -218,7 +222,7 @@ func (c *Conn) Helper(ctx context.Context, verb string, req, resp any) (err erro
 		}
 		out = w
 	case helper.ManagersRequest:
-		out = c.Model.managers(r)
+		out = c.Model.managers(ctx, r)
 	case helper.UnitRequest:
 		if len(r.Units) > 0 {
 			out = c.Model.unitBatch(r)

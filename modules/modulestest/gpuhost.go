@@ -115,11 +115,13 @@ type GPUHost struct {
 	units     map[string]*FakeUnit
 	nextPID   int
 	polls     int
+	clock     time.Time // virtual: waits move it on, nothing else does
 }
 
 // NewGPUHost returns a host with n idle H200-like GPUs (143771 MiB, 0 MiB used).
 func NewGPUHost(hostname string, n int) *GPUHost {
-	g := &GPUHost{Hostname: hostname, BootID: "boot-" + hostname, units: map[string]*FakeUnit{}, nextPID: 1000}
+	g := &GPUHost{Hostname: hostname, BootID: "boot-" + hostname, units: map[string]*FakeUnit{}, nextPID: 1000,
+		clock: time.Unix(1_700_000_000, 0)}
 	for i := 0; i < n; i++ {
 		g.gpus = append(g.gpus, &FakeGPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", hostname, i),
 			Name: "NVIDIA H200", BusID: fmt.Sprintf("00000000:%02X:00.0", 6+i), TotalMiB: 143771})
@@ -514,139 +516,162 @@ func (g *GPUHost) removeProc(pid int) {
 // reapers never count as supervisors: they adopt orphans, they restart nothing.
 var reapers = map[string]bool{"systemd": true, "init": true, "tini": true, "dumb-init": true, "containerd-shim": true}
 
-// kill follows the helper's contract on the model: identity re-checked,
-// protected skipped unless forced, TERM then KILL, stuck survives, live
-// parents of what died reported as supervisors.
-func (g *GPUHost) kill(req helper.KillRequest) helper.KillResponse {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	resp := helper.KillResponse{Version: helper.Version}
-	done := map[int]bool{}
-	died := map[int]int{} // pid -> ppid of what this request ended
-	var consider func(id helper.Identity, via string, exact bool)
-	consider = func(id helper.Identity, via string, exact bool) {
-		if done[id.PID] {
-			return
-		}
-		done[id.PID] = true
-		h, p := g.find(id.PID), g.proc(id.PID)
-		var who helper.Holder
-		switch {
-		case h != nil:
-			who = h.Holder
-		case p != nil:
-			who = helper.Holder{Identity: p.Identity, PPID: p.PPID, Comm: p.Comm, Cmdline: p.Cmdline, State: "S"}
-		}
-		if who.PID == 0 || (exact && (who.StartTime != id.StartTime || (id.BootID != "" && id.BootID != who.BootID))) {
-			// Gone, or the pid was reused by another process: nothing to signal.
-			resp.Results = append(resp.Results, helper.KillResult{Identity: id, Outcome: helper.OutcomeExited,
-				Reason: "not running", Via: via})
-			return
-		}
-		stuck, ignoreTerm := h != nil && h.Stuck, h != nil && h.IgnoreTerm
-		end := func() {
-			died[who.PID] = who.PPID
-			if h != nil {
-				g.remove(who.PID, true)
-			} else {
-				g.removeProc(who.PID)
-			}
-		}
-		r := helper.KillResult{Identity: who.Identity, Comm: who.Comm, Via: via, PPID: who.PPID}
-		switch {
-		case who.PID <= 1:
-			r.Outcome, r.Reason = helper.OutcomeSkipped, "pid 1"
-		case who.Protected && !req.Force:
-			r.Outcome, r.Reason = helper.OutcomeSkipped, "protected: "+who.ProtectedWhy
-		case req.DryRun:
-			r.Outcome = helper.OutcomeWould
-		default:
-			first := strings.TrimPrefix(strings.ToUpper(req.Signal), "SIG")
-			if first == "" {
-				first = "TERM"
-			}
-			r.Signals = append(r.Signals, first)
-			switch {
-			case first == "KILL" && !stuck:
-				r.Outcome = helper.OutcomeKilled
-				end()
-			case first != "KILL" && !ignoreTerm && !stuck:
-				r.Outcome = helper.OutcomeExited
-				end()
-			default:
-				if first != "KILL" {
-					r.Signals = append(r.Signals, "KILL")
-				}
-				if stuck {
-					r.Outcome, r.State, r.Reason = helper.OutcomeSurvived, "D", "still alive after KILL (state D)"
-				} else {
-					r.Outcome = helper.OutcomeKilled
-					end()
-				}
-			}
-		}
-		resp.Results = append(resp.Results, r)
-		if req.Group {
-			for _, o := range g.holderList() {
-				if o.PGID == who.PGID && o.PID != who.PID {
-					consider(o.Identity, fmt.Sprintf("group of %d", who.PID), false)
-				}
-			}
-		}
-		if req.Tree {
-			for _, o := range g.holderList() {
-				if o.PPID == who.PID {
-					consider(o.Identity, fmt.Sprintf("child of %d", who.PID), false)
-				}
-			}
-			for _, o := range append([]*FakeProc(nil), g.procs...) {
-				if o.PPID == who.PID {
-					consider(o.Identity, fmt.Sprintf("child of %d", who.PID), false)
-				}
-			}
-		}
+// kill runs the helper's kill on the model (helper.KillOn): each signal
+// acts as the holder's script says (IgnoreTerm, Stuck, a respawning
+// parent), on the model's virtual clock.
+func (g *GPUHost) kill(ctx context.Context, req helper.KillRequest) (*helper.KillResponse, error) {
+	resp, err := helper.KillOn(ctx, req, modelSource{g})
+	if err != nil {
+		return nil, fmt.Errorf("kill on model %s: %w", g.Hostname, err)
 	}
-	for _, t := range req.Targets {
-		consider(t, "target", true)
-	}
-	if !req.DryRun {
-		resp.Managers = g.parentManagers(died)
-	}
-	return resp
+	return resp, nil
 }
 
-// parentManagers: the live parents of what died, except pid 1, reapers and
-// what died in the same request.
-func (g *GPUHost) parentManagers(died map[int]int) []helper.Manager {
-	byPID := map[int]*helper.Manager{}
-	var order []int
-	pids := make([]int, 0, len(died))
-	for pid := range died {
-		pids = append(pids, pid)
+// modelSource is the model as the helper's wait and kill read a host.
+type modelSource struct{ *GPUHost }
+
+var (
+	_ helper.Source     = modelSource{}
+	_ helper.KillSource = modelSource{}
+)
+
+// Ticks is the start time the model's next process gets.
+func (k modelSource) Ticks() uint64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return uint64(k.nextPID+1) * 100
+}
+
+func (k modelSource) BootID() string { return k.GPUHost.BootID }
+
+func (k modelSource) Procs() ([]helper.KillProc, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []helper.KillProc
+	for _, h := range k.holders {
+		if k.visible(h) {
+			out = append(out, holderProc(h))
+		}
 	}
-	sort.Ints(pids)
+	for _, p := range k.procs {
+		out = append(out, procProc(p))
+	}
+	return out, nil
+}
+
+func (k modelSource) Proc(pid int) (helper.KillProc, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.killProc(pid)
+}
+
+func (g *GPUHost) killProc(pid int) (helper.KillProc, bool) {
+	if h := g.find(pid); h != nil {
+		return holderProc(h), true
+	}
+	if p := g.proc(pid); p != nil {
+		return procProc(p), true
+	}
+	return helper.KillProc{}, false
+}
+
+func holderProc(h *FakeHolder) helper.KillProc {
+	p := helper.KillProc{Identity: h.Identity, PPID: h.PPID, PGID: h.PGID, State: h.State, Comm: h.Comm}
+	if h.Protected {
+		// The helper's words: the model keeps the bare name.
+		p.Protected = h.ProtectedWhy
+		if !strings.HasPrefix(p.Protected, "protected name ") {
+			p.Protected = "protected name " + p.Protected
+		}
+	}
+	if h.PID <= 1 {
+		p.Never = "pid " + strconv.Itoa(h.PID)
+	}
+	return p
+}
+
+// procProc: a process is its own group's leader.
+func procProc(x *FakeProc) helper.KillProc {
+	p := helper.KillProc{Identity: x.Identity, PPID: x.PPID, PGID: x.PID, State: "S", Comm: x.Comm}
+	if x.PID <= 1 {
+		p.Never = "pid " + strconv.Itoa(x.PID)
+	}
+	return p
+}
+
+// Self: the helper runs in no group of the model's.
+func (k modelSource) Self() helper.KillProc { return helper.KillProc{PGID: -1} }
+
+// Signal: a holder ends unless it ignores TERM or is stuck in D (then
+// nothing ends it); a process without GPUs ends.
+func (k modelSource) Signal(id helper.Identity, sig string) (bool, string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	p, ok := k.killProc(id.PID)
+	switch {
+	case !ok:
+		return false, "gone"
+	case p.StartTime != id.StartTime:
+		return false, "pid reused"
+	}
+	h := k.find(id.PID)
+	switch {
+	case h == nil:
+		k.removeProc(id.PID)
+	case h.Stuck, h.IgnoreTerm && sig != "KILL":
+	default:
+		k.remove(id.PID, true)
+	}
+	return true, ""
+}
+
+// Ignores: IgnoreTerm is a handler, not SIG_IGN: the grace is waited.
+func (k modelSource) Ignores(helper.Identity, string) bool { return false }
+
+// Chains: the model's only managers are live parents.
+func (k modelSource) Chains(_ context.Context, pids []int) map[int][]helper.Manager {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := map[int][]helper.Manager{}
 	for _, pid := range pids {
-		ppid := died[pid]
-		if _, gone := died[ppid]; gone {
+		p, ok := k.killProc(pid)
+		if !ok {
 			continue
 		}
-		s, ok := byPID[ppid]
-		if !ok {
-			m, found := g.parentManager(ppid)
-			if !found {
-				continue
-			}
-			s = &m
-			byPID[ppid] = s
-			order = append(order, ppid)
+		if m, ok := k.parentManager(p.PPID); ok {
+			out[pid] = []helper.Manager{m}
 		}
-		s.Children = append(s.Children, pid)
-	}
-	out := make([]helper.Manager, 0, len(order))
-	for _, pid := range order {
-		out = append(out, *byPID[pid])
 	}
 	return out
+}
+
+func (k modelSource) Alive(_ context.Context, ms []*helper.Manager) []bool {
+	out := make([]bool, len(ms))
+	for i, m := range ms {
+		out[i] = k.managerAlive(*m)
+	}
+	return out
+}
+
+// managerAlive: a process manager is alive while the model has it, a unit
+// while the model's unit is active.
+func (g *GPUHost) managerAlive(m helper.Manager) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	unitActive := func(name string) bool {
+		u, ok := g.units[name]
+		return ok && u.Active
+	}
+	switch m.Kind {
+	case helper.ManagerProcess, "":
+		if m.PID > 0 {
+			return g.proc(m.PID) != nil || g.find(m.PID) != nil
+		}
+		return unitActive(m.Unit)
+	case helper.ManagerUnit:
+		return unitActive(m.Unit)
+	}
+	return true
 }
 
 // parentManager is the process manager a live parent ppid is, as the
@@ -678,22 +703,9 @@ func (g *GPUHost) parentManager(ppid int) (helper.Manager, bool) {
 // managers answers the managers verb from the model: a process manager is
 // alive while the model has it, a unit while the model's unit is active;
 // a stop kills a process manager's tree and stops a unit.
-func (g *GPUHost) managers(req helper.ManagersRequest) helper.ManagersResponse {
+func (g *GPUHost) managers(ctx context.Context, req helper.ManagersRequest) helper.ManagersResponse {
 	resp := helper.ManagersResponse{Results: []helper.ManagerResult{}}
-	alive := func(m helper.Manager) bool {
-		switch m.Kind {
-		case helper.ManagerProcess, "":
-			if m.PID > 0 {
-				return g.proc(m.PID) != nil || g.find(m.PID) != nil
-			}
-			u, ok := g.Unit(m.Unit)
-			return ok && u.Active
-		case helper.ManagerUnit:
-			u, ok := g.Unit(m.Unit)
-			return ok && u.Active
-		}
-		return true
-	}
+	alive := g.managerAlive
 	for _, m := range req.Managers {
 		res := helper.ManagerResult{Manager: m, Alive: alive(m)}
 		if req.Action == helper.ManagersStop {
@@ -705,7 +717,10 @@ func (g *GPUHost) managers(req helper.ManagersRequest) helper.ManagersResponse {
 			case req.DryRun:
 				res.Outcome = helper.StopWould
 			case m.Kind == helper.ManagerProcess:
-				g.kill(helper.KillRequest{Targets: []helper.Identity{m.Identity}, Tree: true, Force: true})
+				if _, err := g.kill(ctx, helper.KillRequest{Targets: []helper.Identity{m.Identity}, Tree: true, Force: true}); err != nil {
+					res.Outcome, res.Reason = helper.StopFailed, err.Error()
+					break
+				}
 				res.Outcome, res.Alive = helper.StopStopped, alive(m)
 			case m.Kind == helper.ManagerUnit:
 				g.unit(helper.UnitRequest{Action: helper.UnitStop, Unit: m.Unit})
@@ -719,152 +734,46 @@ func (g *GPUHost) managers(req helper.ManagersRequest) helper.ManagersResponse {
 	return resp
 }
 
-// waitFree polls the model and judges each poll with helper.Assess. Time
-// is virtual (Interval per poll, no real sleeping) so tests are fast; ctx
-// is still honoured between polls. Owners and suspicious holders block;
-// monitors do not. Once every chosen GPU reads free it stays watched for
-// Settle: an owner that appears in that time (a respawned worker) ends it.
-func (g *GPUHost) waitFree(ctx context.Context, req helper.WaitFreeRequest) (helper.WaitFreeResponse, error) {
-	interval, timeout := req.Interval.D(), req.Timeout.D()
-	if interval <= 0 {
-		interval = helper.DefaultWaitInterval
+// waitFree runs the helper's wait on the model (helper.WaitFreeOn): its
+// clock is virtual, so a wait takes no real time, and each poll is one
+// step of the model's scripted behaviours (ExitAfterPolls,
+// AppearAfterPolls).
+func (g *GPUHost) waitFree(ctx context.Context, req helper.WaitFreeRequest) (*helper.WaitFreeResponse, error) {
+	resp, err := helper.WaitFreeOn(ctx, req, modelSource{g})
+	if err != nil {
+		return nil, fmt.Errorf("wait-free on model %s: %w", g.Hostname, err)
 	}
-	if timeout <= 0 {
-		timeout = helper.DefaultWaitTimeout
+	return resp, nil
+}
+
+// Now is the model's virtual clock.
+func (g modelSource) Now() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.clock
+}
+
+// Sleep moves the virtual clock on to until.
+func (g modelSource) Sleep(ctx context.Context, until time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	resp := helper.WaitFreeResponse{Version: helper.Version, ThresholdMiB: map[int]int64{}}
-	if len(req.Holders) > 0 {
-		return g.waitGiven(ctx, req, interval, timeout)
+	if until.After(g.clock) {
+		g.clock = until
 	}
-	watched := map[int]bool{}
-	for _, x := range g.gpus {
-		if len(req.GPUs) == 0 || contains(req.GPUs, x.Index) {
-			watched[x.Index] = true
-			t := helper.BaselineMiB
-			if req.ThresholdMiB != nil {
-				t = *req.ThresholdMiB
-			}
-			resp.ThresholdMiB[x.Index] = t
-		}
-	}
-	initial := map[int]bool{}
-	for _, h := range g.holderList() {
-		initial[h.PID] = true
-	}
-	freeSince := time.Duration(-1)
-	for t := time.Duration(0); ; t += interval {
-		if err := ctx.Err(); err != nil {
-			return resp, fmt.Errorf("wait-free interrupted: %w", err)
-		}
-		g.poll(&resp)
-		gpus, holders, _, all := g.assess(resp.ThresholdMiB)
-		byPID := map[int]helper.Holder{}
-		for _, h := range holders {
-			byPID[h.PID] = h
-		}
-		var status []helper.GPUStatus
-		var blocking []helper.Holder
-		seen := map[int]bool{}
-		allFree := true
-		for _, st := range all {
-			if !watched[st.Index] {
-				continue
-			}
-			for _, pid := range append(append([]int{}, st.Owners...), st.Suspicious...) {
-				if !initial[pid] && st.State != helper.GPUSuspicious {
-					st.State = helper.GPUNewHolder
-					h := byPID[pid]
-					st.Reason = "new holder " + helper.Label(pid, h.Comm, h.Cmdline) + " appeared"
-					if freeSince >= 0 {
-						st.Reason += fmt.Sprintf(" %s after it read free", t-freeSince)
-					}
-					for _, w := range req.Watch {
-						if w.PID != 0 && w.PID == h.PPID {
-							st.Reason += "; " + w.Why
-						}
-					}
-				}
-				if !seen[pid] {
-					seen[pid] = true
-					blocking = append(blocking, byPID[pid])
-				}
-			}
-			allFree = allFree && st.State == helper.GPUFree
-			status = append(status, st)
-		}
-		sample := helper.Sample{T: helper.Duration(t), UsedMiB: map[int]int64{}, Holders: len(blocking)}
-		for _, x := range gpus {
-			if watched[x.Index] {
-				sample.UsedMiB[x.Index] = x.MemUsedMiB
-			}
-		}
-		resp.Timeline = append(resp.Timeline, sample)
-		resp.Elapsed = helper.Duration(t)
-		newHolder := false
-		for _, st := range status {
-			newHolder = newHolder || st.State == helper.GPUNewHolder
-		}
-		if allFree && freeSince < 0 {
-			freeSince = t
-		}
-		settled := freeSince >= 0 && t-freeSince >= req.Settle.D()
-		switch {
-		case newHolder:
-			resp.Outcome = helper.WaitNewHolder
-		case allFree && settled:
-			resp.OK, resp.Outcome = true, helper.WaitFreed
-		case !allFree && freeSince >= 0:
-			// It read free, then did not stay free: memory came back.
-			resp.Outcome = helper.WaitMemoryHeld
-		case t+interval > timeout && len(blocking) > 0:
-			resp.Outcome = helper.WaitTimedOut
-		case t+interval > timeout && allFree:
-			// The deadline cut the settle short: free, but not verified.
-			resp.Outcome = helper.WaitTimedOut
-		case t+interval > timeout:
-			resp.Outcome = helper.WaitMemoryHeld
-		default:
-			continue
-		}
-		if freeSince >= 0 {
-			resp.Settled = helper.Duration(t - freeSince)
-		}
-		var reasons []string
-		for _, st := range status {
-			if st.State != helper.GPUFree {
-				reasons = append(reasons, fmt.Sprintf("GPU %d: %s", st.Index, st.Reason))
-			}
-		}
-		resp.Reason = strings.Join(reasons, "; ")
-		if resp.Reason == "" && !resp.OK {
-			resp.Reason = fmt.Sprintf("free for %s of the %s settle when the %s deadline passed", t-freeSince, req.Settle.D(), timeout)
-		}
-		for _, x := range gpus {
-			if watched[x.Index] {
-				resp.GPUs = append(resp.GPUs, x)
-			}
-		}
-		resp.Status, resp.Holders = status, blocking
-		return resp, nil
-	}
+	return nil
 }
 
-// given: h is one of the identities (a start time of 0 matches any).
-func given(ids []helper.Identity, h helper.Holder) bool {
-	for _, id := range ids {
-		if id.PID == h.PID && (id.StartTime == 0 || id.StartTime == h.StartTime) && (id.BootID == "" || id.BootID == h.BootID) {
-			return true
-		}
+// Poll is one poll of a wait: the model steps on (holders appear and
+// exit as scripted), then reads its GPUs and holders, owning nothing yet.
+func (g modelSource) Poll(ctx context.Context) (helper.Reading, error) {
+	if err := ctx.Err(); err != nil {
+		return helper.Reading{}, err
 	}
-	return false
-}
-
-// poll counts one poll of a wait and lets go the holder told to exit
-// after that many polls (ExitAfterPolls). Called with g.mu held.
-func (g *GPUHost) poll(resp *helper.WaitFreeResponse) {
-	resp.Polls++
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	g.polls++
 	for _, h := range g.holders {
 		if h.ExitAfterPolls > 0 && g.visible(h) {
@@ -875,147 +784,93 @@ func (g *GPUHost) poll(resp *helper.WaitFreeResponse) {
 			}
 		}
 	}
+	holders := g.holderList()
+	for i := range holders {
+		h := &holders[i]
+		h.Owner, h.OwnerWhy, h.MemMiB, h.MemByGPU = false, "", 0, nil
+	}
+	return helper.Reading{SMI: !g.NoSMI, GPUs: g.gpuList(), Holders: holders}, nil
 }
 
-// waitGiven is waitFree for given holders (req.Holders), as the helper
-// does it: polls until none of them holds a device or memory charged to
-// its dead pid (a ghost an heir keeps), whoever else holds the GPUs; the
-// GPUs are those they held at the first poll (every GPU when none of them
-// is left then) unless req.GPUs says. While
-// a watched supervisor starts a new holder during Settle, it ends as
-// new-holder. Called with g.mu held.
-func (g *GPUHost) waitGiven(ctx context.Context, req helper.WaitFreeRequest, interval, timeout time.Duration) (helper.WaitFreeResponse, error) {
-	resp := helper.WaitFreeResponse{Version: helper.Version, ThresholdMiB: map[int]int64{}}
-	watched := map[int]bool{}
-	for _, idx := range req.GPUs {
-		watched[idx] = true
+// ListApps judges the holders as the model's listing does, and names its
+// ghosts.
+func (g modelSource) ListApps(ctx context.Context, r *helper.Reading) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	judged := map[int]helper.Holder{}
 	for _, h := range g.holderList() {
-		if len(req.GPUs) == 0 && given(req.Holders, h) {
-			for _, idx := range h.GPUs {
-				watched[idx] = true
-			}
-		}
+		judged[h.PID] = h
 	}
-	if len(watched) == 0 {
-		for _, gpu := range g.gpus {
-			watched[gpu.Index] = true
-		}
-	}
-	var atFree map[int]bool
-	freeSince := time.Duration(-1)
-	for t := time.Duration(0); ; t += interval {
-		if err := ctx.Err(); err != nil {
-			return resp, fmt.Errorf("wait-free interrupted: %w", err)
-		}
-		g.poll(&resp)
-		gpus, holders, ghosts, all := g.assess(nil)
-		var left []helper.Holder
-		for _, h := range holders {
-			if given(req.Holders, h) {
-				left = append(left, h)
-			}
-		}
-		var mine []helper.Ghost
-		for _, gh := range ghosts {
-			for _, id := range req.Holders {
-				if gh.PID == id.PID {
-					mine = append(mine, gh)
-				}
-			}
-		}
-		var status []helper.GPUStatus
-		for _, st := range all {
-			if !watched[st.Index] {
-				continue
-			}
-			st.Waiting = []int{}
-			for _, h := range left {
-				if contains(h.GPUs, st.Index) {
-					st.Waiting = append(st.Waiting, h.PID)
-				}
-			}
-			for _, gh := range mine {
-				if gh.GPU == st.Index && !contains(st.Waiting, gh.PID) {
-					st.Waiting = append(st.Waiting, gh.PID)
-				}
-			}
-			sort.Ints(st.Waiting)
-			status = append(status, st)
-		}
-		sample := helper.Sample{T: helper.Duration(t), UsedMiB: map[int]int64{}, Holders: len(left)}
-		for _, x := range gpus {
-			if watched[x.Index] {
-				sample.UsedMiB[x.Index] = x.MemUsedMiB
-			}
-		}
-		resp.Timeline = append(resp.Timeline, sample)
-		resp.Elapsed = helper.Duration(t)
-		released := len(left) == 0 && len(mine) == 0
-		if released && freeSince < 0 {
-			freeSince, atFree = t, map[int]bool{}
-			for _, h := range holders {
-				atFree[h.PID] = true
-			}
-		}
-		var back []string
-		if freeSince >= 0 {
-			for _, h := range holders {
-				for _, w := range req.Watch {
-					if !atFree[h.PID] && w.PID != 0 && w.PID == h.PPID {
-						back = append(back, fmt.Sprintf("new holder %s %s after the given holders were gone; %s",
-							helper.Label(h.PID, h.Comm, h.Cmdline), t-freeSince, w.Why))
-					}
-				}
-			}
-		}
-		settled := freeSince >= 0 && (t-freeSince >= req.Settle.D() || len(req.Watch) == 0)
-		switch {
-		case len(back) > 0:
-			resp.Outcome, resp.Reason = helper.WaitNewHolder, strings.Join(back, "; ")
-		case settled:
-			resp.OK, resp.Outcome = true, helper.WaitReleased
-		case t+interval > timeout:
-			resp.Outcome = helper.WaitTimedOut
-			var parts []string
-			for _, st := range status {
-				var who []string
-				for _, h := range left {
-					if contains(st.Waiting, h.PID) {
-						w := helper.Label(h.PID, h.Comm, h.Cmdline)
-						if m := h.MemByGPU[st.Index]; m > 0 {
-							w += fmt.Sprintf(" %d MiB", m)
-						}
-						who = append(who, w)
-					}
-				}
-				for _, gh := range mine {
-					if gh.GPU == st.Index {
-						who = append(who, fmt.Sprintf("pid %d (%s) is gone but %d MiB is still charged to it", gh.PID, gh.Name, gh.MemMiB))
-					}
-				}
-				if len(who) > 0 {
-					parts = append(parts, fmt.Sprintf("GPU %d: still held by %s", st.Index, strings.Join(who, ", ")))
-				}
-			}
-			resp.Reason = strings.Join(parts, "; ")
-			if released {
-				resp.Reason = "the given holders were gone but the deadline came into the settle"
-			}
-		default:
+	for i := range r.Holders {
+		h := &r.Holders[i]
+		j, ok := judged[h.PID]
+		if !ok {
+			// Gone since the poll: the listing does not name it.
+			h.Owner, h.OwnerWhy, h.MemMiB, h.MemByGPU = false, "", 0, nil
 			continue
 		}
-		if freeSince >= 0 {
-			resp.Settled = helper.Duration(t - freeSince)
-		}
-		for _, x := range gpus {
-			if watched[x.Index] {
-				resp.GPUs = append(resp.GPUs, x)
-			}
-		}
-		resp.Status, resp.Holders = status, left
-		return resp, nil
+		h.Owner, h.OwnerWhy, h.MemMiB, h.MemByGPU = j.Owner, j.OwnerWhy, j.MemMiB, j.MemByGPU
 	}
+	r.Ghosts = g.ghostList(r.Holders)
+	return nil
+}
+
+// NoListing judges the holders by their devices alone: a context mapped,
+// or nvidia-uvm open.
+func (g modelSource) NoListing(r *helper.Reading) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i := range r.Holders {
+		h := &r.Holders[i]
+		h.Owner = g.mapsDevice(h.PID) || hasDevice(h.Devices, "nvidia-uvm")
+	}
+}
+
+// MapsDevice: pid is a holder with a context (every holder of a GPU but
+// monitors and protected daemons, a forked heir too).
+func (g modelSource) MapsDevice(pid int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mapsDevice(pid)
+}
+
+func (g *GPUHost) mapsDevice(pid int) bool {
+	h := g.find(pid)
+	return h != nil && !h.Monitor && !h.Protected && len(h.GPUs) > 0
+}
+
+// WatchedAncestor is the watched manager h runs under: its unit, or a
+// live process it descends from (the same one, by start time).
+func (g modelSource) WatchedAncestor(h helper.Holder, watch []helper.Manager) *helper.Manager {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, w := range watch {
+		if w.PID <= 0 {
+			if w.Unit != "" && h.Unit == w.Unit && (w.Kind == "" || w.Kind == helper.ManagerUnit) {
+				return &w
+			}
+			continue
+		}
+		for pid, n := h.PPID, 0; pid > 1 && n < 64; n++ {
+			var id helper.Identity
+			var ppid int
+			if p := g.proc(pid); p != nil {
+				id, ppid = p.Identity, p.PPID
+			} else if x := g.find(pid); x != nil {
+				id, ppid = x.Identity, x.PPID
+			} else {
+				break
+			}
+			if pid == w.PID && (w.StartTime == 0 || w.StartTime == id.StartTime) {
+				return &w
+			}
+			pid = ppid
+		}
+	}
+	return nil
 }
 
 func (g *GPUHost) unit(req helper.UnitRequest) helper.UnitResponse {

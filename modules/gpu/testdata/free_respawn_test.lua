@@ -97,13 +97,13 @@ assert.match(r.rows[1].reason, "%(stop_restarters=true stops it before the kill%
 assert.eq(select(2, r.rows[1].reason:gsub("stop_restarters", "")), 1, "named once: " .. r.rows[1].reason)
 assert.eq(r.rows[1].killed, tostring(w3))
 
--- restarted before the wait even began: the GPU reads held, "taken again after the kill"
+-- restarted before the wait even began: started after the kill's since, it is a new holder at the first poll, "taken again after the kill"
 assert.eq(gpu.free{gpus = {1}, grace = "10ms", settle = "1s", stop_restarters = true}.ok, true)
 assert.eq(fake.alive(sup3), false)
 sup3 = fake.add_proc{comm = "bash", cmdline = {"/bin/bash", "run.sh"}}
 fake.add_holder{mem = {[1] = 500}, ppid = sup3, respawn_after_polls = -1}
 r = gpu.free{gpus = {1}, grace = "10ms", timeout = "300ms", settle = "1s"}
-assert.eq(r.rows[1].state, "held")
-assert.match(r.rows[1].reason, "^taken again after the kill: held by pid %d+ %(python3 train.py%) 500 MiB")
+assert.eq(r.rows[1].state, "new-holder", r.rows[1].reason)
+assert.match(r.rows[1].reason, "^taken again after the kill: new holder pid %d+ %(python3 train.py%); held by pid %d+ %(python3 train.py%) 500 MiB")
 assert.match(r.rows[1].reason, "pid " .. sup3 .. " %(bash run.sh%) may restart its workers")
 assert.match(r.rows[1].reason, "%(stop_restarters=true stops it before the kill%)$", "held again: the option is named")

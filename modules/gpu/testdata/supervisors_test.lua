@@ -14,7 +14,7 @@ local wf = gpu.wait_free{gpus = {0}, timeout = "10s", settle = "5s"}
 assert.eq(wf.ok, false)
 assert.eq(wf.outcome, "new-holder")
 assert.eq(wf.status[1].state, "new-holder")
-assert.match(wf.reason, "GPU 0: new holder pid %d+ %(python3 train.py%) appeared 1.9s after it read free")
+assert.match(wf.reason, "GPU 0: new holder pid %d+ %(python3 train.py%) 1.9s after it read free; pid 633")
 assert.match(wf.reason, "pid 633 %(python3 train.py%) may restart its workers")
 assert.eq(wf.managers[1].pid, 633)
 local req = fake.calls("wait-free")
