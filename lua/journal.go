@@ -40,11 +40,11 @@ func journalRows(j modules.JournalSnapshot, s modules.StatsSnapshot, step string
 	for _, idx := range s.Restarting {
 		restarting[idx] = true
 	}
-	// Freed as the recap counts it (a unit's stop released it), when
+	// Freed as the recap counts it (a unit's stop freed it), when
 	// gpu.free did not say.
 	for _, idx := range s.Freed {
 		if _, ok := freed[idx]; !ok {
-			freed[idx] = "released"
+			freed[idx] = "by-stop" // gpu.StepByStop
 		}
 	}
 	for _, g := range j.GPUs {

@@ -368,7 +368,7 @@ func (m *mod) kill(L *glua.LState) int {
 	resp := m.callKill(L, fn, req)
 	resp.Results = append(resp.Results, local...)
 	m.h.Stats().AddKills(local)
-	L.Push(killTable(L, resp))
+	L.Push(killTable(L, resp, req.DryRun))
 	return 1
 }
 
@@ -461,16 +461,29 @@ func killResultTable(L *glua.LState, r helper.KillResult) *glua.LTable {
 	return rt
 }
 
-func killTable(L *glua.LState, resp helper.KillResponse) *glua.LTable {
+// killTable is gpu.kill's result (docs/lua-api.md, "Results"); under
+// check (dryRun) its rows are also its would: nothing was signalled.
+func killTable(L *glua.LState, resp helper.KillResponse, dryRun bool) *glua.LTable {
 	counts := map[string]int{}
 	list := L.CreateTable(len(resp.Results), 0)
 	for _, r := range resp.Results {
 		counts[r.Outcome]++
 		list.Append(killResultTable(L, r))
 	}
-	t := L.CreateTable(0, 8)
-	t.RawSetString("ok", glua.LBool(counts[helper.OutcomeSurvived] == 0))
-	t.RawSetString("results", list)
+	t := L.CreateTable(0, 12)
+	ok := counts[helper.OutcomeSurvived] == 0
+	t.RawSetString("ok", glua.LBool(ok))
+	switch {
+	case dryRun:
+		t.RawSetString("status", glua.LString(modules.StatusWould))
+		t.RawSetString("would", list)
+	default:
+		t.RawSetString("status", glua.LString(modules.StatusOf(ok)))
+	}
+	if !ok {
+		t.RawSetString("reason", glua.LString(survivorsReason(resp.Results)))
+	}
+	t.RawSetString("rows", list)
 	t.RawSetString("managers", managerList(L, resp.Managers))
 	t.RawSetString("exited", glua.LNumber(counts[helper.OutcomeExited]))
 	t.RawSetString("killed", glua.LNumber(counts[helper.OutcomeKilled]))
@@ -484,7 +497,8 @@ func (m *mod) waitFree(L *glua.LState) int {
 	const fn = "gpu.wait_free"
 	o := luaconv.CheckOpts(L, 1, fn)
 	req := helper.WaitFreeRequest{Config: m.h.HelperConfig(), GPUs: o.Ints("gpus"), ThresholdMiB: o.IntPtr("threshold_mib"),
-		IgnoreShared: o.Bool("ignore_shared", false)}
+		IgnoreShared: !o.Bool("shared", true)}
+	o.Renamed("ignore_shared", "shared=false (holders of only nvidiactl/nvidia-uvm do not block), as in gpu.holders")
 	if o.Has("timeout") {
 		req.Timeout = helper.Duration(o.Duration("timeout", 0))
 	}
@@ -507,9 +521,10 @@ func (m *mod) waitFree(L *glua.LState) int {
 	} else {
 		resp, _ = m.callWait(L, fn, req, settle)
 	}
-	t := L.CreateTable(0, 10)
+	t := L.CreateTable(0, 12)
 	t.RawSetString("ok", glua.LBool(resp.OK))
-	t.RawSetString("outcome", glua.LString(resp.Outcome))
+	t.RawSetString("status", glua.LString(waitStatus(resp)))
+	t.RawSetString("outcome", glua.LString(WaitOutcome(resp.Outcome)))
 	luaconv.SetStr(t, "reason", waitReason(resp))
 	t.RawSetString("elapsed", glua.LNumber(resp.Elapsed.D().Seconds()))
 	t.RawSetString("settled", glua.LNumber(resp.Settled.D().Seconds()))
@@ -531,7 +546,7 @@ func (m *mod) waitFree(L *glua.LState) int {
 			status.RawGetInt(i+1).(*glua.LTable).RawSetString("waiting", luaconv.ToLua(L, nonNil(st.Waiting)))
 		}
 	}
-	t.RawSetString("status", status)
+	t.RawSetString("rows", status)
 	t.RawSetString("managers", managerList(L, m.h.Managers().List()))
 	L.Push(t)
 	return 1
@@ -547,7 +562,7 @@ func (m *mod) checkGiven(L *glua.LState, fn string) []helper.Identity {
 	if !ok {
 		L.ArgError(1, fmt.Sprintf("%s: option holders: want holders (from gpu.holders), a gpu.kill result or pids, got %s", fn, v.Type()))
 	}
-	if res, ok := t.RawGetString("results").(*glua.LTable); ok {
+	if res, ok := t.RawGetString("rows").(*glua.LTable); ok && t.RawGetString("pid") == glua.LNil {
 		t = res
 	}
 	if t.RawGetString("pid") != glua.LNil {
@@ -892,4 +907,45 @@ func managerList(L *glua.LState, sups []helper.Manager) *glua.LTable {
 		list.Append(ManagerTable(L, s))
 	}
 	return list
+}
+
+// survivorsReason names what a kill left alive: "pid 437 (python) survived
+// KILL: D state".
+func survivorsReason(rs []helper.KillResult) string {
+	var parts []string
+	for _, r := range rs {
+		if r.Outcome != helper.OutcomeSurvived {
+			continue
+		}
+		p := fmt.Sprintf("pid %d (%s) survived", r.PID, r.Comm)
+		if r.Reason != "" {
+			p += ": " + r.Reason
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// OutcomeExpired is a wait's outcome when its timeout passed first (the
+// helper's timed-out): "expired", so that "timeout" names only the option.
+const OutcomeExpired = "expired"
+
+// WaitOutcome is the Lua word for a helper's wait outcome.
+func WaitOutcome(o string) string {
+	if o == helper.WaitTimedOut {
+		return OutcomeExpired
+	}
+	return o
+}
+
+// waitStatus is a wait's status word: done when ok, expired when its
+// deadline passed, else failed (memory held, a new holder).
+func waitStatus(resp helper.WaitFreeResponse) string {
+	switch {
+	case resp.OK:
+		return modules.StatusDone
+	case resp.Outcome == helper.WaitTimedOut:
+		return modules.StatusExpired
+	}
+	return modules.StatusFailed
 }
