@@ -462,13 +462,18 @@ func killResultTable(L *glua.LState, r helper.KillResult) *glua.LTable {
 }
 
 // killTable is gpu.kill's result (docs/lua-api.md, "Results"); under
-// check (dryRun) its rows are also its would: nothing was signalled.
+// check (dryRun) would holds the rows it would signal (not the skipped).
 func killTable(L *glua.LState, resp helper.KillResponse, dryRun bool) *glua.LTable {
 	counts := map[string]int{}
 	list := L.CreateTable(len(resp.Results), 0)
+	would := L.CreateTable(0, 0)
 	for _, r := range resp.Results {
 		counts[r.Outcome]++
-		list.Append(killResultTable(L, r))
+		rt := killResultTable(L, r)
+		list.Append(rt)
+		if r.Outcome == helper.OutcomeWould {
+			would.Append(rt)
+		}
 	}
 	t := L.CreateTable(0, 12)
 	ok := counts[helper.OutcomeSurvived] == 0
@@ -476,7 +481,7 @@ func killTable(L *glua.LState, resp helper.KillResponse, dryRun bool) *glua.LTab
 	switch {
 	case dryRun:
 		t.RawSetString("status", glua.LString(modules.StatusWould))
-		t.RawSetString("would", list)
+		t.RawSetString("would", would)
 	default:
 		t.RawSetString("status", glua.LString(modules.StatusOf(ok)))
 	}
@@ -489,7 +494,6 @@ func killTable(L *glua.LState, resp helper.KillResponse, dryRun bool) *glua.LTab
 	t.RawSetString("killed", glua.LNumber(counts[helper.OutcomeKilled]))
 	t.RawSetString("survived", glua.LNumber(counts[helper.OutcomeSurvived]))
 	t.RawSetString("skipped", glua.LNumber(counts[helper.OutcomeSkipped]))
-	t.RawSetString("would", glua.LNumber(counts[helper.OutcomeWould]))
 	return t
 }
 

@@ -31,7 +31,7 @@ assert.eq(k[1].grace, "10ms")
 local kills, waits = #fake.calls("kill"), #fake.calls("wait-free")
 r = gpu.free()
 assert.eq(r.ok, true)
-assert.eq(r.rows[1].step, "released", "free now, over its threshold at the run's first reading")
+assert.eq(r.rows[1].step, "by-stop", "free now, over its threshold at the run's first reading")
 assert.eq(#fake.calls("kill"), kills)
 assert.eq(#fake.calls("wait-free"), waits)
 
