@@ -42,6 +42,8 @@ var shared = modules.SharedFuncs(map[string]glua.LGFunction{
 	"kill":      func(L *glua.LState) int { return modOf(L).kill(L) },
 	"wait_free": func(L *glua.LState) int { return modOf(L).waitFree(L) },
 	"free":      func(L *glua.LState) int { return modOf(L).free(L) },
+	"wait_held": func(L *glua.LState) int { return modOf(L).waitHeld(L) },
+	"by_gpu":    byGPU,
 })
 
 func modOf(L *glua.LState) *mod {
