@@ -49,10 +49,9 @@ for _, g in ipairs(vars.gpus or {}) do chosen[g] = true end
 -- One look before any stop, for every service at once (each holder's record names its unit).
 local held_by = {} -- a unit's full name -> the GPUs its workers hold
 if #services > 0 then
-  for _, h in ipairs(gpu.holders{units = util.map(services, full_name), shared = false}) do
-    local set = held_by[h.unit] or {}
-    held_by[h.unit] = set
-    for _, g in ipairs(h.gpus) do set[g] = true end
+  for _, h in ipairs(gpu.by_gpu(gpu.holders{units = util.map(services, full_name), shared = false})) do
+    held_by[h.unit] = held_by[h.unit] or {}
+    if h.gpu then held_by[h.unit][h.gpu] = true end
   end
 end
 -- Freeing some GPUs stops only the units on them: a unit of the inventory's
@@ -103,10 +102,10 @@ for i, s in ipairs(stops) do
   local unit = services[i]
   -- A stop that failed with nothing of the unit left is the unit's failure; leftovers (in its cgroup or
   -- holding its GPUs) are what the stages below free.
-  if not s.ok and #s.remaining == 0 and #s.gpu_holders == 0 then
+  if not s.ok and #s.rows == 0 and #s.holders == 0 then
     failed = failed or string.format("stop %s: %s", unit, s.reason or s.active_state or "failed")
   else
-    for _, h in ipairs(s.gpu_holders) do
+    for _, h in ipairs(s.holders) do
       local mine = false
       for _, g in ipairs(h.gpus) do
         leftover[g] = true
@@ -118,9 +117,9 @@ for i, s in ipairs(stops) do
           table.concat(h.gpus, ", "))
       end
     end
-    if s.would then log.info("would stop %s", unit)
+    if s.status == "would" then log.info("would stop %s", unit)
     elseif s.ok then log.info("stopped %s", unit)
-    else log.warn("stopped %s; it left %d process(es) in its cgroup: %s", unit, #s.remaining, s.reason) end
+    else log.warn("stopped %s; it left %d process(es) in its cgroup: %s", unit, #s.rows, s.reason) end
   end
 end
 if failed then fail("%s", failed) end
@@ -138,7 +137,7 @@ for _, row in ipairs(r.rows) do
   elseif row.freed then log.info("GPU %d freed (%s): %d -> %d MiB%s%s", row.gpu, row.step, row.before_mib, row.after_mib,
       row.killed ~= "" and ", killed " .. row.killed or "", row.note and "; " .. row.note or "")
   elseif row.step == "would-kill" then log.info("GPU %d would kill %s: %s", row.gpu, row.killed, row.reason)
-  elseif check and row.step == "released" then log.info("GPU %d %s", row.gpu, row.reason)
+  elseif check and row.step == "by-stop" then log.info("GPU %d %s", row.gpu, row.reason)
   else log.error("GPU %d not freed: %s", row.gpu, row.reason) end
 end
 -- The rows go with the failure too: the fleet table shows which GPUs were freed and why the others were not.

@@ -161,9 +161,9 @@ func (m *mod) waitHeld(L *glua.LState) int {
 		L.Push(r)
 		return 1
 	}
-	what := "every GPU"
+	what := "a GPU"
 	if len(t.gpus) > 0 {
-		what = "GPU " + intsText(t.gpus, ",")
+		what = "one of GPU " + intsText(t.gpus, ",")
 	}
 	modules.Step(m.h, "%s: waiting for %s to hold %s", fn, t.what, what)
 	start := time.Now()
@@ -183,7 +183,11 @@ func (m *mod) waitHeld(L *glua.LState) int {
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			reason = fmt.Sprintf("%s holds no GPU after %s", t.what, timeout.Round(time.Millisecond))
+			none := "no GPU"
+			if len(t.gpus) > 0 {
+				none = "none of GPU " + intsText(t.gpus, ",")
+			}
+			reason = fmt.Sprintf("%s holds %s after %s", t.what, none, timeout.Round(time.Millisecond))
 			break
 		}
 		slice := min(left, heldSlice)
@@ -200,7 +204,7 @@ func (m *mod) waitHeld(L *glua.LState) int {
 			continue
 		}
 		// The GPUs cannot be watched (unknown memory, no GPU known).
-		status, reason = modules.StatusFailed, fmt.Sprintf("%s: cannot watch %s: %s", t.what, what, waitReason(resp))
+		status, reason = modules.StatusFailed, fmt.Sprintf("%s: cannot watch the GPUs: %s", t.what, waitReason(resp))
 		break
 	}
 	r := L.CreateTable(0, 6)

@@ -25,7 +25,7 @@ assert.eq(#fake.calls("wait-free") > n, true, "waited through the helper")
 -- nothing comes: expired, named
 r = gpu.wait_held{unit = "nope.service", gpus = {3}, timeout = "300ms"}
 assert.eq({r.ok, r.status, #r.rows}, {false, "expired", 0})
-assert.match(r.reason, "unit nope.service holds no GPU after 300ms")
+assert.match(r.reason, "unit nope.service holds none of GPU 3 after 300ms")
 
 assert.error(function() gpu.wait_held{timeout = "1s"} end, "exactly one of unit=, container= or pid=")
 assert.error(function() gpu.wait_held{unit = "a", pid = 3} end, "exactly one of")
