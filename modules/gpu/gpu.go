@@ -705,9 +705,7 @@ func HolderTable(L *glua.LState, h helper.Holder) *glua.LTable {
 	if Where(h) != "" {
 		n++
 	}
-	if len(h.Managers) > 0 {
-		n += 2
-	}
+	n += 3 // managers, manager, cgroup
 	t := L.CreateTable(0, n)
 	t.RawSetString("pid", glua.LNumber(h.PID))
 	t.RawSetString("start_time", glua.LNumber(h.StartTime))
@@ -746,9 +744,10 @@ func HolderTable(L *glua.LState, h helper.Holder) *glua.LTable {
 	t.RawSetString("age_s", glua.LNumber(h.AgeSeconds))
 	t.RawSetString("protected", glua.LBool(h.Protected))
 	luaconv.SetStr(t, "protected_why", h.ProtectedWhy)
-	if len(h.Managers) > 0 {
-		t.RawSetString("managers", managerList(L, h.Managers))
-		luaconv.SetStr(t, "manager", ManagerOf(h))
+	luaconv.SetStr(t, "cgroup", h.Cgroup)
+	t.RawSetString("managers", managerList(L, nonNil(h.Managers)))
+	if i := managerIndex(h); i >= 0 {
+		t.RawSetString("manager", ManagerTable(L, h.Managers[i]))
 	}
 	return t
 }
@@ -757,12 +756,21 @@ func HolderTable(L *glua.LState, h helper.Holder) *glua.LTable {
 // stopped to keep it from returning: the outermost manager of its chain
 // that restarts or may ("" when none does).
 func ManagerOf(h helper.Holder) string {
-	for i := len(h.Managers) - 1; i >= 0; i-- {
-		if m := h.Managers[i]; m.Restarts != helper.RestartsNo {
-			return helper.ManagerLabel(m)
-		}
+	if i := managerIndex(h); i >= 0 {
+		return helper.ManagerLabel(h.Managers[i])
 	}
 	return ""
+}
+
+// managerIndex is the index in h.Managers of ManagerOf's manager, -1 when
+// none restarts.
+func managerIndex(h helper.Holder) int {
+	for i := len(h.Managers) - 1; i >= 0; i-- {
+		if h.Managers[i].Restarts != helper.RestartsNo {
+			return i
+		}
+	}
+	return -1
 }
 
 // Where names the place a holder runs in, for a report: "pod NS/POD" (or
