@@ -1,6 +1,6 @@
 fake.check(true)
-assert.eq(ssh.run({"reboot"}), {ok = true, would = true})
-assert.eq(ssh.run("rm -rf /tmp/x"), {ok = true, would = true})
+assert.eq(ssh.run({"reboot"}), {ok = true, status = "would", would = {{argv = {"reboot"}}}})
+assert.eq(ssh.run("rm -rf /tmp/x"), {ok = true, status = "would", would = {{argv = {"sh", "-c", "rm -rf /tmp/x"}}}})
 assert.eq(fake.runs(), {}, "nothing ran under check")
 ssh.put("/etc/x", "y")
 assert.eq(fake.file("/etc/x"), nil, "nothing written under check")
