@@ -39,3 +39,6 @@ fake.check(false)
 
 -- an old option spelling names the new one
 assert.error(function() gpu.wait_free{ignore_shared = true} end, "option ignore_shared is spelled shared=false")
+gpu.wait_free{gpus = {3}, shared = false, timeout = "100ms"}
+local wreq = fake.calls("wait-free")
+assert.eq(wreq[#wreq].ignore_shared, true, "shared=false: holders of only the shared devices do not block")
