@@ -727,7 +727,7 @@ func (r *freeRun) table() *glua.LTable {
 		kt.RawSetString("stage", glua.LString(r.stages[i]))
 		killed.Append(kt)
 	}
-	t.RawSetString("killed", killed)
+	t.RawSetString("kills", killed)
 	return t
 }
 
