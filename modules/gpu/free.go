@@ -704,9 +704,12 @@ func (r *freeRun) table() *glua.LTable {
 	}
 	t.RawSetString("ok", glua.LBool(ok))
 	status := modules.StatusOf(ok)
-	if r.check && ok {
-		status = modules.StatusWould
+	if r.check {
+		// The plan, whole, even where it fails: the script says what it would do.
 		t.RawSetString("would", rows)
+		if ok {
+			status = modules.StatusWould
+		}
 	}
 	t.RawSetString("status", glua.LString(status))
 	luaconv.SetStr(t, "reason", reason)

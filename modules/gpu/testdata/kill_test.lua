@@ -18,7 +18,7 @@ assert.eq(fake.alive(plain), false)
 -- a list of holders: TERM is ignored by 438, KILL follows; --tree takes 439's child
 local hs = gpu.holders{gpus = {0}}
 r = gpu.kill(hs, {tree = true, grace = "1s"})
-assert.eq(r.ok, true)
+assert.eq({r.ok, r.status, r.reason}, {true, "done", nil})
 assert.eq(r.killed, 1)
 assert.eq(r.exited, 2)
 local by = {}
@@ -34,6 +34,8 @@ r = gpu.kill({stuck, prot, 99999})
 assert.eq(r.ok, false, "a survivor makes ok false")
 assert.eq(r.survived, 1)
 assert.eq(r.skipped, 2)
+assert.eq(r.status, "failed")
+assert.match(r.reason, "^pid 600 %(.*%) survived")
 by = {}
 for _, x in ipairs(r.rows) do by[x.pid] = x end
 assert.eq(by[stuck].state, "D")
