@@ -66,7 +66,7 @@ func TestFreeGPUsWhatWasAsked(t *testing.T) {
 		units(t, h, "inactive\nactive\n")
 		units(t, other, "active\nactive\n")
 		requireContains(t, r.stdout, "stopped vllm-embed.service", "not stopping sglang-qwen.service: holds none of GPU 0")
-		requireRowHas(t, r.stdout, h.Name, 0, "0 released true free 10240 0")
+		requireRowHas(t, r.stdout, h.Name, 0, "0 by-stop true free 10240 0")
 		if n, live := alive(l, h.Name, lab.RoleServiceChild); n != 1 || live != 1 {
 			t.Errorf("sglang-qwen.service's worker (GPU 3): %d of %d alive, want it left alone", live, n)
 		}

@@ -313,12 +313,12 @@ func TestFreeGPUs(t *testing.T) {
 				t.Fatalf("%s: sglang worker %v", h.Name, child)
 			}
 			// The stop is reported with what it left; the leftover goes in
-			// stage 1; GPU 0 was released by its unit's stop.
+			// stage 1; GPU 0 was freed by its unit's stop.
 			requireContains(t, r.stdout,
 				h.Name+" | INFO stopped vllm-embed.service\n",
 				h.Name+" | WARN stopped sglang-qwen.service; it left 1 process(es) in its cgroup",
 				fmt.Sprintf("%s | INFO GPU 3 freed (stage 1): ", h.Name))
-			requireRowHas(t, r.stdout, h.Name, 0, "0 released true free 10240 0")
+			requireRowHas(t, r.stdout, h.Name, 0, "0 by-stop true free 10240 0")
 			requireRowHas(t, r.stdout, h.Name, 3, "3 stage 1 true free", fmt.Sprintf(" %d", child[0].PID))
 			if got := systemctl(t, h, "show", "-p", "ActiveState", "-p", "ControlGroup", "--value", lab.UnitVLLM, lab.UnitSGLang); got != "\ninactive\n\ninactive\n" {
 				t.Errorf("%s: units after the run (ControlGroup, ActiveState): %q, want inactive with no cgroup left", h.Name, got)
@@ -401,7 +401,7 @@ func TestRespawningSupervisor(t *testing.T) {
 	if r.code != 0 {
 		t.Errorf("exit %d, want 0", r.code)
 	}
-	requireRowHas(t, r.stdout, "lab01", 3, "3 released true free") // the supervisor's stop ended its worker
+	requireRowHas(t, r.stdout, "lab01", 3, "3 by-stop true free") // the supervisor's stop ended its worker
 	if n, live := alive(l, "lab01", lab.RoleSupervisor); live != 0 {
 		t.Errorf("supervisor: %d of %d alive after stop_restarters", live, n)
 	}

@@ -91,7 +91,7 @@ func str(v any) string {
 // TestCheckIsTheRunsPlan: on each lab scenario, free_gpus.lua --check says
 // exactly what the run then does: the same units stopped, the same
 // restarters stopped, the same pids killed on each GPU, the same outcome
-// per GPU (a GPU the stops free is "released" in both, never "would kill"
+// per GPU (a GPU the stops free is "by-stop" in both, never "would kill"
 // in check), the same counts; check kills a process once however often
 // it is named.
 func TestCheckIsTheRunsPlan(t *testing.T) {
@@ -155,7 +155,7 @@ func TestCheckIsTheRunsPlan(t *testing.T) {
 			for g, c := range crow {
 				r := rrow[g]
 				cs, rs := str(c["step"]), str(r["step"])
-				want := map[string][]string{"already-free": {"already-free"}, "released": {"released"},
+				want := map[string][]string{"already-free": {"already-free"}, "by-stop": {"by-stop"},
 					"would-kill": {"stage 1", "stage 2"}, "not-freed": {"not-freed"}}[cs]
 				if !slices.Contains(want, rs) {
 					t.Errorf("GPU %d: check %q (%s), the run %q (%s)", g, cs, str(c["reason"]), rs, str(r["reason"]))
@@ -166,8 +166,8 @@ func TestCheckIsTheRunsPlan(t *testing.T) {
 				if str(c["before_mib"]) != str(r["before_mib"]) {
 					t.Errorf("GPU %d: before %s in check, %s in the run", g, str(c["before_mib"]), str(r["before_mib"]))
 				}
-				if rs == "released" && str(r["freed"]) != "true" {
-					t.Errorf("GPU %d: released but not freed: %v", g, r)
+				if rs == "by-stop" && str(r["freed"]) != "true" {
+					t.Errorf("GPU %d: by-stop but not freed: %v", g, r)
 				}
 			}
 			// Check logs no failure the run does not have.

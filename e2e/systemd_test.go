@@ -264,8 +264,8 @@ func TestSystemdFreeGPUsRestartAlways(t *testing.T) {
 	if st := h.active("trainer.service"); st != "inactive" {
 		t.Errorf("trainer.service %s after free_gpus", st)
 	}
-	// The stop released it; Restart= made gpush watch it for the settle time.
-	requireRow(t, r.stdout, "localhost 0 released true free 4096 0")
+	// The stop freed it; Restart= made gpush watch it for the settle time.
+	requireRow(t, r.stdout, "localhost 0 by-stop true free 4096 0")
 	h.requireFree()
 }
 

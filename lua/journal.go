@@ -13,12 +13,13 @@ import (
 const JournalTime = "15:04:05.000"
 
 // journalRows are the fleet table's rows of a host whose script left none
-// (cancelled inside gpu.free by Ctrl-C, past --timeout, an error): built
+// (cancelled inside gpu.free by Ctrl-C, cut off by --timeout, an error): built
 // from its journal, so that what was done survives. One row per GPU read
 // (first and last reading, when, what on it was signalled), one per
 // process signalled that no reading put on a GPU, one per unit action.
-// Each row's step says how the host ended ("interrupted", "timed-out",
-// "unfinished"), and freed is set only for a GPU gpu.free found free.
+// Each row's step says how the host ended ("interrupted", "cut-off" past
+// --timeout, "unfinished"), and freed is set only for a GPU gpu.free found
+// free.
 func journalRows(j modules.JournalSnapshot, s modules.StatsSnapshot, step string) []any {
 	var rows []any
 	onGPU := map[int][]modules.SignalRecord{}
@@ -40,11 +41,11 @@ func journalRows(j modules.JournalSnapshot, s modules.StatsSnapshot, step string
 	for _, idx := range s.Restarting {
 		restarting[idx] = true
 	}
-	// Freed as the recap counts it (a unit's stop released it), when
+	// Freed as the recap counts it (a unit's stop freed it), when
 	// gpu.free did not say.
 	for _, idx := range s.Freed {
 		if _, ok := freed[idx]; !ok {
-			freed[idx] = "released"
+			freed[idx] = "by-stop" // gpu.StepByStop
 		}
 	}
 	for _, g := range j.GPUs {
@@ -135,7 +136,7 @@ func endStep(r *HostResult) string {
 	case strings.HasPrefix(r.Error, "interrupted"):
 		return "interrupted"
 	case strings.HasPrefix(r.Error, "timed out"), strings.Contains(r.Error, "--timeout"):
-		return "timed-out"
+		return "cut-off"
 	case strings.HasPrefix(r.Error, "unfinished"), strings.Contains(r.Error, "interrupt"):
 		return "interrupted" // quit at a second Ctrl-C
 	}

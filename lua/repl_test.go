@@ -282,7 +282,7 @@ func TestFleetSetCheck(t *testing.T) {
 	f, hosts := newFleet("gpu01")
 	fl, _ := OpenFleet(t.Context(), hosts, "", Options{Dial: f.dial})
 	defer fl.Close()
-	kill := "local r = gpu.kill(gpu.holders()); return check, r.results[1].outcome"
+	kill := "local r = gpu.kill(gpu.holders()); return check, r.rows[1].outcome"
 	f.conns["gpu01"].Model.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{Comm: "python"}, MemByGPU: map[int]int64{0: 1024}})
 	fl.SetCheck(true)
 	if !fl.Check() {

@@ -289,8 +289,8 @@ func TestCheckModePassesDryRun(t *testing.T) {
 	res := Run(t.Context(), script(`
 		assert(check == true)
 		local r = gpu.kill(gpu.holders())
-		return {would = r.would, ssh = ssh.run("reboot").would}`), hosts, Options{Dial: f.dial, Check: true})
-	if res[0].Status != StatusOK || fmt.Sprint(res[0].Value) != "map[ssh:true would:1]" {
+		return {would = #r.would, ssh = ssh.run("reboot").status}`), hosts, Options{Dial: f.dial, Check: true})
+	if res[0].Status != StatusOK || fmt.Sprint(res[0].Value) != "map[ssh:would would:1]" {
 		t.Fatalf("%+v", res[0])
 	}
 	kills := c.Calls(helper.VerbKill)

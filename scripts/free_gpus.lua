@@ -35,97 +35,11 @@
 -- @var users list? only signal these users' processes (globs); leave it out for every user
 --
 -- example: gpush run free_gpus.lua -i ct129 -e services=sglang-qwen.service -e grace=10s
-local util = require("util")
-local services = vars.services or {}
--- systemd's name for a unit as given: "x" is x.service, as systemctl reads it.
-local unit_types = {service = 1, socket = 1, device = 1, mount = 1, automount = 1, swap = 1, target = 1,
-  path = 1, timer = 1, slice = 1, scope = 1}
-local function full_name(u)
-  local suffix = u:match("%.(%w+)$")
-  return (suffix and unit_types[suffix]) and u or u .. ".service"
-end
-local chosen = {}
-for _, g in ipairs(vars.gpus or {}) do chosen[g] = true end
--- One look before any stop, for every service at once (each holder's record names its unit).
-local held_by = {} -- a unit's full name -> the GPUs its workers hold
-if #services > 0 then
-  for _, h in ipairs(gpu.holders{units = util.map(services, full_name), shared = false}) do
-    local set = held_by[h.unit] or {}
-    held_by[h.unit] = set
-    for _, g in ipairs(h.gpus) do set[g] = true end
-  end
-end
--- Freeing some GPUs stops only the units on them: a unit of the inventory's
--- list that holds other GPUs (or none) is not what was asked for.
-if vars.gpus and #services > 0 and vars_from.services ~= "-e" then
-  local keep, spared = {}, {}
-  for _, s in ipairs(services) do
-    local on = false
-    for g in pairs(held_by[full_name(s)] or {}) do on = on or chosen[g] == true end
-    table.insert(on and keep or spared, s)
-  end
-  if #spared > 0 then
-    log.info("not stopping %s: holds none of GPU %s (name it with -e services= to stop it)",
-      table.concat(spared, ", "), table.concat(vars.gpus, ", "))
-  end
-  services = keep
-end
--- Freeing some users' processes stops only the units where their workers run.
-if vars.users and #services > 0 and vars_from.services ~= "-e" then
-  local theirs = {}
-  for _, h in ipairs(gpu.holders{units = util.map(services, full_name), users = vars.users, shared = false}) do
-    theirs[h.unit] = true
-  end
-  local keep, spared = {}, {}
-  for _, s in ipairs(services) do table.insert(theirs[full_name(s)] and keep or spared, s) end
-  if #spared > 0 then
-    log.info("not stopping %s: no GPU process of users=%s runs in it (name it with -e services= to stop it)",
-      table.concat(spared, ", "), table.concat(vars.users, ","))
-  end
-  services = keep
-end
-local held, leftover = {}, {} -- GPUs the stopped units' workers held; GPUs their leftovers still hold
-for _, s in ipairs(services) do
-  for g in pairs(held_by[full_name(s)] or {}) do held[g] = true end
-end
--- One call stops them all; each result is that unit's own. A unit systemd
--- does not know stops none of them (nor would under --check).
-local stops = #services > 0 and systemd.stop(services) or {}
-local missing = {}
-for _, s in ipairs(stops) do
-  if s.missing then table.insert(missing, s.unit) end
-end
-if #missing > 0 then
-  fail("stop: unit%s %s not found; no unit was stopped", #missing > 1 and "s" or "", table.concat(missing, ", "))
-end
-local failed
-for i, s in ipairs(stops) do
-  local unit = services[i]
-  -- A stop that failed with nothing of the unit left is the unit's failure; leftovers (in its cgroup or
-  -- holding its GPUs) are what the stages below free.
-  if not s.ok and #s.remaining == 0 and #s.gpu_holders == 0 then
-    failed = failed or string.format("stop %s: %s", unit, s.reason or s.active_state or "failed")
-  else
-    for _, h in ipairs(s.gpu_holders) do
-      local mine = false
-      for _, g in ipairs(h.gpus) do
-        leftover[g] = true
-        mine = mine or chosen[g] == true
-      end
-      -- Said, not freed: only what holds a chosen GPU is killed.
-      if vars.gpus and not mine then
-        log.warn("%s left pid %d holding GPU %s, which is not among the GPUs to free: left alone", unit, h.pid,
-          table.concat(h.gpus, ", "))
-      end
-    end
-    if s.would then log.info("would stop %s", unit)
-    elseif s.ok then log.info("stopped %s", unit)
-    else log.warn("stopped %s; it left %d process(es) in its cgroup: %s", unit, #s.remaining, s.reason) end
-  end
-end
-if failed then fail("%s", failed) end
--- Wait for the release only where waiting can help: not where a leftover worker holds the GPU.
-local release = util.filter(util.keys(held), function(g) return not leftover[g] end)
+local services = require("services")
+local units, held_by = services.choose(vars.services or {},
+  {gpus = vars.gpus, users = vars.users, named = vars_from.services == "-e"})
+local release = services.stop(units, held_by, {gpus = vars.gpus})
+-- Give the stopped services' GPUs time to free before any kill (not where a leftover holds one).
 if #release > 0 and not check then
   gpu.wait_free{gpus = release, timeout = vars.release_timeout, settle = vars.settle, threshold_mib = vars.threshold_mib}
 end
@@ -138,7 +52,7 @@ for _, row in ipairs(r.rows) do
   elseif row.freed then log.info("GPU %d freed (%s): %d -> %d MiB%s%s", row.gpu, row.step, row.before_mib, row.after_mib,
       row.killed ~= "" and ", killed " .. row.killed or "", row.note and "; " .. row.note or "")
   elseif row.step == "would-kill" then log.info("GPU %d would kill %s: %s", row.gpu, row.killed, row.reason)
-  elseif check and row.step == "released" then log.info("GPU %d %s", row.gpu, row.reason)
+  elseif check and row.step == "by-stop" then log.info("GPU %d %s", row.gpu, row.reason)
   else log.error("GPU %d not freed: %s", row.gpu, row.reason) end
 end
 -- The rows go with the failure too: the fleet table shows which GPUs were freed and why the others were not.

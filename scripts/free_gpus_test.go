@@ -49,7 +49,7 @@ func TestFreeGPUsStages(t *testing.T) {
 		t.Fatal(r.err)
 	}
 	rows := r.rows(t)
-	wantStep(t, rows, map[int]string{0: "released", 1: "stage 1", 2: "stage 1", 3: "already-free", 4: "stage 1"})
+	wantStep(t, rows, map[int]string{0: "by-stop", 1: "stage 1", 2: "stage 1", 3: "already-free", 4: "stage 1"})
 	for _, p := range []*modulestest.FakeHolder{svc, orphan, ignorer, parent, child} {
 		if m.Alive(p.PID) {
 			t.Errorf("pid %d (%v) must be gone", p.PID, p.Cmdline)
@@ -105,7 +105,7 @@ func TestFreeGPUsServiceLeftovers(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	wantStep(t, r.rows(t), map[int]string{0: "released", 1: "stage 1", 2: "already-free"})
+	wantStep(t, r.rows(t), map[int]string{0: "by-stop", 1: "stage 1", 2: "already-free"})
 	if m.Alive(worker.PID) {
 		t.Error("the stopped unit's leftover worker must be killed")
 	}
@@ -189,7 +189,7 @@ func TestFreeGPUsCheck(t *testing.T) {
 	rows := r.rows(t)
 	// GPU 0's only holder is the unit's: the stop would end it (the plan
 	// the run carries out), so nothing would be killed there.
-	wantStep(t, rows, map[int]string{0: "released", 1: "would-kill"})
+	wantStep(t, rows, map[int]string{0: "by-stop", 1: "would-kill"})
 	if !m.Alive(a.PID) || !m.Alive(b.PID) {
 		t.Error("--check killed a holder")
 	}
@@ -244,8 +244,8 @@ func TestFreeGPUsRespawningSupervisor(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	// Stopping the supervisor's tree ended its worker: released, not killed.
-	wantStep(t, r.rows(t), map[int]string{0: "released"})
+	// Stopping the supervisor's tree ended its worker: by-stop, not killed.
+	wantStep(t, r.rows(t), map[int]string{0: "by-stop"})
 	if m.Alive(sup.PID) || len(m.HoldersOf(0)) != 0 {
 		t.Errorf("supervisor alive %v, holders of GPU 0 %v", m.Alive(sup.PID), m.HoldersOf(0))
 	}
@@ -290,7 +290,7 @@ func TestFreeGPUsStopsOnlyUnitsOnChosenGPUs(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	wantStep(t, r.rows(t), map[int]string{2: "released"})
+	wantStep(t, r.rows(t), map[int]string{2: "by-stop"})
 	for unit, active := range map[string]bool{"a.service": true, "b.service": false, "idle.service": true} {
 		if u, _ := m.Unit(unit); u.Active != active {
 			t.Errorf("%s active %v, want %v", unit, u.Active, active)

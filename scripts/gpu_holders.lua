@@ -26,14 +26,6 @@
 local util = require("util")
 -- A filter given empty is an error in gpu.holders, never "everyone".
 local exclude = {users = vars.exclude_users, containers = vars.containers == false or nil}
--- What would start a holder again: the outermost manager of its chain that restarts (or may).
-local function manager(h)
-  local ms = h.managers or {}
-  for i = #ms, 1, -1 do
-    if ms[i].restarts ~= "no" then return ms[i] end
-  end
-  return nil
-end
 local rows = {}
 for _, h in ipairs(gpu.holders{users = vars.users, units = vars.units, shared = vars.shared, owner = vars.owners,
     containers = vars.containers or nil, min_age = vars.min_age, exclude = next(exclude) and exclude or nil, per_gpu = true}) do
@@ -46,7 +38,7 @@ for _, h in ipairs(gpu.holders{users = vars.users, units = vars.units, shared = 
     mem_mib = h.mem_mib,
     state = h.state,
     where = h.where or "",
-    manager = manager(h),
+    manager = h.manager,
     kind = h.suspicious and "suspicious" or h.owner and "owner" or "monitor",
     age = util.format_duration(h.age_s or 0),
     protected = h.protected,

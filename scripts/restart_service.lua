@@ -3,7 +3,7 @@
 -- Stops the unit, waits for the GPUs its workers held, frees them in stages as
 -- free_gpus.lua does (so that the new instance does not start on half-freed
 -- GPUs), starts the unit, then polls until a process of the unit owns a GPU
--- again. Fails when the unit does not exist, a GPU cannot be freed, the unit
+-- again (gpu.wait_held). Fails when the unit does not exist, a GPU cannot be freed, the unit
 -- will not start, or it holds no GPU in time.
 --
 -- vars:
@@ -15,17 +15,15 @@
 -- @var force bool also kill protected and suspicious holders (default: false)
 --
 -- example: gpush run restart_service.lua -i ct129 -e service=sglang-qwen.service
+local util = require("util")
 local unit = vars.service -- required: gpush refuses the run without it
 
-local held = {}
-for _, h in ipairs(gpu.holders{units = {unit}, owner = true}) do
-  for _, g in ipairs(h.gpus) do held[#held + 1] = g end
-end
+local held = util.uniq(util.pluck(gpu.by_gpu(gpu.holders{units = {unit}, owner = true}), "gpu"))
 local s = systemd.stop(unit)
-if s.load_state == "not-found" or not s.ok and #s.remaining == 0 then
+if s.load_state == "not-found" or not s.ok and #s.rows == 0 then
   fail("stop %s: %s", unit, s.reason or s.active_state or "failed")
 end
-if #held > 0 and #s.remaining == 0 and not check then gpu.wait_free{gpus = held, timeout = "10s"} end
+if #held > 0 and #s.rows == 0 and not check then gpu.wait_free{gpus = held, timeout = "10s"} end
 local r = gpu.free{gpus = vars.gpus, grace = vars.grace, timeout = vars.timeout, force = vars.force}
 if not r.ok then fail("not restarting %s: %s", unit, r.reason, r.rows) end
 if check then
@@ -37,13 +35,9 @@ s = systemd.start(unit)
 if not s.ok then fail("start %s: %s", unit, s.reason or s.active_state or "failed") end
 log.info("started %s (main pid %d)", unit, s.main_pid or 0)
 
-local timeout = math.ceil(require("util").duration(vars.start_timeout) or 120)
-for waited = 0, timeout - 1 do
-  local hs = gpu.holders{units = {unit}, owner = true}
-  if #hs > 0 then
-    log.info("%s holds GPUs again after %ds", unit, waited)
-    return {service = unit, freed = #r.rows, started = true, holders = #hs, waited_s = waited}
-  end
-  sleep("1s")
-end
-fail("%s started but holds no GPU after %ds", unit, timeout)
+-- The helper watches the GPUs: the wait ends when a worker of the unit owns one.
+local w = gpu.wait_held{unit = unit, gpus = vars.gpus, timeout = vars.start_timeout}
+if not w.ok then fail("%s started but %s", unit, w.reason) end
+log.info("%s holds GPUs again after %.1fs", unit, w.elapsed)
+return {service = unit, freed = #r.rows, started = true, holders = #util.uniq(util.pluck(w.rows, "pid")),
+  waited_s = math.floor(w.elapsed)}

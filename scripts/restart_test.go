@@ -29,7 +29,7 @@ func TestRestartServiceStartsThenNeedsAHolder(t *testing.T) {
 	m.AddHolder(modulestest.FakeHolder{Holder: helper.Holder{Unit: "sglang.service"}, MemByGPU: map[int]int64{0: 1000}})
 	// The model's units start no workers: the script must say so, not hang.
 	r := runScript(t, m, "restart_service.lua", false, map[string]any{"service": "sglang.service", "start_timeout": "1m3s"})
-	if r.err == nil || !strings.Contains(r.err.Error(), "sglang.service started but holds no GPU after 63s") {
+	if r.err == nil || !strings.Contains(r.err.Error(), "sglang.service started but unit sglang.service holds no GPU after 1m3s") {
 		t.Fatalf("error %v", r.err)
 	}
 	if u, _ := m.Unit("sglang.service"); !u.Active {

@@ -19,9 +19,11 @@ import (
 // Steps of a gpu.free row: which stage freed the GPU, or why not.
 const (
 	StepAlreadyFree = "already-free"
-	// StepReleased: free at gpu.free's first look, but over its threshold
-	// at the run's first reading: released before any kill (a service stop).
-	StepReleased  = "released"
+	// StepByStop: free at gpu.free's first look, but over its threshold
+	// at the run's first reading: freed by a stop before any kill (a
+	// service's, a restarter's). Not "released", which is a wait's word
+	// for given holders that hold nothing any more.
+	StepByStop    = "by-stop"
 	StepStage1    = "stage 1"
 	StepStage2    = "stage 2"
 	StepNotFreed  = "not-freed"
@@ -64,9 +66,9 @@ type freeRow struct {
 	// restarter, a settle that could not know the restart delay).
 	restarters []helper.Manager
 	note       string
-	// released: what the plan leaves freeing this GPU to (the stop of a
+	// stoppedBy: what the plan leaves freeing this GPU to (the stop of a
 	// unit or of a restarter that ends all its owners), or "".
-	released string
+	stoppedBy string
 }
 
 // freeRun is one gpu.free call.
@@ -212,7 +214,7 @@ func (r *freeRun) run() {
 			n, ok := r.m.settled[idx]
 			row.step, row.freed, row.settled = StepAlreadyFree, true, ok && n == len(r.m.h.Managers().List())
 			if first, ok := firstReading[idx]; ok && first > st.ThresholdMiB {
-				row.step = StepReleased
+				row.step = StepByStop
 			}
 			continue
 		}
@@ -267,8 +269,8 @@ func (r *freeRun) run() {
 	r.waitBeside(beside, holders)
 	stay := r.wait(StepStage1, waitFor)
 	for _, idx := range waitFor {
-		if row := r.rows[idx]; row.freed && row.released != "" && len(row.killed) == 0 {
-			row.step = StepReleased
+		if row := r.rows[idx]; row.freed && row.stoppedBy != "" && len(row.killed) == 0 {
+			row.step = StepByStop
 		}
 	}
 
@@ -616,9 +618,9 @@ func (r *freeRun) settleFreed() {
 func (r *freeRun) dryRun(pending []int, status map[int]helper.GPUStatus, holders map[int]helper.Holder) {
 	targets := map[int][]int{}
 	for _, idx := range pending {
-		if row := r.rows[idx]; row.released != "" && status[idx].State == helper.GPUFree {
+		if row := r.rows[idx]; row.stoppedBy != "" && status[idx].State == helper.GPUFree {
 			// Nothing left to kill: the stops would free it.
-			row.step, row.reason = StepReleased, "would be released by "+row.released
+			row.step, row.reason = StepByStop, "would be freed by "+row.stoppedBy
 			continue
 		}
 		t := r.stage1(status[idx], holders)
@@ -648,7 +650,7 @@ func (r *freeRun) dryRun(pending []int, status map[int]helper.GPUStatus, holders
 
 func (r *freeRun) table() *glua.LTable {
 	L := r.L
-	t := L.CreateTable(0, 5)
+	t := L.CreateTable(0, 8)
 	rows := L.CreateTable(len(r.order), 0)
 	var why []string
 	ok := true
@@ -674,7 +676,7 @@ func (r *freeRun) table() *glua.LTable {
 		}
 		luaconv.SetStr(rt, "exited", intsText(exited, ","))
 		luaconv.SetStr(rt, "sigkilled", intsText(sigkilled, ","))
-		luaconv.SetStr(rt, "released_by", row.released)
+		luaconv.SetStr(rt, "stopped_by", row.stoppedBy)
 		reason := row.reason
 		if row.freed {
 			reason = "" // what held it is in killed; a freed GPU needs no excuse
@@ -701,6 +703,15 @@ func (r *freeRun) table() *glua.LTable {
 		}
 	}
 	t.RawSetString("ok", glua.LBool(ok))
+	status := modules.StatusOf(ok)
+	if r.check {
+		// The plan, whole, even where it fails: the script says what it would do.
+		t.RawSetString("would", rows)
+		if ok {
+			status = modules.StatusWould
+		}
+	}
+	t.RawSetString("status", glua.LString(status))
 	luaconv.SetStr(t, "reason", reason)
 	t.RawSetString("rows", rows)
 	t.RawSetString("managers", managerList(L, r.liveManagers(sups)))
@@ -719,7 +730,7 @@ func (r *freeRun) table() *glua.LTable {
 		kt.RawSetString("stage", glua.LString(r.stages[i]))
 		killed.Append(kt)
 	}
-	t.RawSetString("killed", killed)
+	t.RawSetString("kills", killed)
 	return t
 }
 

@@ -42,6 +42,8 @@ var shared = modules.SharedFuncs(map[string]glua.LGFunction{
 	"kill":      func(L *glua.LState) int { return modOf(L).kill(L) },
 	"wait_free": func(L *glua.LState) int { return modOf(L).waitFree(L) },
 	"free":      func(L *glua.LState) int { return modOf(L).free(L) },
+	"wait_held": func(L *glua.LState) int { return modOf(L).waitHeld(L) },
+	"by_gpu":    byGPU,
 })
 
 func modOf(L *glua.LState) *mod {
@@ -368,7 +370,7 @@ func (m *mod) kill(L *glua.LState) int {
 	resp := m.callKill(L, fn, req)
 	resp.Results = append(resp.Results, local...)
 	m.h.Stats().AddKills(local)
-	L.Push(killTable(L, resp))
+	L.Push(killTable(L, resp, req.DryRun))
 	return 1
 }
 
@@ -461,22 +463,39 @@ func killResultTable(L *glua.LState, r helper.KillResult) *glua.LTable {
 	return rt
 }
 
-func killTable(L *glua.LState, resp helper.KillResponse) *glua.LTable {
+// killTable is gpu.kill's result (docs/lua-api.md, "Results"); under
+// check (dryRun) would holds the rows it would signal (not the skipped).
+func killTable(L *glua.LState, resp helper.KillResponse, dryRun bool) *glua.LTable {
 	counts := map[string]int{}
 	list := L.CreateTable(len(resp.Results), 0)
+	would := L.CreateTable(0, 0)
 	for _, r := range resp.Results {
 		counts[r.Outcome]++
-		list.Append(killResultTable(L, r))
+		rt := killResultTable(L, r)
+		list.Append(rt)
+		if r.Outcome == helper.OutcomeWould {
+			would.Append(rt)
+		}
 	}
-	t := L.CreateTable(0, 8)
-	t.RawSetString("ok", glua.LBool(counts[helper.OutcomeSurvived] == 0))
-	t.RawSetString("results", list)
+	t := L.CreateTable(0, 12)
+	ok := counts[helper.OutcomeSurvived] == 0
+	t.RawSetString("ok", glua.LBool(ok))
+	switch {
+	case dryRun:
+		t.RawSetString("status", glua.LString(modules.StatusWould))
+		t.RawSetString("would", would)
+	default:
+		t.RawSetString("status", glua.LString(modules.StatusOf(ok)))
+	}
+	if !ok {
+		t.RawSetString("reason", glua.LString(survivorsReason(resp.Results)))
+	}
+	t.RawSetString("rows", list)
 	t.RawSetString("managers", managerList(L, resp.Managers))
 	t.RawSetString("exited", glua.LNumber(counts[helper.OutcomeExited]))
 	t.RawSetString("killed", glua.LNumber(counts[helper.OutcomeKilled]))
 	t.RawSetString("survived", glua.LNumber(counts[helper.OutcomeSurvived]))
 	t.RawSetString("skipped", glua.LNumber(counts[helper.OutcomeSkipped]))
-	t.RawSetString("would", glua.LNumber(counts[helper.OutcomeWould]))
 	return t
 }
 
@@ -484,7 +503,8 @@ func (m *mod) waitFree(L *glua.LState) int {
 	const fn = "gpu.wait_free"
 	o := luaconv.CheckOpts(L, 1, fn)
 	req := helper.WaitFreeRequest{Config: m.h.HelperConfig(), GPUs: o.Ints("gpus"), ThresholdMiB: o.IntPtr("threshold_mib"),
-		IgnoreShared: o.Bool("ignore_shared", false)}
+		IgnoreShared: !o.Bool("shared", true)}
+	o.Renamed("ignore_shared", "shared=false (holders of only nvidiactl/nvidia-uvm do not block), as in gpu.holders")
 	if o.Has("timeout") {
 		req.Timeout = helper.Duration(o.Duration("timeout", 0))
 	}
@@ -507,9 +527,10 @@ func (m *mod) waitFree(L *glua.LState) int {
 	} else {
 		resp, _ = m.callWait(L, fn, req, settle)
 	}
-	t := L.CreateTable(0, 10)
+	t := L.CreateTable(0, 12)
 	t.RawSetString("ok", glua.LBool(resp.OK))
-	t.RawSetString("outcome", glua.LString(resp.Outcome))
+	t.RawSetString("status", glua.LString(waitStatus(resp)))
+	t.RawSetString("outcome", glua.LString(WaitOutcome(resp.Outcome)))
 	luaconv.SetStr(t, "reason", waitReason(resp))
 	t.RawSetString("elapsed", glua.LNumber(resp.Elapsed.D().Seconds()))
 	t.RawSetString("settled", glua.LNumber(resp.Settled.D().Seconds()))
@@ -531,7 +552,7 @@ func (m *mod) waitFree(L *glua.LState) int {
 			status.RawGetInt(i+1).(*glua.LTable).RawSetString("waiting", luaconv.ToLua(L, nonNil(st.Waiting)))
 		}
 	}
-	t.RawSetString("status", status)
+	t.RawSetString("rows", status)
 	t.RawSetString("managers", managerList(L, m.h.Managers().List()))
 	L.Push(t)
 	return 1
@@ -547,7 +568,7 @@ func (m *mod) checkGiven(L *glua.LState, fn string) []helper.Identity {
 	if !ok {
 		L.ArgError(1, fmt.Sprintf("%s: option holders: want holders (from gpu.holders), a gpu.kill result or pids, got %s", fn, v.Type()))
 	}
-	if res, ok := t.RawGetString("results").(*glua.LTable); ok {
+	if res, ok := t.RawGetString("rows").(*glua.LTable); ok && t.RawGetString("pid") == glua.LNil {
 		t = res
 	}
 	if t.RawGetString("pid") != glua.LNil {
@@ -684,9 +705,7 @@ func HolderTable(L *glua.LState, h helper.Holder) *glua.LTable {
 	if Where(h) != "" {
 		n++
 	}
-	if len(h.Managers) > 0 {
-		n += 2
-	}
+	n += 3 // managers, manager, cgroup
 	t := L.CreateTable(0, n)
 	t.RawSetString("pid", glua.LNumber(h.PID))
 	t.RawSetString("start_time", glua.LNumber(h.StartTime))
@@ -725,9 +744,10 @@ func HolderTable(L *glua.LState, h helper.Holder) *glua.LTable {
 	t.RawSetString("age_s", glua.LNumber(h.AgeSeconds))
 	t.RawSetString("protected", glua.LBool(h.Protected))
 	luaconv.SetStr(t, "protected_why", h.ProtectedWhy)
-	if len(h.Managers) > 0 {
-		t.RawSetString("managers", managerList(L, h.Managers))
-		luaconv.SetStr(t, "manager", ManagerOf(h))
+	luaconv.SetStr(t, "cgroup", h.Cgroup)
+	t.RawSetString("managers", managerList(L, nonNil(h.Managers)))
+	if i := managerIndex(h); i >= 0 {
+		t.RawSetString("manager", ManagerTable(L, h.Managers[i]))
 	}
 	return t
 }
@@ -736,12 +756,21 @@ func HolderTable(L *glua.LState, h helper.Holder) *glua.LTable {
 // stopped to keep it from returning: the outermost manager of its chain
 // that restarts or may ("" when none does).
 func ManagerOf(h helper.Holder) string {
-	for i := len(h.Managers) - 1; i >= 0; i-- {
-		if m := h.Managers[i]; m.Restarts != helper.RestartsNo {
-			return helper.ManagerLabel(m)
-		}
+	if i := managerIndex(h); i >= 0 {
+		return helper.ManagerLabel(h.Managers[i])
 	}
 	return ""
+}
+
+// managerIndex is the index in h.Managers of ManagerOf's manager, -1 when
+// none restarts.
+func managerIndex(h helper.Holder) int {
+	for i := len(h.Managers) - 1; i >= 0; i-- {
+		if h.Managers[i].Restarts != helper.RestartsNo {
+			return i
+		}
+	}
+	return -1
 }
 
 // Where names the place a holder runs in, for a report: "pod NS/POD" (or
@@ -892,4 +921,45 @@ func managerList(L *glua.LState, sups []helper.Manager) *glua.LTable {
 		list.Append(ManagerTable(L, s))
 	}
 	return list
+}
+
+// survivorsReason names what a kill left alive: "pid 437 (python) survived
+// KILL: D state".
+func survivorsReason(rs []helper.KillResult) string {
+	var parts []string
+	for _, r := range rs {
+		if r.Outcome != helper.OutcomeSurvived {
+			continue
+		}
+		p := fmt.Sprintf("pid %d (%s) survived", r.PID, r.Comm)
+		if r.Reason != "" {
+			p += ": " + r.Reason
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// OutcomeExpired is a wait's outcome when its timeout passed first (the
+// helper's timed-out): "expired", so that "timeout" names only the option.
+const OutcomeExpired = "expired"
+
+// WaitOutcome is the Lua word for a helper's wait outcome.
+func WaitOutcome(o string) string {
+	if o == helper.WaitTimedOut {
+		return OutcomeExpired
+	}
+	return o
+}
+
+// waitStatus is a wait's status word: done when ok, expired when its
+// deadline passed, else failed (memory held, a new holder).
+func waitStatus(resp helper.WaitFreeResponse) string {
+	switch {
+	case resp.OK:
+		return modules.StatusDone
+	case resp.Outcome == helper.WaitTimedOut:
+		return modules.StatusExpired
+	}
+	return modules.StatusFailed
 }

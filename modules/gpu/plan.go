@@ -31,7 +31,7 @@ func (r *freeRun) plan(first helper.Snapshot, status map[int]helper.GPUStatus, h
 			}
 		}
 		if len(by) > 0 && st[idx].State == helper.GPUFree {
-			r.rows[idx].released = strings.Join(by, ", ")
+			r.rows[idx].stoppedBy = strings.Join(by, ", ")
 		}
 	}
 	return st, hs, pending

@@ -225,3 +225,12 @@ func IntList(v glua.LValue) ([]int, error) {
 		return nil, fmt.Errorf("want a number or a list of numbers, got %s", v.Type())
 	}
 }
+
+// Renamed refuses key, an old spelling of an option: a script still
+// giving it would otherwise fail with "unknown option", which does not
+// say what to write instead. now says it ("shared=false").
+func (o *Opts) Renamed(key, now string) {
+	if o.get(key) != glua.LNil {
+		o.L.ArgError(o.Arg, fmt.Sprintf("%s: option %s is spelled %s", o.Func, key, now))
+	}
+}

@@ -83,10 +83,16 @@ func (m *mod) run(L *glua.LState) int {
 		}
 	}
 	o.Done()
-	t := L.CreateTable(0, 4)
+	t := L.CreateTable(0, 6)
 	if m.h.Check() {
+		// The plan: the one command it would run, as a row.
+		w := L.CreateTable(1, 0)
+		row := L.CreateTable(0, 1)
+		row.RawSetString("argv", luaconv.ToLua(L, argv))
+		w.Append(row)
 		t.RawSetString("ok", glua.LTrue)
-		t.RawSetString("would", glua.LTrue)
+		t.RawSetString("status", glua.LString(modules.StatusWould))
+		t.RawSetString("would", w)
 		L.Push(t)
 		return 1
 	}
@@ -96,6 +102,10 @@ func (m *mod) run(L *glua.LState) int {
 		modules.Raise(L, m.h, fn, err)
 	}
 	t.RawSetString("ok", glua.LBool(res.ExitCode == 0))
+	t.RawSetString("status", glua.LString(modules.StatusOf(res.ExitCode == 0)))
+	if res.ExitCode != 0 {
+		t.RawSetString("reason", glua.LString(fmt.Sprintf("exit status %d", res.ExitCode)))
+	}
 	t.RawSetString("code", glua.LNumber(res.ExitCode))
 	t.RawSetString("stdout", glua.LString(res.Stdout))
 	t.RawSetString("stderr", glua.LString(res.Stderr))
@@ -121,14 +131,27 @@ func (m *mod) put(L *glua.LState) int {
 	if mode < 0 || mode > math.MaxUint16 || mode&^0o7777 != 0 {
 		L.ArgError(3, fmt.Sprintf("%s: option mode: %d is not a file mode (use 420 for 0644)", fn, mode))
 	}
+	t := L.CreateTable(0, 3)
+	t.RawSetString("ok", glua.LTrue)
 	if m.h.Check() {
-		return 0
+		w := L.CreateTable(1, 0)
+		row := L.CreateTable(0, 3)
+		row.RawSetString("path", glua.LString(p))
+		row.RawSetString("bytes", glua.LNumber(len(content)))
+		row.RawSetString("mode", glua.LNumber(mode))
+		w.Append(row)
+		t.RawSetString("status", glua.LString(modules.StatusWould))
+		t.RawSetString("would", w)
+		L.Push(t)
+		return 1
 	}
 	c := modules.Conn(L, m.h, fn)
 	if err := c.Put(modules.Ctx(L), p, strings.NewReader(content), os.FileMode(mode)); err != nil {
 		modules.Raise(L, m.h, fn, err)
 	}
-	return 0
+	t.RawSetString("status", glua.LString(modules.StatusDone))
+	L.Push(t)
+	return 1
 }
 
 func (m *mod) get(L *glua.LState) int {

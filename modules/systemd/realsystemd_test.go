@@ -200,13 +200,13 @@ func TestRealSystemdLeftoverKilled(t *testing.T) {
 local r = systemd.stop("sglang-qwen.service")
 assert(r.ok == false and r.active_state == "inactive", "stop: " .. tostring(r.reason))
 assert(r.load_state == "loaded" and r.restart == "no", "load_state/restart")
-assert(#r.remaining == 1 and #r.gpu_holders == 1, "leftovers")
-local w = r.gpu_holders[1]
-assert(w.pid == r.remaining[1].pid and w.mem_mib == 8192 and w.unit == "sglang-qwen.service", "worker " .. w.pid)
-local k = gpu.kill(r.gpu_holders, {grace = "2s"})
+assert(#r.rows == 1 and #r.holders == 1, "leftovers")
+local w = r.holders[1]
+assert(w.pid == r.rows[1].pid and w.mem_mib == 8192 and w.unit == "sglang-qwen.service", "worker " .. w.pid)
+local k = gpu.kill(r.holders, {grace = "2s"})
 assert(k.exited == 1, "kill")
 local s = systemd.status("sglang-qwen.service")
-assert(s.ok and #s.remaining == 0 and #s.gpu_holders == 0, "status after the kill")
+assert(s.ok and #s.rows == 0 and #s.holders == 0, "status after the kill")
 `)
 	// gpu.kill may record the worker's parent; a Restart=no unit is not recorded.
 	for _, s := range e.host.Managers().List() {
@@ -275,9 +275,9 @@ local rs = systemd.stop({"sglang-qwen", "trainer"}, {timeout = "30s"})
 assert(#rs == 2, "results: " .. #rs)
 local l, tr = rs[1], rs[2]
 assert(l.unit == "sglang-qwen.service" and not l.ok and l.active_state == "inactive", "leftover unit: " .. tostring(l.reason))
-assert(#l.remaining == 1 and #l.gpu_holders == 1 and l.gpu_holders[1].mem_mib == 8192, "leftover worker")
-assert(tr.unit == "trainer.service" and tr.ok and tr.active_state == "inactive" and #tr.gpu_holders == 0, "trainer: " .. tostring(tr.reason))
-assert(gpu.kill(l.gpu_holders, {grace = "2s"}).exited == 1, "kill the worker")
+assert(#l.rows == 1 and #l.holders == 1 and l.holders[1].mem_mib == 8192, "leftover worker")
+assert(tr.unit == "trainer.service" and tr.ok and tr.active_state == "inactive" and #tr.holders == 0, "trainer: " .. tostring(tr.reason))
+assert(gpu.kill(l.holders, {grace = "2s"}).exited == 1, "kill the worker")
 `)
 	want := `[{"kind":"unit","pid":0,"start_time":0,"boot_id":"","unit":"trainer.service","restart":"always","active_state":"inactive","sub_state":"dead","restarts":"yes","stop":["systemctl","stop","trainer.service"],"why":"unit trainer.service has Restart=always: it may start again"}]`
 	if got := supervisorsJSON(e.host); got != want {

@@ -152,6 +152,7 @@ func action(act string) glua.LGFunction {
 func result(L *glua.LState, h modules.Host, act string, would, refused bool, resp helper.UnitResponse) *glua.LTable {
 	t := unitTable(L, resp)
 	t.RawSetString("missing", glua.LBool(resp.Unknown() != ""))
+	t.RawSetString("status", glua.LString(modules.StatusOf(resp.OK && !refused)))
 	if refused {
 		if resp.Unknown() != "" {
 			h.Stats().AddUnit(act, would, resp) // counted failed, never stopped
@@ -165,8 +166,16 @@ func result(L *glua.LState, h modules.Host, act string, would, refused bool, res
 		noteRestart(h, resp)
 	}
 	if would {
+		// The plan: the one unit it would act on, as a row of its own.
+		w := L.CreateTable(1, 0)
+		row := L.CreateTable(0, 3)
+		row.RawSetString("unit", glua.LString(resp.Unit))
+		row.RawSetString("action", glua.LString(act))
+		row.RawSetString("active_state", glua.LString(resp.ActiveState))
+		w.Append(row)
 		t.RawSetString("ok", glua.LTrue)
-		t.RawSetString("would", glua.LTrue)
+		t.RawSetString("status", glua.LString(modules.StatusWould))
+		t.RawSetString("would", w)
 		t.RawSetString("action", glua.LString(act))
 		return t
 	}
@@ -209,9 +218,9 @@ func noteRestart(h modules.Host, r helper.UnitResponse) {
 }
 
 // unitTable is one unit's result, its tables sized for their fields (see
-// modules.FuncTable); result may add 3 to it.
+// modules.FuncTable); result may add 4 to it.
 func unitTable(L *glua.LState, r helper.UnitResponse) *glua.LTable {
-	t := L.CreateTable(0, 18)
+	t := L.CreateTable(0, 19)
 	t.RawSetString("ok", glua.LBool(r.OK))
 	t.RawSetString("unit", glua.LString(r.Unit))
 	t.RawSetString("action", glua.LString(r.Action))
@@ -235,11 +244,11 @@ func unitTable(L *glua.LState, r helper.UnitResponse) *glua.LTable {
 		pt.RawSetString("state", glua.LString(p.State))
 		rem.Append(pt)
 	}
-	t.RawSetString("remaining", rem)
+	t.RawSetString("rows", rem)
 	hs := L.CreateTable(len(r.GPUHolders), 0)
 	for _, h := range r.GPUHolders {
 		hs.Append(gpu.HolderTable(L, h))
 	}
-	t.RawSetString("gpu_holders", hs)
+	t.RawSetString("holders", hs)
 	return t
 }

@@ -14,4 +14,6 @@ assert.eq(fake.alive(w), true)
 assert.eq(fake.alive(child), true)
 assert.eq(fake.calls("kill")[1].dry_run, true)
 assert.eq(#fake.calls("wait-free"), 0)
-assert.eq(r.killed[1].outcome, "would-kill")
+assert.eq(r.kills[1].outcome, "would-kill")
+-- the one result form under check: the plan is would, the same rows
+assert.eq({r.status, #r.would, r.would[1].gpu}, {"would", #r.rows, r.rows[1].gpu})

@@ -22,7 +22,7 @@ fake.leak(0, 0)
 r = gpu.free{grace = "10ms", timeout = "300ms", force = true}
 assert.eq(r.rows[2].step, "stage 1")
 assert.eq(fake.alive(spoof), false)
-assert.eq(r.rows[1].step, "released", "the leak is gone (over its threshold at the run's first reading): nothing left to force")
+assert.eq(r.rows[1].step, "by-stop", "the leak is gone (over its threshold at the run's first reading): nothing left to force")
 assert.eq(fake.alive(pd), true)
 
 -- unknown memory with only a monitor: not freed, nothing killed

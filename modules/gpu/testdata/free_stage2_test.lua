@@ -16,7 +16,7 @@ assert.eq(fake.alive(parent), false)
 assert.eq(fake.alive(child), false)
 assert.eq(fake.alive(mon), true, "GPU 1 freed in stage 1: its monitor is left alone")
 local stages = {}
-for _, x in ipairs(r.killed) do stages[x.pid] = x.stage end
+for _, x in ipairs(r.kills) do stages[x.pid] = x.stage end
 assert.eq(stages, {[453] = "stage 1", [busy1] = "stage 1", [516] = "stage 2"})
 -- stage 1 signalled only the owners
 local k = fake.calls("kill")

@@ -10,19 +10,19 @@ local prot = fake.add_holder{pid = 700, mem = {[1] = 10}, protected = true, comm
 local r = gpu.kill(gpu.holders{commands = {"python3"}, gpus = {0}}[1])
 assert.eq(r.ok, true)
 assert.eq(r.exited, 1)
-assert.eq(r.results[1].pid, plain)
-assert.eq(r.results[1].outcome, "exited")
-assert.eq(r.results[1].signals, {"TERM"})
+assert.eq(r.rows[1].pid, plain)
+assert.eq(r.rows[1].outcome, "exited")
+assert.eq(r.rows[1].signals, {"TERM"})
 assert.eq(fake.alive(plain), false)
 
 -- a list of holders: TERM is ignored by 438, KILL follows; --tree takes 439's child
 local hs = gpu.holders{gpus = {0}}
 r = gpu.kill(hs, {tree = true, grace = "1s"})
-assert.eq(r.ok, true)
+assert.eq({r.ok, r.status, r.reason}, {true, "done", nil})
 assert.eq(r.killed, 1)
 assert.eq(r.exited, 2)
 local by = {}
-for _, x in ipairs(r.results) do by[x.pid] = x end
+for _, x in ipairs(r.rows) do by[x.pid] = x end
 assert.eq(by[stubborn].outcome, "killed")
 assert.eq(by[stubborn].signals, {"TERM", "KILL"})
 assert.eq(by[child].outcome, "exited")
@@ -34,8 +34,10 @@ r = gpu.kill({stuck, prot, 99999})
 assert.eq(r.ok, false, "a survivor makes ok false")
 assert.eq(r.survived, 1)
 assert.eq(r.skipped, 2)
+assert.eq(r.status, "failed")
+assert.match(r.reason, "^pid 600 %(.*%) survived")
 by = {}
-for _, x in ipairs(r.results) do by[x.pid] = x end
+for _, x in ipairs(r.rows) do by[x.pid] = x end
 assert.eq(by[stuck].state, "D")
 assert.match(by[prot].reason, "protected")
 assert.match(by[99999].reason, "not a GPU holder")
@@ -54,7 +56,7 @@ assert.eq(fake.alive(fresh), true, "a holder with another start time is not the 
 local before = #fake.calls("kill")
 r = gpu.kill({})
 assert.eq(r.ok, true)
-assert.eq(r.results, {})
+assert.eq(r.rows, {})
 assert.eq(#fake.calls("kill"), before)
 
 -- argument errors

@@ -7,13 +7,13 @@ assert.len(r.managers, 1)
 assert.eq(r.managers[1].pid, 633)
 assert.eq(r.managers[1].children, {w})
 assert.eq(r.managers[1].why, "pid 633 (python3 train.py) may restart its workers: kill 633")
-assert.eq(r.results[1].ppid, 633)
+assert.eq(r.rows[1].ppid, 633)
 
 -- the GPU reads free at once; the respawned worker opens it 1.9s later, inside the settle
 local wf = gpu.wait_free{gpus = {0}, timeout = "10s", settle = "5s"}
 assert.eq(wf.ok, false)
 assert.eq(wf.outcome, "new-holder")
-assert.eq(wf.status[1].state, "new-holder")
+assert.eq(wf.rows[1].state, "new-holder")
 assert.match(wf.reason, "GPU 0: new holder pid %d+ %(python3 train.py%) 1.9s after it read free; pid 633")
 assert.match(wf.reason, "pid 633 %(python3 train.py%) may restart its workers")
 assert.eq(wf.managers[1].pid, 633)

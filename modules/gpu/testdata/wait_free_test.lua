@@ -17,7 +17,7 @@ assert.truthy(r.elapsed > 0 and r.elapsed < 1, "elapsed is in seconds")
 local p = fake.add_holder{mem = {[1] = 2000}}
 r = gpu.wait_free{timeout = 1, interval = 0.25}
 assert.eq(r.ok, false)
-assert.eq(r.outcome, "timed-out")
+assert.eq(r.outcome, "expired")
 assert.eq(r.holders[1].pid, p)
 -- watching only GPU 0 it is free
 r = gpu.wait_free{gpus = {0}}

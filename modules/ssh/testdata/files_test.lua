@@ -1,4 +1,4 @@
-ssh.put("/etc/gpush.conf", "x=1\n", {mode = 384})
+assert.eq(ssh.put("/etc/gpush.conf", "x=1\n", {mode = 384}), {ok = true, status = "done"})
 assert.eq(fake.file("/etc/gpush.conf"), "x=1\n")
 assert.eq(ssh.get("/etc/gpush.conf"), "x=1\n")
 assert.error(function() ssh.get("/nope") end, "ssh.get: gpu03: get /nope")

@@ -1,11 +1,12 @@
 local r = ssh.run({"echo", "a b", "$HOME"})
-assert.eq(r, {ok = true, code = 0, stdout = "a b $HOME\n", stderr = ""})
+assert.eq(r, {ok = true, status = "done", code = 0, stdout = "a b $HOME\n", stderr = ""})
 local runs = fake.runs()
 assert.eq(runs[1].argv, {"echo", "a b", "$HOME"}, "argv travels as is")
 
 r = ssh.run("exit 3")
 assert.eq(r.ok, false)
 assert.eq(r.code, 3)
+assert.eq({r.ok, r.status, r.reason}, {false, "failed", "exit status 3"})
 assert.eq(r.stderr, "bye\n")
 assert.eq(fake.runs()[2].argv, {"sh", "-c", "exit 3"})
 

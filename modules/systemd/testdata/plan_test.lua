@@ -9,8 +9,8 @@ systemd.stop("vllm.service")
 local c = gpu.free{grace = "10ms", timeout = "1s"}
 -- a script's own gpu.kill plans alike: the unit's worker is its stop's
 local k = gpu.kill(gpu.holders())
-assert.eq(k.would, 1)
-for _, x in ipairs(k.results) do
+assert.eq(#k.would, 1)
+for _, x in ipairs(k.rows) do
   if x.pid == w1 then
     assert.eq(x.outcome, "skipped")
     assert.eq(x.reason, "the stop of vllm.service would end it")
@@ -47,12 +47,12 @@ systemd.stop("embed.service")
 c = gpu.free{}
 fake.check(false)
 assert.eq(c.ok, true)
-assert.eq(c.rows[1].step, "released")
+assert.eq(c.rows[1].step, "by-stop")
 assert.eq(c.rows[1].killed, "")
-assert.match(c.rows[1].reason, "^would be released by the stop of embed.service")
+assert.match(c.rows[1].reason, "^would be freed by the stop of embed.service")
 systemd.stop("embed.service")
 r = gpu.free{timeout = "1s"}
-assert.eq(r.rows[1].step, "released")
+assert.eq(r.rows[1].step, "by-stop")
 assert.eq(r.rows[1].freed, true)
 
 -- units: a rerun's stop of a stopped unit changes nothing, a unit that does not exist is

@@ -5,8 +5,8 @@ local st = systemd.status("sglang.service")
 assert.eq(st.ok, true)
 assert.eq(st.active_state, "active")
 assert.eq(st.main_pid, 2000)
-assert.eq(st.gpu_holders[1].pid, w)
-assert.eq(st.remaining[1].pid, w, "a status lists what is in the unit's cgroup, as the helper does")
+assert.eq(st.holders[1].pid, w)
+assert.eq(st.rows[1].pid, w, "a status lists what is in the unit's cgroup, as the helper does")
 
 local r = systemd.stop("sglang.service", {timeout = "60s"})
 assert.eq(r.ok, true)
@@ -26,8 +26,8 @@ local s = fake.add_holder{mem = {[0] = 100}, unit = "stubborn.service"}
 r = systemd.stop("stubborn.service")
 assert.eq(r.ok, false)
 assert.match(r.reason, "still alive")
-assert.eq(r.remaining[1].pid, s)
-assert.eq(gpu.kill(r.gpu_holders).exited, 1)
+assert.eq(r.rows[1].pid, s)
+assert.eq(gpu.kill(r.holders).exited, 1)
 assert.eq(fake.alive(s), false)
 
 -- bad names and options are argument errors; nothing reaches the helper

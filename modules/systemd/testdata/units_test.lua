@@ -44,8 +44,8 @@ assert.eq(rs[1].active_state, "inactive")
 assert.eq(rs[1].restart, "always")
 assert.eq(fake.alive(w), false)
 assert.eq(rs[2].ok, false)
-assert.eq(rs[2].remaining[1].pid, s)
-assert.eq(rs[2].gpu_holders[1].pid, s)
+assert.eq(rs[2].rows[1].pid, s)
+assert.eq(rs[2].holders[1].pid, s)
 
 -- the table form without parentheses, and start/status of several
 assert.eq(#systemd.start{"sglang.service", "stubborn.service"}, 2)
@@ -66,7 +66,7 @@ assert.eq(#fake.calls("unit"), n)
 -- under check a list only looks, each unit marked would
 fake.check(true)
 local ws = systemd.stop{"sglang.service", "stubborn.service"}
-assert.eq(ws[1].would, true)
-assert.eq(ws[2].would, true)
+assert.eq(ws[1].would[1].unit, "sglang.service")
+assert.eq(ws[2].status, "would")
 assert.eq(ws[2].action, "stop")
 assert.eq(fake.calls("unit")[#fake.calls("unit")].action, "status")
