@@ -16,16 +16,16 @@ assert.eq({#r.rows, r.rows[1].gpu, r.rows[1].mem_mib}, {2, 0, 1000})
 
 -- a worker that comes later ends the helper's wait: no Lua sleep loop
 local n = #fake.calls("wait-free")
-local w = fake.add_holder{mem = {[2] = 5000}, unit = "vllm.service", appear_after_polls = 3}
-r = gpu.wait_held{unit = "vllm.service", gpus = {2}, timeout = "5s"}
+local w = fake.add_holder{mem = {[1] = 5000}, unit = "vllm.service", appear_after_polls = 3}
+r = gpu.wait_held{unit = "vllm.service", gpus = {1}, timeout = "5s"}
 assert.eq({r.ok, r.status}, {true, "done"})
-assert.eq({r.rows[1].pid, r.rows[1].gpu}, {w, 2})
+assert.eq({r.rows[1].pid, r.rows[1].gpu}, {w, 1})
 assert.eq(#fake.calls("wait-free") > n, true, "waited through the helper")
 
 -- nothing comes: expired, named
-r = gpu.wait_held{unit = "nope.service", gpus = {3}, timeout = "300ms"}
+r = gpu.wait_held{unit = "nope.service", gpus = {1}, timeout = "300ms"}
 assert.eq({r.ok, r.status, #r.rows}, {false, "expired", 0})
-assert.match(r.reason, "unit nope.service holds none of GPU 3 after 300ms")
+assert.match(r.reason, "unit nope.service holds none of GPU 1 after 300ms")
 
 assert.error(function() gpu.wait_held{timeout = "1s"} end, "exactly one of unit=, container= or pid=")
 assert.error(function() gpu.wait_held{unit = "a", pid = 3} end, "exactly one of")
@@ -39,6 +39,6 @@ fake.check(false)
 
 -- an old option spelling names the new one
 assert.error(function() gpu.wait_free{ignore_shared = true} end, "option ignore_shared is spelled shared=false")
-gpu.wait_free{gpus = {3}, shared = false, timeout = "100ms"}
+gpu.wait_free{gpus = {1}, shared = false, timeout = "100ms"}
 local wreq = fake.calls("wait-free")
 assert.eq(wreq[#wreq].ignore_shared, true, "shared=false: holders of only the shared devices do not block")
