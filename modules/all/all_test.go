@@ -19,10 +19,7 @@ const modulesDir = ".."
 // with its name, naming each of its functions, and docs/lua-api.md has a
 // section for it.
 func TestModuleRegisteredIsDocumented(t *testing.T) {
-	api, err := os.ReadFile(filepath.Join(modulesDir, "..", "docs", "lua-api.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	api := apiDoc(t)
 	if len(modules.All()) == 0 {
 		t.Fatal("no module registered")
 	}
@@ -72,15 +69,22 @@ func TestModuleDocumentedIsRegistered(t *testing.T) {
 			t.Errorf("modules/%s has a README.md or calls modules.Register, but no module %s is registered: import it in modules/all (registered: %v)", d.Name(), d.Name(), names)
 		}
 	}
-	api, err := os.ReadFile(filepath.Join(modulesDir, "..", "docs", "lua-api.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, h := range regexp.MustCompile(`(?m)^## ([a-z_]+)$`).FindAllStringSubmatch(string(api), -1) {
-		if !slices.Contains(names, h[1]) {
+	api := apiDoc(t)
+	for _, h := range regexp.MustCompile(`(?m)^## ([a-z_]+)$`).FindAllSubmatch(api, -1) {
+		if !slices.Contains(names, string(h[1])) {
 			t.Errorf("docs/lua-api.md documents a module %s, which is not registered (registered: %v)", h[1], names)
 		}
 	}
+}
+
+// apiDoc is docs/lua-api.md, the contract that has a section per module.
+func apiDoc(t *testing.T) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(modulesDir, "..", "docs", "lua-api.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // registers reports whether a Go file of dir, not a test, calls
