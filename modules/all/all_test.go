@@ -77,6 +77,34 @@ func TestModuleDocumentedIsRegistered(t *testing.T) {
 	}
 }
 
+// The lists of the modules in the docs (the globals of docs/lua-api.md,
+// what gpush doc shows in README.md) name exactly the registered ones.
+func TestModuleListsInDocs(t *testing.T) {
+	root := filepath.Join(modulesDir, "..")
+	for _, l := range []struct{ file, list string }{
+		{"docs/lua-api.md", `(?m)^\| (.*) \| the modules `},
+		{"README.md", `a module's reference \(([^)]*)\)`},
+	} {
+		b, err := os.ReadFile(filepath.Join(root, l.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(l.list).FindSubmatch(b)
+		if m == nil {
+			t.Errorf("%s: no list of the modules (%s)", l.file, l.list)
+			continue
+		}
+		var listed []string
+		for _, n := range regexp.MustCompile("`([a-z_]+)`").FindAllSubmatch(m[1], -1) {
+			listed = append(listed, string(n[1]))
+		}
+		slices.Sort(listed)
+		if !slices.Equal(listed, modules.Names()) {
+			t.Errorf("%s lists the modules %v, the registered ones are %v", l.file, listed, modules.Names())
+		}
+	}
+}
+
 // apiDoc is docs/lua-api.md, the contract that has a section per module.
 func apiDoc(t *testing.T) []byte {
 	t.Helper()
