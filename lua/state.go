@@ -15,12 +15,9 @@ import (
 	glua "github.com/yuin/gopher-lua"
 
 	"github.com/gpush/gpush/modules"
+	// Registers the modules gpush ships, which every state loads.
+	_ "github.com/gpush/gpush/modules/all"
 	"github.com/gpush/gpush/modules/luaconv"
-	// The modules gpush ships: importing them registers them.
-	_ "github.com/gpush/gpush/modules/gpu"
-	_ "github.com/gpush/gpush/modules/log"
-	_ "github.com/gpush/gpush/modules/ssh"
-	_ "github.com/gpush/gpush/modules/systemd"
 )
 
 // Lib is the Lua library scripts can require (lib/NAME.lua as require("NAME")).

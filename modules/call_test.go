@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpush/gpush/helper"
 	"github.com/gpush/gpush/modules"
+	"github.com/gpush/gpush/modules/modulestest"
 	"github.com/gpush/gpush/remote"
 )
 
@@ -152,4 +153,38 @@ func TestRegistry(t *testing.T) {
 		}
 	}()
 	modules.Register(m)
+}
+
+// A module of functions gets the default loader: every state it loads
+// into is bound to its host and gets a view of one table of the functions.
+func TestRegisterFuncs(t *testing.T) {
+	m := modules.Register(modules.Module{Name: "test_funcs", Funcs: map[string]glua.LGFunction{
+		"host": func(L *glua.LState) int {
+			L.Push(glua.LString(modules.HostOf(L).Name()))
+			return 1
+		},
+	}})
+	t.Cleanup(func() { delete(modules.Registry, m.Name) })
+	if r, _ := modules.Lookup(m.Name); m.Loader == nil || r.Loader == nil {
+		t.Fatal("Register did not set the loader of a module of functions")
+	}
+	var shared *glua.LTable
+	for _, name := range []string{"a", "b"} {
+		L := glua.NewState()
+		t.Cleanup(L.Close)
+		if n := m.Loader(L, modulestest.NewHost(name, modulestest.NewGPUHost(name, 1))); n != 1 {
+			t.Fatalf("loader returned %d values", n)
+		}
+		view := L.Get(-1).(*glua.LTable)
+		if shared == nil {
+			shared = modules.Behind(view)
+		}
+		if modules.Behind(view) == nil || modules.Behind(view) != shared {
+			t.Errorf("host %s: the module table is not a view of the one shared table", name)
+		}
+		L.SetGlobal("m", view)
+		if err := L.DoString(`assert(m.host() == "` + name + `")`); err != nil {
+			t.Errorf("host %s: %v", name, err)
+		}
+	}
 }

@@ -1,14 +1,16 @@
 // Package modules holds what every Lua module shares: the Host a module
 // serves, the events and stats it reports, and the registry of modules.
 //
-// Modules follow k6's design: each module package registers itself from its
-// init function, and the runtime (package lua) imports the module packages it
-// ships. A module reaches its host only through the Host interface, so it can
-// be tested against modulestest's fakes. Its functions are built once for
-// the process (SharedFuncs) and every Lua state reads them through a view
-// of its own: a function finds the host of the state that calls it with
-// HostOf, and keeps what it needs per host with Value; Loader binds the
-// state to its host (Bind) and pushes the view.
+// Modules follow k6's design: each module package registers itself (a
+// Module: its name, doc and functions) when it is initialised, and package
+// modules/all imports every module gpush ships, so the registry is the one
+// list of modules that the runtime loads and the docs show. A module
+// reaches its host only through the Host interface, so it can be tested
+// against modulestest's fakes. Its functions are built once for the
+// process (SharedFuncs) and every Lua state reads them through a view of
+// its own: a function finds the host of the state that calls it with
+// HostOf, and keeps what it needs per host with Value; the module's Loader
+// binds the state to its host (Bind) and pushes the view.
 package modules
 
 import (
@@ -17,6 +19,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,36 +83,89 @@ type Event struct {
 	Message string    `json:"message"`
 }
 
-// Module is one Lua module.
+// Module is one Lua module. A module package declares only its doc and
+// its functions, and registers them from a package variable:
+//
+//	//go:embed README.md
+//	var doc string
+//
+//	var Module = modules.Register(modules.Module{Name: "ssh", Doc: doc, Funcs: map[string]glua.LGFunction{...}})
 type Module struct {
 	// Name is the global and the require name ("gpu").
 	Name string
-	// Loader pushes the module's table for host h onto L's stack and returns 1.
-	Loader func(L *glua.LState, h Host) int
 	// Doc is the module's reference (its README.md), printed by `gpush doc`.
 	Doc string
+	// Funcs are the module's functions. One table of them serves every
+	// Lua state (SharedFuncs), so a function finds the host of the state
+	// calling it with HostOf and keeps what it needs per host with Value.
+	Funcs map[string]glua.LGFunction
+	// Loader pushes the module's table for host h onto L's stack and
+	// returns 1. Register sets it for a module of Funcs (see FuncsLoader);
+	// only a module that is not a table of shared functions gives its own.
+	Loader func(L *glua.LState, h Host) int
+}
+
+// Summary is the first line of the module's doc that is not a heading,
+// for lists of modules.
+func (m Module) Summary() string {
+	for _, l := range strings.Split(m.Doc, "\n") {
+		l = strings.TrimSpace(l)
+		if l != "" && !strings.HasPrefix(l, "#") {
+			return l
+		}
+	}
+	return ""
 }
 
 var (
 	registryMu sync.Mutex
 	// Registry maps a module name to its module. Module packages fill it
-	// through Register from their init functions; read it through Lookup
-	// and All once the program has started.
+	// through Register when they are initialised (package modules/all
+	// imports those gpush ships); read it through Lookup and All once the
+	// program has started.
 	Registry = map[string]Module{}
 )
 
-// Register adds a module to Registry. It panics on a duplicate or empty
-// name: both are programming errors found at start-up.
-func Register(m Module) {
+// Register adds a module to Registry and returns it as registered, its
+// Loader set. It panics on an empty or duplicate name, or a module with
+// neither functions nor a loader: programming errors found at start-up.
+func Register(m Module) Module {
 	registryMu.Lock()
 	defer registryMu.Unlock()
-	if m.Name == "" || m.Loader == nil {
-		panic("modules.Register: module needs a name and a loader")
+	if m.Name == "" || (m.Loader == nil && m.Funcs == nil) {
+		panic("modules.Register: module needs a name, and functions or a loader")
 	}
 	if _, dup := Registry[m.Name]; dup {
 		panic(fmt.Sprintf("modules.Register: module %q registered twice", m.Name))
 	}
+	if m.Loader == nil {
+		m.Loader = FuncsLoader(m.Funcs)
+	}
 	Registry[m.Name] = m
+	return m
+}
+
+// FuncsLoader is the Loader of a module of fns: it binds the state to its
+// host (Bind) and pushes a view of one shared table of fns, built on first
+// use for the whole process. fns must not change afterwards.
+func FuncsLoader(fns map[string]glua.LGFunction) func(L *glua.LState, h Host) int {
+	shared := SharedFuncs(fns)
+	return func(L *glua.LState, h Host) int {
+		Bind(L, h)
+		L.Push(shared().View(L))
+		return 1
+	}
+}
+
+// FuncsFor is a function map of one function per name, made by mk: for a
+// module whose functions differ only by the name they act as
+// (log.info, systemd.stop).
+func FuncsFor(names []string, mk func(name string) glua.LGFunction) map[string]glua.LGFunction {
+	fns := make(map[string]glua.LGFunction, len(names))
+	for _, n := range names {
+		fns[n] = mk(n)
+	}
+	return fns
 }
 
 // Lookup returns the module registered under name.
@@ -130,6 +186,15 @@ func All() []Module {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// Names are the registered modules' names, sorted.
+func Names() []string {
+	var names []string
+	for _, m := range All() {
+		names = append(names, m.Name)
+	}
+	return names
 }
 
 // Managers records, for one host and one run, what may restart a GPU

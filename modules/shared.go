@@ -81,8 +81,8 @@ type hostSlot struct {
 // hostSlotKey is the registry key of a state's hostSlot.
 const hostSlotKey = "gpush.host"
 
-// Bind makes h the host L serves, for HostOf and Value; the Loader of a
-// module with shared functions calls it. A state serves one host: binding
+// Bind makes h the host L serves, for HostOf and Value; a module's
+// Loader (FuncsLoader) calls it. A state serves one host: binding
 // another is a programming error.
 func Bind(L *glua.LState, h Host) {
 	reg := L.G.Registry

@@ -17,11 +17,6 @@ import (
 
 	"github.com/gpush/gpush/lua"
 	"github.com/gpush/gpush/modules"
-	// The modules register themselves; `gpush doc` reads their docs.
-	_ "github.com/gpush/gpush/modules/gpu"
-	_ "github.com/gpush/gpush/modules/log"
-	_ "github.com/gpush/gpush/modules/ssh"
-	_ "github.com/gpush/gpush/modules/systemd"
 	"github.com/gpush/gpush/scripts"
 	"github.com/gpush/gpush/termsafe"
 )
@@ -43,7 +38,7 @@ func docRun(c *cli.Context) error {
 	if c.Args().Len() == 0 {
 		fmt.Fprintln(w, "modules (gpush doc MODULE for one; gpush doc SCRIPT for a script of gpush scripts):")
 		for _, m := range modules.All() {
-			fmt.Fprintf(w, "  %-10s %s\n", m.Name, firstLine(m.Doc))
+			fmt.Fprintf(w, "  %-10s %s\n", m.Name, m.Summary())
 		}
 		fmt.Fprintf(w, "  %-10s %s\n", "globals", "what every script sees besides the modules: host, vars, check, fail, sleep, print, ...; the Lua version")
 		fmt.Fprintf(w, "  %-10s %s\n", "json", "json.encode, json.decode")
@@ -67,11 +62,7 @@ func docRun(c *cli.Context) error {
 		// Not a module: a script, found where gpush run would find it.
 		s, err := lua.ResolveScript(name, lua.ResolveOptions{Embedded: scripts.FS})
 		if err != nil {
-			var names []string
-			for _, m := range modules.All() {
-				names = append(names, m.Name)
-			}
-			names = append(append(names, "globals", "json"), libNames()...)
+			names := append(append(modules.Names(), "globals", "json"), libNames()...)
 			return usagef("doc: no module or script %q (topics: %s; gpush scripts lists the scripts)", name, strings.Join(names, ", "))
 		}
 		return scriptDoc(w, s)
@@ -141,17 +132,6 @@ func scriptDoc(w io.Writer, s *lua.Script) error {
 		return fmt.Errorf("doc %s: %w", s.Name, err)
 	}
 	return nil
-}
-
-// firstLine is the first non-heading, non-empty line of a README.
-func firstLine(doc string) string {
-	for _, l := range strings.Split(doc, "\n") {
-		l = strings.TrimSpace(l)
-		if l != "" && !strings.HasPrefix(l, "#") {
-			return l
-		}
-	}
-	return ""
 }
 
 // libNames are the modules of the built-in library (lua/lib/NAME.lua,
@@ -265,9 +245,16 @@ func luaVersion() string {
 
 func globalsDoc(w io.Writer) error {
 	fmt.Fprintf(w, "Scripts are %s.\n", luaVersion())
-	fmt.Fprint(w, globalsText)
+	// The modules' line names what is registered, in the first column
+	// (as wide as the others), so it cannot fall behind the registry.
+	names := modules.Names()
+	line := fmt.Sprintf("  %-20s  the modules (also require(%q), ...): gpush doc MODULE", strings.Join(names, " "), names[0])
+	fmt.Fprint(w, strings.Replace(globalsText, modulesLine, line, 1))
 	return nil
 }
+
+// modulesLine is where globalsText names the modules.
+const modulesLine = "  MODULES"
 
 // globalsText is the reference of the globals lua/state.go sets; the test
 // compares its names with a real host state's _G.
@@ -297,7 +284,7 @@ globals:
   print(...)            a log line of this host (values tab-separated, tables as
                         compact JSON), as log.info
   json                  json.encode(v), json.decode(s): gpush doc json
-  gpu systemd ssh log   the modules (also require("gpu"), ...): gpush doc MODULE
+  MODULES
   require(name)         the modules, then NAME.lua beside the script (for -c: in the
                         working directory), then the built-in library (gpush doc util)
   pcall xpcall          Lua's, except that fail(), skip(), Ctrl-C and --timeout pass

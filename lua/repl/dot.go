@@ -3,7 +3,6 @@ package repl
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/gpush/gpush/inventory"
@@ -120,18 +119,13 @@ func (r *repl) doc(name string) {
 	if name == "" {
 		r.scr.line(termsafe.Data("modules (.doc MODULE for one):"))
 		for _, m := range modules.All() {
-			r.scr.line(termsafe.Dataf("  %-10s %s", m.Name, firstLine(m.Doc)))
+			r.scr.line(termsafe.Dataf("  %-10s %s", m.Name, m.Summary()))
 		}
 		return
 	}
 	m, ok := modules.Lookup(name)
 	if !ok {
-		var names []string
-		for _, m := range modules.All() {
-			names = append(names, m.Name)
-		}
-		sort.Strings(names)
-		r.errorf(".doc %q: no such module (modules: %s)", name, strings.Join(names, ", "))
+		r.errorf(".doc %q: no such module (modules: %s)", name, strings.Join(modules.Names(), ", "))
 		return
 	}
 	if m.Doc == "" {
@@ -141,17 +135,6 @@ func (r *repl) doc(name string) {
 	for _, l := range strings.Split(strings.TrimRight(m.Doc, "\n"), "\n") {
 		r.scr.line(termsafe.Block(l))
 	}
-}
-
-// firstLine is the first non-heading, non-empty line of a README.
-func firstLine(doc string) string {
-	for _, l := range strings.Split(doc, "\n") {
-		l = strings.TrimSpace(l)
-		if l != "" && !strings.HasPrefix(l, "#") {
-			return l
-		}
-	}
-	return ""
 }
 
 // reconnect tries the hosts left out again (unreachable, lost, or

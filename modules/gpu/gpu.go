@@ -21,21 +21,9 @@ import (
 //go:embed README.md
 var doc string
 
-// Module is the gpu module as registered.
-var Module = modules.Module{Name: "gpu", Loader: Loader, Doc: doc}
-
-func init() { modules.Register(Module) }
-
-// Loader pushes the gpu table for host h: a view of the functions every
-// state shares (modules.SharedTable), which keep their host's state in a
-// mod of its own.
-func Loader(L *glua.LState, h modules.Host) int {
-	modules.Bind(L, h)
-	L.Push(shared().View(L))
-	return 1
-}
-
-var shared = modules.SharedFuncs(map[string]glua.LGFunction{
+// Module is the gpu module as registered: its functions keep their host's
+// state in a mod of its own (modOf).
+var Module = modules.Register(modules.Module{Name: "gpu", Doc: doc, Funcs: map[string]glua.LGFunction{
 	"mem":       func(L *glua.LState) int { return modOf(L).mem(L) },
 	"snapshot":  func(L *glua.LState) int { return modOf(L).snapshot(L) },
 	"holders":   func(L *glua.LState) int { return modOf(L).holders(L) },
@@ -44,7 +32,7 @@ var shared = modules.SharedFuncs(map[string]glua.LGFunction{
 	"free":      func(L *glua.LState) int { return modOf(L).free(L) },
 	"wait_held": func(L *glua.LState) int { return modOf(L).waitHeld(L) },
 	"by_gpu":    byGPU,
-})
+}})
 
 func modOf(L *glua.LState) *mod {
 	return modules.Value(L, "gpu", func(h modules.Host) *mod { return &mod{h: h, settled: map[int]int{}} })

@@ -15,29 +15,17 @@ import (
 //go:embed README.md
 var doc string
 
-// Module is the log module as registered.
-var Module = modules.Module{Name: "log", Loader: Loader, Doc: doc}
+// Module is the log module as registered: one function per level.
+var Module = modules.Register(modules.Module{Name: "log", Doc: doc,
+	Funcs: modules.FuncsFor([]string{modules.LevelDebug, modules.LevelInfo, modules.LevelWarn, modules.LevelError}, logAt)})
 
-func init() { modules.Register(Module) }
-
-// Loader pushes the log table for host h: a view of the functions every
-// state shares (modules.SharedTable).
-func Loader(L *glua.LState, h modules.Host) int {
-	modules.Bind(L, h)
-	L.Push(shared().View(L))
-	return 1
-}
-
-var shared = modules.SharedFuncs(func() map[string]glua.LGFunction {
-	fns := map[string]glua.LGFunction{}
-	for _, lvl := range []string{modules.LevelDebug, modules.LevelInfo, modules.LevelWarn, modules.LevelError} {
-		fns[lvl] = func(L *glua.LState) int {
-			Emit(modules.HostOf(L), lvl, luaconv.Format(L, 1))
-			return 0
-		}
+// logAt is the function that logs at level lvl.
+func logAt(lvl string) glua.LGFunction {
+	return func(L *glua.LState) int {
+		Emit(modules.HostOf(L), lvl, luaconv.Format(L, 1))
+		return 0
 	}
-	return fns
-}())
+}
 
 // Emit sends one log line of host h.
 func Emit(h modules.Host, level, msg string) {

@@ -21,23 +21,11 @@ import (
 var doc string
 
 // Module is the ssh module as registered.
-var Module = modules.Module{Name: "ssh", Loader: Loader, Doc: doc}
-
-func init() { modules.Register(Module) }
-
-// Loader pushes the ssh table for host h: a view of the functions every
-// state shares (modules.SharedTable).
-func Loader(L *glua.LState, h modules.Host) int {
-	modules.Bind(L, h)
-	L.Push(shared().View(L))
-	return 1
-}
-
-var shared = modules.SharedFuncs(map[string]glua.LGFunction{
+var Module = modules.Register(modules.Module{Name: "ssh", Doc: doc, Funcs: map[string]glua.LGFunction{
 	"run": func(L *glua.LState) int { return modOf(L).run(L) },
 	"put": func(L *glua.LState) int { return modOf(L).put(L) },
 	"get": func(L *glua.LState) int { return modOf(L).get(L) },
-})
+}})
 
 type mod struct{ h modules.Host }
 

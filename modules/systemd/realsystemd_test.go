@@ -16,6 +16,7 @@ import (
 	"github.com/gpush/gpush/helper"
 	"github.com/gpush/gpush/lab/labgpu"
 	"github.com/gpush/gpush/lab/nssystemd"
+	"github.com/gpush/gpush/modules"
 	"github.com/gpush/gpush/modules/gpu"
 	"github.com/gpush/gpush/modules/modulestest"
 	"github.com/gpush/gpush/modules/systemd"
@@ -153,12 +154,9 @@ func (e *realEnv) lua(src string) {
 	L := glua.NewState()
 	defer L.Close()
 	L.SetContext(e.t.Context())
-	for _, m := range []struct {
-		name   string
-		loader func(*glua.LState) int
-	}{{"systemd", func(L *glua.LState) int { return systemd.Loader(L, e.host) }}, {"gpu", func(L *glua.LState) int { return gpu.Loader(L, e.host) }}} {
-		m.loader(L)
-		L.SetGlobal(m.name, L.Get(-1))
+	for _, m := range []modules.Module{systemd.Module, gpu.Module} {
+		m.Loader(L, e.host)
+		L.SetGlobal(m.Name, L.Get(-1))
 		L.Pop(1)
 	}
 	L.SetGlobal("dev", glua.LString(e.dev))

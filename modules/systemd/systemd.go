@@ -20,26 +20,9 @@ import (
 //go:embed README.md
 var doc string
 
-// Module is the systemd module as registered.
-var Module = modules.Module{Name: "systemd", Loader: Loader, Doc: doc}
-
-func init() { modules.Register(Module) }
-
-// Loader pushes the systemd table for host h: a view of the functions
-// every state shares (modules.SharedTable).
-func Loader(L *glua.LState, h modules.Host) int {
-	modules.Bind(L, h)
-	L.Push(shared().View(L))
-	return 1
-}
-
-var shared = modules.SharedFuncs(func() map[string]glua.LGFunction {
-	fns := map[string]glua.LGFunction{}
-	for _, a := range []string{helper.UnitStop, helper.UnitStart, helper.UnitRestart, helper.UnitStatus} {
-		fns[a] = action(a)
-	}
-	return fns
-}())
+// Module is the systemd module as registered: one function per action.
+var Module = modules.Register(modules.Module{Name: "systemd", Doc: doc,
+	Funcs: modules.FuncsFor([]string{helper.UnitStop, helper.UnitStart, helper.UnitRestart, helper.UnitStatus}, action)})
 
 // unitName is what systemd accepts in a unit name (escapes included); a
 // leading '-' is refused so that a name can never read as an option.
