@@ -1,13 +1,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
 	"strings"
 
-	"gopkg.in/yaml.v3"
-
+	"github.com/gpush/gpush/inventory"
 	"github.com/gpush/gpush/lua"
 )
 
@@ -42,12 +42,12 @@ func parseExtraArgs(args []string) ([]extraArg, error) {
 			if err != nil {
 				return nil, usagef("%s: %w", e.name(), err)
 			}
-			if e.vars, err = yamlMapping(b); err != nil {
+			if e.vars, err = yamlMapping(a[1:], b); err != nil {
 				return nil, usagef("%s: %w", e.name(), err)
 			}
 		case strings.HasPrefix(strings.TrimSpace(a), "{"):
 			var err error
-			if e.vars, err = yamlMapping([]byte(a)); err != nil {
+			if e.vars, err = yamlMapping("-e value", []byte(a)); err != nil {
 				return nil, usagef("%s: %w", e.name(), err)
 			}
 		default:
@@ -98,9 +98,15 @@ func checkExtraVars(script string, decls lua.VarDecls, parts []extraArg) (map[st
 	return out, nil
 }
 
-func yamlMapping(b []byte) (map[string]any, error) {
+// yamlMapping reads an -e mapping; file names it in errors. The inventory
+// package's reader refuses alias bombs and vault files as it does for
+// inventories.
+func yamlMapping(file string, b []byte) (map[string]any, error) {
 	var m map[string]any
-	if err := yaml.Unmarshal(b, &m); err != nil {
+	if err := inventory.DecodeYAML(file, b, &m); err != nil {
+		if errors.Is(err, inventory.ErrYAMLExpansion) || errors.Is(err, inventory.ErrVaultEncrypted) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("not a YAML/JSON mapping: %w", err)
 	}
 	if m == nil {
