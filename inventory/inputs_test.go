@@ -121,3 +121,51 @@ func BenchmarkYAMLBomb(b *testing.B) {
 		}
 	}
 }
+
+// vaultFile is a file as ansible-vault encrypt writes it (format 1.1, as
+// documented in Ansible's "Vault payload format"): the header, then the
+// hex of salt, HMAC and ciphertext in lines of 80. The hex here is made
+// up: only the shape matters, gpush never decrypts.
+func vaultFile() string {
+	hex := strings.Repeat("3635393366313932373436363835613164353261343761636562663738316334", 10)
+	var b strings.Builder
+	b.WriteString("$ANSIBLE_VAULT;1.1;AES256\n")
+	for len(hex) > 80 {
+		b.WriteString(hex[:80] + "\n")
+		hex = hex[80:]
+	}
+	b.WriteString(hex + "\n")
+	return b.String()
+}
+
+// TestVaultEncryptedFilesRefused: a wholly encrypted inventory, vars file
+// or -e @file is refused as vault-encrypted, never read as INI hosts
+// named by its ciphertext.
+func TestVaultEncryptedFilesRefused(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SSHConfigFiles: []string{}, HomeDir: dir}
+	cases := map[string]string{}
+	for _, name := range []string{"hosts", "hosts.ini", "hosts.yaml"} {
+		p := filepath.Join(dir, "inv-"+name, name)
+		writeFile(t, p, vaultFile())
+		cases[name] = p
+	}
+	gv := filepath.Join(dir, "gv", "hosts.ini")
+	writeFile(t, gv, "[g]\nh1\n")
+	writeFile(t, filepath.Join(dir, "gv", "group_vars", "g.yml"), vaultFile())
+	cases["group_vars/g.yml"] = gv
+	hv := filepath.Join(dir, "hv", "hosts.ini")
+	writeFile(t, hv, "h1\n")
+	writeFile(t, filepath.Join(dir, "hv", "host_vars", "h1"), vaultFile())
+	cases["host_vars/h1"] = hv
+	for name, spec := range cases {
+		_, err := Resolve(spec, opts)
+		if !errors.Is(err, ErrVaultEncrypted) {
+			t.Errorf("%s: got %v, want ErrVaultEncrypted", name, err)
+		}
+	}
+	var m map[string]any
+	if err := DecodeYAML("extra.yml", []byte(vaultFile()), &m); !errors.Is(err, ErrVaultEncrypted) || !strings.Contains(err.Error(), "extra.yml") {
+		t.Errorf("-e @file: got %v", err)
+	}
+}

@@ -222,6 +222,10 @@ func parseFile(path string) (*Inventory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inventory: %w", err)
 	}
+	if isVaultFile(data) {
+		// Read as INI, each hex line of ciphertext would be a host.
+		return nil, fmt.Errorf("inventory %w", vaultFileError(path))
+	}
 	inv := newInventory(path, KindFile)
 	ext := strings.ToLower(filepath.Ext(path))
 	asYAML := ext == ".yaml" || ext == ".yml" || ext == ".json"

@@ -1,7 +1,6 @@
 package inventory
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -149,8 +148,8 @@ func readVarFile(path string, warn func(Pos, string, ...any)) (map[string]any, m
 	if err != nil {
 		return nil, nil, fmt.Errorf("inventory vars: %w", err)
 	}
-	if bytes.HasPrefix(bytes.TrimSpace(data), []byte("$ANSIBLE_VAULT;")) {
-		return nil, nil, fmt.Errorf("%s: the file is vault-encrypted; gpush never decrypts vault data (keep connection vars outside it)", path)
+	if isVaultFile(data) {
+		return nil, nil, vaultFileError(path)
 	}
 	n, err := yamlRoot(path, data)
 	if err != nil || n == nil || isNull(n) {
