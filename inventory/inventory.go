@@ -741,6 +741,9 @@ func proxyFromArgs(argLists ...string) (jump, command string, err error) {
 					if jump = strings.TrimSpace(val); jump == "" {
 						return "", "", errors.New("-J needs a value")
 					}
+					if err := checkProxyJump(jump); err != nil {
+						return "", "", fmt.Errorf("-J: %w", err)
+					}
 				case 'o':
 					k, v := splitSSHOption(val)
 					isRoute := strings.EqualFold(k, "ProxyJump") || strings.EqualFold(k, "ProxyCommand")
@@ -749,6 +752,9 @@ func proxyFromArgs(argLists ...string) (jump, command string, err error) {
 						return "", "", fmt.Errorf("-o %s needs a value", k)
 					case jump != "" || command != "":
 					case strings.EqualFold(k, "ProxyJump"):
+						if err := checkProxyJump(v); err != nil {
+							return "", "", fmt.Errorf("-o ProxyJump: %w", err)
+						}
 						jump = v
 					case strings.EqualFold(k, "ProxyCommand"):
 						command = v

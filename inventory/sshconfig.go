@@ -96,6 +96,13 @@ func (sc *sshConfig) readFile(path, inclDir string, system bool, depth int) (*ss
 			continue
 		}
 		l.file, l.num = path, i+1
+		if l.key == "proxyjump" && l.err == nil && len(l.args) > 0 {
+			// ssh checks every hop as it reads the line, in a block that
+			// applies or not, and refuses the whole configuration.
+			if err := checkProxyJump(l.args[0]); err != nil {
+				return nil, fmt.Errorf("ssh config %s: invalid ProxyJump: %w", l.pos(), err)
+			}
+		}
 		if l.key == "include" && l.err == nil {
 			if depth+1 >= maxIncludeDepth {
 				return nil, fmt.Errorf("ssh config %s: too many nested Include (%d)", l.pos(), maxIncludeDepth)

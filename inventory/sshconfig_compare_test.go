@@ -112,7 +112,7 @@ func gpushG(sc *sshConfig, host string) sshG {
 	if o.proxyCommand != "" && !strings.EqualFold(o.proxyCommand, "none") {
 		g.fields["proxycommand"] = []string{o.proxyCommand}
 	} else if o.proxyCommand == "" && o.proxyJump != "" && !strings.EqualFold(o.proxyJump, "none") {
-		g.fields["proxyjump"] = []string{o.proxyJump}
+		g.fields["proxyjump"] = []string{showProxyJump(o.proxyJump)}
 	}
 	io := o.identitiesOnly
 	if io == "" {

@@ -182,7 +182,17 @@ func parseHop(spec string, o Options) (target, error) {
 	}
 	t := target{name: spec, isHop: true}
 	rest := spec
-	if i := strings.LastIndex(rest, "@"); i >= 0 {
+	if strings.HasPrefix(spec, "ssh://") {
+		// OpenSSH's URI form, ssh://[user@]host[:port]: read as ssh reads it.
+		hop, err := inventory.ParseJumpHop(spec)
+		if err != nil {
+			return target{}, err
+		}
+		t.user, rest = hop.User, hop.Host
+		if hop.Port > 0 {
+			rest = net.JoinHostPort(hop.Host, strconv.Itoa(hop.Port))
+		}
+	} else if i := strings.LastIndex(rest, "@"); i >= 0 {
 		t.user, rest = rest[:i], rest[i+1:]
 	}
 	host, portStr, err := net.SplitHostPort(rest)

@@ -46,3 +46,19 @@ func TestParseHopThroughSSHConfig(t *testing.T) {
 		t.Fatalf("got %+v", tg)
 	}
 }
+
+// The URI form OpenSSH takes in ProxyJump: the user is "user", not
+// "ssh://user".
+func TestParseHopURI(t *testing.T) {
+	o := Options{SSHConfigFile: "none"}.withDefaults()
+	tg, err := parseHop("ssh://user@host:2223", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tg.user != "user" || tg.host != "host" || tg.port != 2223 {
+		t.Fatalf("got user %q host %q port %d", tg.user, tg.host, tg.port)
+	}
+	if _, err := parseHop("ssh://user@host:2223/path", o); err == nil {
+		t.Fatal("a path after the port was accepted")
+	}
+}
