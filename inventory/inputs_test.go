@@ -1,12 +1,14 @@
 package inventory
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // laughs is the "billion laughs" document (the XML attack of that name,
@@ -167,5 +169,88 @@ func TestVaultEncryptedFilesRefused(t *testing.T) {
 	var m map[string]any
 	if err := DecodeYAML("extra.yml", []byte(vaultFile()), &m); !errors.Is(err, ErrVaultEncrypted) || !strings.Contains(err.Error(), "extra.yml") {
 		t.Errorf("-e @file: got %v", err)
+	}
+}
+
+// TestInputSizeCap: every file read is refused over the cap, before it is
+// parsed, with an error naming the file, its size and the cap; a larger
+// cap reads it.
+func TestInputSizeCap(t *testing.T) {
+	dir := t.TempDir()
+	const max = 4 << 10
+	big := "# " + strings.Repeat("x", max) + "\n"
+	files := map[string]string{}
+	inv := filepath.Join(dir, "inv", "hosts.ini")
+	writeFile(t, inv, big+"h1\n")
+	files["inventory"] = inv
+	yml := filepath.Join(dir, "yml", "hosts.yaml")
+	writeFile(t, yml, big+"all:\n  hosts:\n    h1:\n")
+	files["yaml inventory"] = yml
+	gv := filepath.Join(dir, "gv", "hosts.ini")
+	writeFile(t, gv, "h1\n")
+	writeFile(t, filepath.Join(dir, "gv", "group_vars", "all.yml"), big+"a: 1\n")
+	files["group_vars/all.yml"] = filepath.Join(dir, "gv", "group_vars", "all.yml")
+	small := filepath.Join(dir, "small", "hosts.ini")
+	writeFile(t, small, "h1\n")
+	cfg := filepath.Join(dir, "ssh_config")
+	writeFile(t, cfg, "Include "+filepath.Join(dir, "inc.conf")+"\n")
+	writeFile(t, filepath.Join(dir, "inc.conf"), big+"Host h1\n  User u\n")
+	for name, file := range files {
+		spec := file
+		if name == "group_vars/all.yml" {
+			spec = gv
+		}
+		_, err := Resolve(spec, Options{SSHConfigFiles: []string{}, HomeDir: dir, MaxInputSize: max})
+		if !errors.Is(err, ErrInputTooLarge) || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), "4096 bytes") {
+			t.Errorf("%s: got %v", name, err)
+		}
+		if _, err := Resolve(spec, Options{SSHConfigFiles: []string{}, HomeDir: dir, MaxInputSize: 2 * max}); err != nil {
+			t.Errorf("%s, cap raised: %v", name, err)
+		}
+	}
+	_, err := Resolve(small, Options{SSHConfigFiles: []string{cfg}, HomeDir: dir, MaxInputSize: max})
+	if !errors.Is(err, ErrInputTooLarge) || !strings.Contains(err.Error(), "inc.conf") {
+		t.Errorf("Include'd ssh_config: got %v", err)
+	}
+	t.Setenv(MaxInputSizeEnv, "4K")
+	if _, err := Resolve(inv, Options{SSHConfigFiles: []string{}, HomeDir: dir}); !errors.Is(err, ErrInputTooLarge) {
+		t.Errorf("$%s=4K: got %v", MaxInputSizeEnv, err)
+	}
+	t.Setenv(MaxInputSizeEnv, "lots")
+	if _, err := Resolve(inv, Options{SSHConfigFiles: []string{}, HomeDir: dir}); err == nil || !strings.Contains(err.Error(), MaxInputSizeEnv) {
+		t.Errorf("$%s=lots: got %v", MaxInputSizeEnv, err)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"1": 1, "64M": 64 << 20, "64MiB": 64 << 20, "2g": 2 << 30, "10KB": 10 << 10} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0", "-1", "1T", "M"} {
+		if _, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q): want an error", in)
+		}
+	}
+}
+
+// TestScriptLoadOneDeadline: the timeout bounds the whole load, not each
+// --host run: five hosts whose --host takes 0.4s each stop at a 1s
+// timeout, where five runs each under 1s would have taken 2s.
+func TestScriptLoadOneDeadline(t *testing.T) {
+	dir := t.TempDir()
+	inv := writeScript(t, dir, "inv.sh", `#!/bin/sh
+if [ "$1" = --list ]; then echo '{"g": {"hosts": ["h1","h2","h3","h4","h5"]}}'; exit 0; fi
+sleep 0.4
+echo '{}'
+`)
+	start := time.Now()
+	_, err := LoadScript(context.Background(), inv, ScriptOptions{Timeout: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "every --host run together") {
+		t.Fatalf("got %v", err)
+	}
+	if el := time.Since(start); el > 1900*time.Millisecond {
+		t.Errorf("took %v: the timeout was applied per run", el)
 	}
 }

@@ -64,6 +64,8 @@ type Inventory struct {
 	sources int
 	// loadErr is the first error setGroupVar could not return.
 	loadErr error
+	// maxInput caps each group_vars/host_vars file read (0: InputCap's default).
+	maxInput int64
 	// iniRefs are an INI source's references to groups it does not
 	// declare, checked once earlier sources are merged (checkUndeclared).
 	iniRefs *iniRefs

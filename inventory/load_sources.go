@@ -52,6 +52,7 @@ func loadAll(specs []string, opts Options) (*Inventory, error) {
 		return parts[0], nil // complete already: a script, a host list, one host
 	}
 	out := newInventory(strings.Join(specs, ","), mergedKind(parts))
+	out.maxInput = opts.MaxInputSize
 	if len(parts) == 1 && len(specs) == 1 {
 		out.Source = parts[0].Source // the file a name was found as
 	}
@@ -200,8 +201,9 @@ func loadFile(path string, opts Options) (*Inventory, error) {
 		return nil, err
 	}
 	if !script {
-		return parseFile(path)
+		return parseFile(path, opts.MaxInputSize)
 	}
+	opts.Script.maxInput = opts.MaxInputSize
 	inv, err := LoadScript(context.Background(), path, opts.Script)
 	if err != nil {
 		return nil, err
@@ -217,8 +219,8 @@ func loadFile(path string, opts Options) (*Inventory, error) {
 // the INI one does not (the ini plugin is tried next); a file with no
 // extension is YAML when it is a YAML mapping (the yaml plugin accepts no
 // extension and comes before ini), else INI; anything else is INI.
-func parseFile(path string) (*Inventory, error) {
-	data, err := os.ReadFile(path)
+func parseFile(path string, max int64) (*Inventory, error) {
+	data, err := ReadInput(path, max)
 	if err != nil {
 		return nil, fmt.Errorf("inventory: %w", err)
 	}
@@ -444,7 +446,7 @@ func knownHost(name string, vars map[string]any, opts Options) (bool, error) {
 			files = append([]string{filepath.Join(home, ".ssh", "config")}, files...)
 		}
 	}
-	sc, _, err := loadSSHConfig(files, lenient, home)
+	sc, _, err := loadSSHConfigCapped(files, lenient, home, opts.MaxInputSize)
 	if err != nil {
 		return false, err
 	}

@@ -49,7 +49,7 @@ func loadVarDirs(inv *Inventory, dir string) error {
 			}
 			vs := varSet{src: src, vars: map[string]any{}, pos: map[string]Pos{}}
 			for _, f := range files {
-				vars, pos, err := readVarFile(f, inv.warnf)
+				vars, pos, err := readVarFile(f, inv.maxInput, inv.warnf)
 				if err != nil {
 					return err
 				}
@@ -143,8 +143,8 @@ func dirVarFiles(dir string, depth int) ([]string, error) {
 // readVarFile reads one vars file as Ansible's loader does: JSON if it is
 // JSON, else one YAML 1.1 document; an empty file gives nothing. warn gets
 // duplicate keys.
-func readVarFile(path string, warn func(Pos, string, ...any)) (map[string]any, map[string]Pos, error) {
-	data, err := os.ReadFile(path)
+func readVarFile(path string, max int64, warn func(Pos, string, ...any)) (map[string]any, map[string]Pos, error) {
+	data, err := ReadInput(path, max)
 	if err != nil {
 		return nil, nil, fmt.Errorf("inventory vars: %w", err)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"strings"
 
@@ -32,13 +31,14 @@ var pairStart = regexp.MustCompile(`(?:^|\s+)([A-Za-z_][A-Za-z0-9_]*)=`)
 // parseExtraArgs reads -e arguments as ansible-playbook does: "k=v" (v is
 // a string; several space-separated pairs allowed), "@file.yaml" (a YAML or
 // JSON mapping) or an inline YAML/JSON mapping "{...}".
-func parseExtraArgs(args []string) ([]extraArg, error) {
+// An @file over max bytes (0: the default cap) is refused unread.
+func parseExtraArgs(args []string, max int64) ([]extraArg, error) {
 	out := make([]extraArg, 0, len(args))
 	for _, a := range args {
 		e := extraArg{arg: a, vars: map[string]any{}}
 		switch {
 		case strings.HasPrefix(a, "@"):
-			b, err := os.ReadFile(a[1:])
+			b, err := inventory.ReadInput(a[1:], max)
 			if err != nil {
 				return nil, usagef("%s: %w", e.name(), err)
 			}
@@ -72,7 +72,7 @@ func parseExtraArgs(args []string) ([]extraArg, error) {
 // parseExtraVars merges -e arguments left to right (later wins), as given:
 // what the REPL gets, with no script to check them against.
 func parseExtraVars(args []string) (map[string]any, error) {
-	parts, err := parseExtraArgs(args)
+	parts, err := parseExtraArgs(args, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -38,7 +38,11 @@ func loadInventory(c *cli.Context) (*inventory.Inventory, string, string, error)
 	if timeout < 0 {
 		return nil, "", "", usagef("--inventory-timeout %v: must not be negative", timeout)
 	}
-	inv, err := inventory.ResolveAll(specs, inventory.Options{Script: inventory.ScriptOptions{Timeout: timeout}})
+	max, err := maxInputSize(c)
+	if err != nil {
+		return nil, "", "", err
+	}
+	inv, err := inventory.ResolveAll(specs, inventory.Options{Script: inventory.ScriptOptions{Timeout: timeout}, MaxInputSize: max})
 	if err != nil {
 		return nil, "", "", usagef("--inventory %s: %w", spec, err)
 	}
