@@ -39,7 +39,7 @@ type ScriptOptions struct {
 }
 
 const (
-	defaultScriptTimeout   = 30 * time.Second
+	defaultScriptTimeout = 30 * time.Second
 	// scriptStderrKeep is how much of a script's stderr is kept for errors:
 	// the end, where the reason usually is.
 	scriptStderrKeep = 16 << 10
