@@ -26,6 +26,7 @@ type sshOptions struct {
 	connectTimeout    time.Duration // 0 with connectTimeoutSet: "none"
 	connectTimeoutSet bool
 	canonicalize      string
+	ignoreUnknown     string // IgnoreUnknown's pattern list, as obtained
 
 	alias string // the name ssh was given (%n, Match originalhost)
 	host  string // what ssh dials once done: HostName with %h expanded, lower case
@@ -141,6 +142,17 @@ func (e *sshEval) walk(f *sshFile, st blockState) error {
 				}
 			}
 		default:
+			if !sshKeywords[l.key] {
+				if err := e.unknownKeyword(l); err != nil {
+					return err
+				}
+				continue
+			}
+			if l.key == "ignoreunknown" && st.active && st.why == nil && e.o.ignoreUnknown == "" && l.err == nil && len(l.args) > 0 {
+				// The first obtained wins, as for other keywords; it
+				// applies to the lines read after it.
+				e.o.ignoreUnknown = l.args[0]
+			}
 			if st.why != nil {
 				if e.wouldSet(l) {
 					return fmt.Errorf("ssh config %s: %s for host %s: set in a block gpush cannot decide (%w)",
