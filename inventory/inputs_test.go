@@ -254,3 +254,30 @@ echo '{}'
 		t.Errorf("took %v: the timeout was applied per run", el)
 	}
 }
+
+// TestTOMLInventory: a TOML inventory as Ansible's toml plugin reads it
+// (its own example 1, ansible-core 2.14 lib/ansible/plugins/inventory/toml.py);
+// a malformed one names the file and line; the input cap applies.
+func TestTOMLInventory(t *testing.T) {
+	inv := mustResolve(t, "testdata/ansible-compare/ours/toml/example1.toml", Options{SSHConfigFiles: []string{}})
+	if h, _ := inv.Host("host2"); h.Port != 222 {
+		t.Errorf("host2 = %+v", h)
+	}
+	if names, _ := inv.SelectNames("web"); strings.Join(names, " ") != "host1 host2 tomcat1 tomcat2 tomcat3 jenkins1" {
+		t.Errorf("web = %v", names)
+	}
+	if h, _ := inv.Host("jenkins1"); h.Vars["has_java"] != true || h.Vars["http_port"] != 8080 {
+		t.Errorf("jenkins1 vars = %v", h.Vars)
+	}
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.toml")
+	writeFile(t, bad, "[web.hosts]\nhost1 = {\n")
+	if _, err := Resolve(bad, Options{SSHConfigFiles: []string{}, HomeDir: dir}); err == nil || !strings.Contains(err.Error(), bad+":") {
+		t.Errorf("malformed: %v", err)
+	}
+	big := filepath.Join(dir, "big.toml")
+	writeFile(t, big, "# "+strings.Repeat("x", 5000)+"\n[web.hosts]\nhost1 = {}\n")
+	if _, err := Resolve(big, Options{SSHConfigFiles: []string{}, HomeDir: dir, MaxInputSize: 4096}); !errors.Is(err, ErrInputTooLarge) {
+		t.Errorf("over the cap: %v", err)
+	}
+}

@@ -232,7 +232,22 @@ func parseFile(path string, max int64) (*Inventory, error) {
 	ext := strings.ToLower(filepath.Ext(path))
 	asYAML := ext == ".yaml" || ext == ".yml" || ext == ".json"
 	if ext == ".toml" {
-		return nil, fmt.Errorf("inventory %s: TOML inventories are not supported (use YAML or INI)", path)
+		// Ansible tries its ini plugin before the toml one, but that fails
+		// on TOML text (a "key = value" line is no host), so the file is
+		// read as TOML first; one that is no TOML (an empty file) is
+		// what the ini plugin makes of it.
+		err := parseTOMLInto(inv, path, data)
+		if err == nil {
+			err = inv.loadErr
+		}
+		if err != nil {
+			ini := newInventory(path, KindFile)
+			if iniErr := parseINIInto(ini, path, data); iniErr == nil && ini.loadErr == nil {
+				return ini, nil
+			}
+			return nil, err
+		}
+		return inv, nil
 	}
 	if filepath.Ext(path) == "" {
 		root, err := yamlRoot(path, data)
