@@ -30,7 +30,7 @@ func TestProxyJumpAsSSHG(t *testing.T) {
 		file := filepath.Join(dir, "config"+strings.Repeat("x", i))
 		writeFile(t, file, "Host other\n  ProxyJump "+spec+"\n")
 		want := runSSHG(t, file, "a")
-		sc, _, err := loadSSHConfig([]string{file}, nil, dir)
+		_, _, err := loadSSHConfig([]string{file}, nil, dir)
 		switch {
 		case want.err != "" && err == nil:
 			t.Errorf("%s: accepted, ssh -G refuses it: %s", spec, want.err)
@@ -43,7 +43,7 @@ func TestProxyJumpAsSSHG(t *testing.T) {
 		// Applied to the host now: ssh -G's proxyjump line.
 		writeFile(t, file, "Host a\n  ProxyJump "+spec+"\n")
 		want = runSSHG(t, file, "a")
-		sc, _, err = loadSSHConfig([]string{file}, nil, dir)
+		sc, _, err := loadSSHConfig([]string{file}, nil, dir)
 		if err != nil {
 			t.Fatal(err)
 		}
