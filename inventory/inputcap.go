@@ -102,7 +102,8 @@ func ReadInput(path string, max int64) ([]byte, error) {
 		}
 	}
 	if int64(len(buf)) > max {
-		return nil, tooLarge(path, int64(len(buf)), max)
+		// Read past the cap: its whole size is not known.
+		return nil, fmt.Errorf("%s: more than %d bytes, %w (--max-input-size or $%s raise it)", path, max, ErrInputTooLarge, MaxInputSizeEnv)
 	}
 	return buf, nil
 }
