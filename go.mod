@@ -3,6 +3,7 @@ module github.com/gpush/gpush
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/chzyer/readline v1.5.1
 	github.com/creack/pty v1.1.24
 	github.com/gofrs/flock v0.13.2

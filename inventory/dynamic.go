@@ -26,16 +26,20 @@ const KindScript Kind = "script"
 
 // ScriptOptions bounds the runs of an inventory script.
 type ScriptOptions struct {
-	// Timeout bounds each run (--list, and each --host). 0 means
-	// $GPUSH_INVENTORY_TIMEOUT (a Go duration or seconds), else 30s.
+	// Timeout bounds the whole load: the --list run and every --host run
+	// together, so that many slow --host runs cannot take many times it.
+	// 0 means $GPUSH_INVENTORY_TIMEOUT (a Go duration or seconds), else 30s.
 	Timeout time.Duration
-	// MaxOutput caps the stdout read from one run; 0 means 64 MiB.
+	// MaxOutput caps the stdout read from one run; 0 means the input cap
+	// (Options.MaxInputSize, see InputCap).
 	MaxOutput int64
+
+	// maxInput is Options.MaxInputSize, for the script's vars files.
+	maxInput int64
 }
 
 const (
-	defaultScriptTimeout   = 30 * time.Second
-	defaultScriptMaxOutput = 64 << 20
+	defaultScriptTimeout = 30 * time.Second
 	// scriptStderrKeep is how much of a script's stderr is kept for errors:
 	// the end, where the reason usually is.
 	scriptStderrKeep = 16 << 10
@@ -74,7 +78,11 @@ func (o ScriptOptions) withDefaults() (ScriptOptions, error) {
 		return o, fmt.Errorf("inventory script timeout %s: must be positive", o.Timeout)
 	}
 	if o.MaxOutput <= 0 {
-		o.MaxOutput = defaultScriptMaxOutput
+		max, err := InputCap(o.maxInput)
+		if err != nil {
+			return o, err
+		}
+		o.MaxOutput = max
 	}
 	return o, nil
 }
@@ -124,12 +132,16 @@ func LoadScript(ctx context.Context, path string, opts ScriptOptions) (*Inventor
 	if err != nil {
 		return nil, fmt.Errorf("inventory %s: %w", path, err)
 	}
+	// One deadline for every run of this load.
+	ctx, cancel := context.WithTimeoutCause(ctx, opts.Timeout, errScriptTimeout)
+	defer cancel()
 	listWhat := path + " --list"
 	out, err := runScript(ctx, abs, []string{"--list"}, opts)
 	if err != nil {
 		return nil, fmt.Errorf("inventory script %s: %w", listWhat, err)
 	}
 	inv := newInventory(path, KindScript)
+	inv.maxInput = opts.maxInput
 	hostvars, err := parseScriptList(inv, listWhat, out)
 	if err != nil {
 		return nil, err
@@ -499,11 +511,10 @@ func tokenKind(tok json.Token) string {
 	}
 }
 
-// runScript runs one script call and returns its stdout. The error quotes
+// runScript runs one script call and returns its stdout; ctx carries the
+// load's deadline. The error quotes
 // the end of its stderr.
 func runScript(ctx context.Context, abs string, args []string, opts ScriptOptions) ([]byte, error) {
-	ctx, cancelTimeout := context.WithTimeoutCause(ctx, opts.Timeout, errScriptTimeout)
-	defer cancelTimeout()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
@@ -558,7 +569,7 @@ func runScript(ctx context.Context, abs string, args []string, opts ScriptOption
 	case errors.Is(cause, errScriptTooLarge):
 		reason = fmt.Errorf("printed more than %d bytes (the cap); stopped it", opts.MaxOutput)
 	case errors.Is(cause, errScriptTimeout):
-		reason = fmt.Errorf("still running after %s; stopped it (--inventory-timeout or $%s give it longer)", opts.Timeout, TimeoutEnv)
+		reason = fmt.Errorf("still running after %s; stopped it (the limit bounds the whole load, --list and every --host run together; --inventory-timeout or $%s give it longer)", opts.Timeout, TimeoutEnv)
 	case cause != nil:
 		reason = fmt.Errorf("stopped: %w", cause)
 	case sig != nil:

@@ -64,6 +64,8 @@ type Inventory struct {
 	sources int
 	// loadErr is the first error setGroupVar could not return.
 	loadErr error
+	// maxInput caps each group_vars/host_vars file read (0: InputCap's default).
+	maxInput int64
 	// iniRefs are an INI source's references to groups it does not
 	// declare, checked once earlier sources are merged (checkUndeclared).
 	iniRefs *iniRefs
@@ -743,6 +745,9 @@ func proxyFromArgs(argLists ...string) (jump, command string, err error) {
 					if jump = strings.TrimSpace(val); jump == "" {
 						return "", "", errors.New("-J needs a value")
 					}
+					if err := checkProxyJump(jump); err != nil {
+						return "", "", fmt.Errorf("-J: %w", err)
+					}
 				case 'o':
 					k, v := splitSSHOption(val)
 					isRoute := strings.EqualFold(k, "ProxyJump") || strings.EqualFold(k, "ProxyCommand")
@@ -751,6 +756,9 @@ func proxyFromArgs(argLists ...string) (jump, command string, err error) {
 						return "", "", fmt.Errorf("-o %s needs a value", k)
 					case jump != "" || command != "":
 					case strings.EqualFold(k, "ProxyJump"):
+						if err := checkProxyJump(v); err != nil {
+							return "", "", fmt.Errorf("-o ProxyJump: %w", err)
+						}
 						jump = v
 					case strings.EqualFold(k, "ProxyCommand"):
 						command = v

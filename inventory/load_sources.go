@@ -52,6 +52,7 @@ func loadAll(specs []string, opts Options) (*Inventory, error) {
 		return parts[0], nil // complete already: a script, a host list, one host
 	}
 	out := newInventory(strings.Join(specs, ","), mergedKind(parts))
+	out.maxInput = opts.MaxInputSize
 	if len(parts) == 1 && len(specs) == 1 {
 		out.Source = parts[0].Source // the file a name was found as
 	}
@@ -207,8 +208,9 @@ func loadFile(path string, opts Options) (*Inventory, error) {
 		return nil, err
 	}
 	if !script {
-		return parseFile(path)
+		return parseFile(path, opts.MaxInputSize)
 	}
+	opts.Script.maxInput = opts.MaxInputSize
 	inv, err := LoadScript(context.Background(), path, opts.Script)
 	if err != nil {
 		return nil, err
@@ -224,16 +226,35 @@ func loadFile(path string, opts Options) (*Inventory, error) {
 // the INI one does not (the ini plugin is tried next); a file with no
 // extension is YAML when it is a YAML mapping (the yaml plugin accepts no
 // extension and comes before ini), else INI; anything else is INI.
-func parseFile(path string) (*Inventory, error) {
-	data, err := os.ReadFile(path)
+func parseFile(path string, max int64) (*Inventory, error) {
+	data, err := ReadInput(path, max)
 	if err != nil {
 		return nil, fmt.Errorf("inventory: %w", err)
+	}
+	if isVaultFile(data) {
+		// Read as INI, each hex line of ciphertext would be a host.
+		return nil, fmt.Errorf("inventory %w", vaultFileError(path))
 	}
 	inv := newInventory(path, KindFile)
 	ext := strings.ToLower(filepath.Ext(path))
 	asYAML := ext == ".yaml" || ext == ".yml" || ext == ".json"
 	if ext == ".toml" {
-		return nil, fmt.Errorf("inventory %s: TOML inventories are not supported (use YAML or INI)", path)
+		// Ansible tries its ini plugin before the toml one, but that fails
+		// on TOML text (a "key = value" line is no host), so the file is
+		// read as TOML first; one that is no TOML (an empty file) is
+		// what the ini plugin makes of it.
+		err := parseTOMLInto(inv, path, data)
+		if err == nil {
+			err = inv.loadErr
+		}
+		if err != nil {
+			ini := newInventory(path, KindFile)
+			if iniErr := parseINIInto(ini, path, data); iniErr == nil && ini.loadErr == nil {
+				return ini, nil
+			}
+			return nil, err
+		}
+		return inv, nil
 	}
 	if filepath.Ext(path) == "" {
 		root, err := yamlRoot(path, data)
@@ -447,7 +468,7 @@ func knownHost(name string, vars map[string]any, opts Options) (bool, error) {
 			files = append([]string{filepath.Join(home, ".ssh", "config")}, files...)
 		}
 	}
-	sc, _, err := loadSSHConfig(files, lenient, home)
+	sc, _, err := loadSSHConfigCapped(files, lenient, home, opts.MaxInputSize)
 	if err != nil {
 		return false, err
 	}

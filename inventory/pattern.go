@@ -62,11 +62,7 @@ func (inv *Inventory) SelectNames(pattern string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		names := make([]string, 0, len(m))
-		for n := range m {
-			names = append(names, n)
-		}
-		return names, nil
+		return m.list, nil
 	}
 	// Ansible's order: the union of the plain terms (all when there is
 	// none), then each &term, then each !term.
@@ -117,10 +113,17 @@ func (inv *Inventory) SelectNames(pattern string) ([]string, error) {
 			delete(selected, n)
 		}
 	}
+	// Ansible's order (order: inventory, the default): the plain terms'
+	// hosts as each term gives them (a group's own hosts before its
+	// children's), then filtered by the & and ! terms.
 	var out []string
-	for _, n := range inv.hostOrder {
-		if selected[n] {
-			out = append(out, n)
+	for _, names := range regular {
+		for _, n := range names {
+			// The implicit localhost (not in the inventory) comes last.
+			if selected[n] && (n != "localhost" || inv.resolved[n].Name != "") {
+				out = append(out, n)
+				delete(selected, n)
+			}
 		}
 	}
 	if selected["localhost"] && inv.resolved["localhost"].Name == "" {
@@ -186,16 +189,15 @@ func parsePattern(pattern string) ([]patternTerm, error) {
 
 // matchTerm returns the host names one term (without its &/! prefix)
 // selects. hostFirst: a host of that exact name wins over everything else.
-func (inv *Inventory) matchTerm(t string, hostFirst bool) (map[string]bool, error) {
-	out := map[string]bool{}
+func (inv *Inventory) matchTerm(t string, hostFirst bool) (*nameSet, error) {
+	out := &nameSet{in: map[string]bool{}}
 	if hostFirst && inv.hosts[t] != nil {
-		out[t] = true
+		out.add(t)
 		return out, nil
 	}
 	addGroup := func(g string) {
-		names, _ := inv.GroupHosts(g)
-		for _, n := range names {
-			out[n] = true
+		for _, n := range inv.ansibleGroupHosts(g) {
+			out.add(n)
 		}
 	}
 	switch {
@@ -214,17 +216,26 @@ func (inv *Inventory) matchTerm(t string, hostFirst bool) (map[string]bool, erro
 		}
 		for _, h := range inv.hostOrder {
 			if re.MatchString(h) {
-				out[h] = true
+				out.add(h)
 			}
 		}
-		if len(out) == 0 {
+		if len(out.list) == 0 {
 			return nil, fmt.Errorf("regex %q matches no host or group", t)
 		}
 		return out, nil
 	}
 	if m := subscriptRE.FindStringSubmatch(t); m != nil {
 		if hosts := inv.ansibleMatches(m[1]); len(hosts) > 0 {
-			return subscript(t, hosts, m[2], m[3], m[4])
+			in, err := subscript(t, hosts, m[2], m[3], m[4])
+			if err != nil {
+				return nil, err
+			}
+			for _, h := range hosts {
+				if in[h] {
+					out.add(h)
+				}
+			}
+			return out, nil
 		}
 	}
 	if strings.ContainsAny(t, "[]") {
@@ -244,7 +255,7 @@ func (inv *Inventory) matchTerm(t string, hostFirst bool) (map[string]bool, erro
 			case inv.groups[n] != nil:
 				addGroup(n)
 			case inv.hosts[n] != nil:
-				out[n] = true
+				out.add(n)
 			default:
 				unknown = append(unknown, n)
 			}
@@ -262,10 +273,10 @@ func (inv *Inventory) matchTerm(t string, hostFirst bool) (map[string]bool, erro
 		}
 		for _, h := range inv.hostOrder {
 			if ok, _ := path.Match(t, h); ok {
-				out[h] = true
+				out.add(h)
 			}
 		}
-		if len(out) == 0 {
+		if len(out.list) == 0 {
 			return nil, fmt.Errorf("%q matches no host or group", t)
 		}
 		return out, nil
@@ -274,13 +285,26 @@ func (inv *Inventory) matchTerm(t string, hostFirst bool) (map[string]bool, erro
 	case inv.groups[t] != nil:
 		addGroup(t)
 	case inv.hosts[t] != nil:
-		out[t] = true
+		out.add(t)
 	case t == "localhost":
-		out[t] = true
+		out.add(t)
 	default:
 		return nil, fmt.Errorf("no such host or group: %s", t)
 	}
 	return out, nil
+}
+
+// nameSet is host names in the order they were first added.
+type nameSet struct {
+	in   map[string]bool
+	list []string
+}
+
+func (s *nameSet) add(n string) {
+	if !s.in[n] {
+		s.in[n] = true
+		s.list = append(s.list, n)
+	}
 }
 
 // ansibleMatches lists what Ansible's _enumerate_matches gives a pattern

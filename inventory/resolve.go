@@ -27,6 +27,10 @@ type Options struct {
 	// LookupHost checks that a bare --inventory word resolves before it is
 	// taken as one host (nil: net.DefaultResolver.LookupHost).
 	LookupHost func(ctx context.Context, host string) ([]string, error)
+	// MaxInputSize caps each file read (inventory, vars and ssh_config
+	// files) and an inventory script's output, in bytes; 0 means
+	// $GPUSH_MAX_INPUT_SIZE, else DefaultMaxInputSize (see InputCap).
+	MaxInputSize int64
 
 	// specs, set by ResolveAll, are all the --inventory values to merge.
 	specs []string
@@ -51,6 +55,11 @@ func Resolve(spec string, opts Options) (*Inventory, error) {
 	if strings.TrimSpace(spec) == "" {
 		return nil, errors.New("inventory: empty --inventory value")
 	}
+	max, err := InputCap(opts.MaxInputSize)
+	if err != nil {
+		return nil, fmt.Errorf("inventory %s: %w", spec, err)
+	}
+	opts.MaxInputSize = max
 	home := opts.HomeDir
 	if home == "" {
 		home, _ = os.UserHomeDir()
@@ -67,7 +76,7 @@ func Resolve(spec string, opts Options) (*Inventory, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc, warnings, err := loadSSHConfig(sshFiles, lenient, home)
+	sc, warnings, err := loadSSHConfigCapped(sshFiles, lenient, home, opts.MaxInputSize)
 	if err != nil {
 		return nil, fmt.Errorf("inventory %s: %w", spec, err)
 	}
@@ -100,7 +109,7 @@ func resolveSpec(spec string, opts Options) (*Inventory, error) {
 // picked), plus group_vars/ and host_vars/
 // beside it. No ssh_config completion (Resolve does that).
 func Load(path string) (*Inventory, error) {
-	inv, err := parseFile(path)
+	inv, err := parseFile(path, 0)
 	if err != nil {
 		return nil, err
 	}

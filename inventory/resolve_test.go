@@ -219,8 +219,10 @@ func TestSelect(t *testing.T) {
 		pattern string
 		want    []string
 	}{
-		{"all", inv.HostNames()},
-		{"*", inv.HostNames()},
+		// Ansible's order (ansible -i testdata/fleet.yaml all --list-hosts,
+		// ansible-core 2.14): a group's own hosts before its children's.
+		{"all", []string{"bastion", "gpu01", "gpu02", "w0", "w5", "w10", "w15", "w20", "localhost", "gpu03", "gpu04", "node-a", "node-b", "node-c"}},
+		{"*", []string{"bastion", "gpu01", "gpu02", "w0", "w5", "w10", "w15", "w20", "localhost", "gpu03", "gpu04", "node-a", "node-b", "node-c"}},
 		{"h200", []string{"gpu01", "gpu02", "gpu03", "gpu04"}},
 		{"gpus", []string{"gpu01", "gpu02", "gpu03", "gpu04", "node-a", "node-b", "node-c"}},
 		{"gpu0*", []string{"gpu01", "gpu02", "gpu03", "gpu04"}},
@@ -229,9 +231,9 @@ func TestSelect(t *testing.T) {
 		{"gpus:!h100", []string{"gpu01", "gpu02", "gpu03", "gpu04"}},
 		{"gpus:&serving", []string{"gpu01", "gpu02"}},
 		{"h200,!serving", []string{"gpu03", "gpu04"}},
-		{"!serving", []string{"bastion", "gpu03", "gpu04", "node-a", "node-b", "node-c", "w0", "w5", "w10", "w15", "w20", "localhost"}},
+		{"!serving", []string{"bastion", "w0", "w5", "w10", "w15", "w20", "localhost", "gpu03", "gpu04", "node-a", "node-b", "node-c"}},
 		{"&serving", []string{"gpu01", "gpu02"}},
-		{"w10,bastion", []string{"bastion", "w10"}},
+		{"w10,bastion", []string{"w10", "bastion"}},
 		{"gpu[01-03,07]:!gpu07", nil}, // gpu07 unknown: error below
 		{"gpu[01-02,04]", []string{"gpu01", "gpu02", "gpu04"}},
 		{"gpu[02:03]", []string{"gpu02", "gpu03"}},
@@ -248,10 +250,10 @@ func TestSelect(t *testing.T) {
 		{"gpu[01-04]&serving", []string{"gpu01", "gpu02"}},
 		{"gpu[01-03]^gpu[02-04]", []string{"gpu01", "gpu04"}},
 		{"gpu[01-02],gpu[02-04]!gpu02", []string{"gpu01", "gpu03", "gpu04"}},
-		{"h200!gpu01,bastion", []string{"bastion", "gpu02", "gpu03", "gpu04"}},
+		{"h200!gpu01,bastion", []string{"gpu02", "gpu03", "gpu04", "bastion"}},
 		{"gpus!h100:!gpu04", []string{"gpu01", "gpu02", "gpu03"}},
 		{"h200!serving,!gpu04", []string{"gpu03"}},
-		{"workers:gpu0[1-4]&h200!gpu02", []string{"gpu01", "gpu03", "gpu04", "w0", "w5", "w10", "w15", "w20"}},
+		{"workers:gpu0[1-4]&h200!gpu02", []string{"w0", "w5", "w10", "w15", "w20", "gpu01", "gpu03", "gpu04"}},
 		{"!gpu[01-04]!gpu02:&gpus", []string{"gpu02", "node-a", "node-b", "node-c"}},
 		{"gpu[01-04]!gpu[02:03]", []string{"gpu01", "gpu04"}},
 		{"gpu[01-03,07]!gpu07", nil}, // an unknown operand is an error whatever its operator

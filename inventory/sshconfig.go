@@ -28,6 +28,8 @@ type sshConfig struct {
 	home  string
 	local string // local user name, for %u and Match localuser
 	uid   string // for %i
+	// maxInput caps each file read, Include'd ones too.
+	maxInput int64
 }
 
 type sshFile struct {
@@ -55,7 +57,13 @@ func (l *sshLine) pos() string { return fmt.Sprintf("%s line %d", l.file, l.num)
 // with a warning. Directives gpush cannot evaluate are not load errors:
 // they fail only the hosts whose settings they would decide.
 func loadSSHConfig(paths []string, lenient map[string]bool, home string) (*sshConfig, []string, error) {
-	sc := &sshConfig{home: home, uid: strconv.Itoa(os.Getuid())}
+	return loadSSHConfigCapped(paths, lenient, home, 0)
+}
+
+// loadSSHConfigCapped is loadSSHConfig with each file capped at max bytes
+// (0: InputCap's default).
+func loadSSHConfigCapped(paths []string, lenient map[string]bool, home string, max int64) (*sshConfig, []string, error) {
+	sc := &sshConfig{home: home, uid: strconv.Itoa(os.Getuid()), maxInput: max}
 	var warnings []string
 	if u, err := user.Current(); err == nil {
 		sc.local = u.Username
@@ -85,7 +93,7 @@ func loadSSHConfig(paths []string, lenient map[string]bool, home string) (*sshCo
 }
 
 func (sc *sshConfig) readFile(path, inclDir string, system bool, depth int) (*sshFile, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadInput(path, sc.maxInput)
 	if err != nil {
 		return nil, fmt.Errorf("ssh config: %w", err)
 	}
@@ -96,6 +104,13 @@ func (sc *sshConfig) readFile(path, inclDir string, system bool, depth int) (*ss
 			continue
 		}
 		l.file, l.num = path, i+1
+		if l.key == "proxyjump" && l.err == nil && len(l.args) > 0 {
+			// ssh checks every hop as it reads the line, in a block that
+			// applies or not, and refuses the whole configuration.
+			if err := checkProxyJump(l.args[0]); err != nil {
+				return nil, fmt.Errorf("ssh config %s: invalid ProxyJump: %w", l.pos(), err)
+			}
+		}
 		if l.key == "include" && l.err == nil {
 			if depth+1 >= maxIncludeDepth {
 				return nil, fmt.Errorf("ssh config %s: too many nested Include (%d)", l.pos(), maxIncludeDepth)

@@ -30,9 +30,6 @@ var probeHosts = []string{
 // intendedDiffs are the places where gpush and ssh -G disagree on purpose:
 // "FILE" for every host of a file, "FILE HOST" for one.
 var intendedDiffs = map[string]string{
-	"kevinburke/config3": "UseKeychain is macOS-only: Debian's ssh rejects the whole file; " +
-		"gpush ignores keywords it does not use, as the old parser did",
-	"kevinburke/eqsign": "Port2 is no keyword: ssh rejects the whole file; gpush ignores keywords it does not use",
 	"kevinburke/invalid-port": "ssh rejects a bad Port anywhere in the file; " +
 		"gpush only for the hosts the Port line applies to",
 	"kevinburke/match-host-negation": "\"!*.test.example.com\" after Match host is parsed by ssh as a criterion " +
@@ -112,7 +109,7 @@ func gpushG(sc *sshConfig, host string) sshG {
 	if o.proxyCommand != "" && !strings.EqualFold(o.proxyCommand, "none") {
 		g.fields["proxycommand"] = []string{o.proxyCommand}
 	} else if o.proxyCommand == "" && o.proxyJump != "" && !strings.EqualFold(o.proxyJump, "none") {
-		g.fields["proxyjump"] = []string{o.proxyJump}
+		g.fields["proxyjump"] = []string{showProxyJump(o.proxyJump)}
 	}
 	io := o.identitiesOnly
 	if io == "" {

@@ -26,6 +26,7 @@ type sshOptions struct {
 	connectTimeout    time.Duration // 0 with connectTimeoutSet: "none"
 	connectTimeoutSet bool
 	canonicalize      string
+	ignoreUnknown     string // IgnoreUnknown's pattern list, as obtained
 
 	alias string // the name ssh was given (%n, Match originalhost)
 	host  string // what ssh dials once done: HostName with %h expanded, lower case
@@ -141,6 +142,17 @@ func (e *sshEval) walk(f *sshFile, st blockState) error {
 				}
 			}
 		default:
+			if !sshKeywords[l.key] {
+				if err := e.unknownKeyword(l); err != nil {
+					return err
+				}
+				continue
+			}
+			if l.key == "ignoreunknown" && st.active && st.why == nil && e.o.ignoreUnknown == "" && l.err == nil && len(l.args) > 0 {
+				// The first obtained wins, as for other keywords; it
+				// applies to the lines read after it.
+				e.o.ignoreUnknown = l.args[0]
+			}
 			if st.why != nil {
 				if e.wouldSet(l) {
 					return fmt.Errorf("ssh config %s: %s for host %s: set in a block gpush cannot decide (%w)",
@@ -199,16 +211,17 @@ func (e *sshEval) matchLine(l *sshLine) blockState {
 	if len(l.args) == 0 {
 		return blockState{why: fmt.Errorf("Match without criteria")}
 	}
+	args := matchArgs(l.args)
 	result := true
 	var why error
-	for i := 0; i < len(l.args); i++ {
-		attr, negate := strings.CutPrefix(l.args[i], "!")
+	for i := 0; i < len(args); i++ {
+		attr, negate := strings.CutPrefix(args[i], "!")
 		la := strings.ToLower(attr)
 		var r bool
 		switch la {
 		case "all":
 			// Only alone, or after canonical/final, and last.
-			if i != len(l.args)-1 || !onlyCanonFinal(l.args[:i]) {
+			if i != len(args)-1 || !onlyCanonFinal(args[:i]) {
 				return blockState{why: fmt.Errorf("Match all cannot be combined with other criteria")}
 			}
 			r = true
@@ -218,11 +231,11 @@ func (e *sshEval) matchLine(l *sshLine) blockState {
 			}
 			r = e.final
 		case "host", "originalhost", "user", "localuser", "exec":
-			if i+1 >= len(l.args) {
+			if i+1 >= len(args) {
 				return blockState{why: fmt.Errorf("Match %s without an argument", attr)}
 			}
 			i++
-			arg := l.args[i]
+			arg := args[i]
 			switch la {
 			case "host":
 				h, err := e.hostName()
@@ -252,7 +265,7 @@ func (e *sshEval) matchLine(l *sshLine) blockState {
 			if why == nil {
 				why = fmt.Errorf("Match %s: not a criterion OpenSSH 9.2 knows", attr)
 			}
-			i = len(l.args)
+			i = len(args)
 			continue
 		}
 		if r == negate {
@@ -266,6 +279,47 @@ func (e *sshEval) matchLine(l *sshLine) blockState {
 		return blockState{why: why}
 	}
 	return blockState{active: true}
+}
+
+// matchArgs splits a Match line's words as match_cfg_line reads them with
+// strdelim, which ends a word at white space or at one '=': "host=b",
+// "host= b", "host =b" and "host = b" are all the criterion host with the
+// argument b. Only criteria are split, so an argument keeps its '='s
+// (exec "test a=b"); a second '=' ("host==b") stays in the argument,
+// where ssh refuses it too.
+func matchArgs(words []string) []string {
+	out := make([]string, 0, len(words))
+	for i := 0; i < len(words); i++ {
+		w := words[i]
+		crit, val, split := strings.Cut(w, "=")
+		la := strings.ToLower(strings.TrimPrefix(crit, "!"))
+		takesArg := la != "all" && la != "canonical" && la != "final"
+		if !split {
+			out = append(out, w)
+			if takesArg && i+1 < len(words) {
+				// "host = b" and "host =b": the '=' is the delimiter.
+				next := words[i+1]
+				if next == "=" && i+2 < len(words) {
+					i++
+					next = words[i+1]
+				} else if len(next) > 1 && next[0] == '=' {
+					next = next[1:]
+				}
+				out = append(out, next)
+				i++
+			}
+			continue
+		}
+		out = append(out, crit)
+		switch {
+		case val != "":
+			out = append(out, val)
+		case takesArg && i+1 < len(words):
+			out = append(out, words[i+1])
+			i++
+		}
+	}
+	return out
 }
 
 func onlyCanonFinal(args []string) bool {

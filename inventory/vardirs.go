@@ -1,7 +1,6 @@
 package inventory
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,7 +49,7 @@ func loadVarDirs(inv *Inventory, dir string) error {
 			}
 			vs := varSet{src: src, vars: map[string]any{}, pos: map[string]Pos{}}
 			for _, f := range files {
-				vars, pos, err := readVarFile(f, inv.warnf)
+				vars, pos, err := readVarFile(f, inv.maxInput, inv.warnf)
 				if err != nil {
 					return err
 				}
@@ -144,13 +143,13 @@ func dirVarFiles(dir string, depth int) ([]string, error) {
 // readVarFile reads one vars file as Ansible's loader does: JSON if it is
 // JSON, else one YAML 1.1 document; an empty file gives nothing. warn gets
 // duplicate keys.
-func readVarFile(path string, warn func(Pos, string, ...any)) (map[string]any, map[string]Pos, error) {
-	data, err := os.ReadFile(path)
+func readVarFile(path string, max int64, warn func(Pos, string, ...any)) (map[string]any, map[string]Pos, error) {
+	data, err := ReadInput(path, max)
 	if err != nil {
 		return nil, nil, fmt.Errorf("inventory vars: %w", err)
 	}
-	if bytes.HasPrefix(bytes.TrimSpace(data), []byte("$ANSIBLE_VAULT;")) {
-		return nil, nil, fmt.Errorf("%s: the file is vault-encrypted; gpush never decrypts vault data (keep connection vars outside it)", path)
+	if isVaultFile(data) {
+		return nil, nil, vaultFileError(path)
 	}
 	n, err := yamlRoot(path, data)
 	if err != nil || n == nil || isNull(n) {

@@ -62,6 +62,9 @@ func yamlRoot(file string, data []byte) (*yaml.Node, error) {
 		}
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
+	if err := checkYAMLExpansion(file, &doc); err != nil {
+		return nil, err
+	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%s:%d: more than one YAML document", file, extra.Line)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/gpush/gpush/inventory"
@@ -24,13 +25,30 @@ func RemoteHost(h inventory.Host) remote.Host {
 		User:           h.User,
 		IdentityFiles:  h.IdentityFiles,
 		IdentitiesOnly: h.IdentitiesOnly,
-		ProxyJump:      h.ProxyJump,
+		ProxyJump:      jumpHops(h.ProxyJump),
 		ProxyCommand:   h.ProxyCommand,
 		Connection:     h.Connection,
 		ConnectTimeout: h.ConnectTimeout,
 		Become:         h.Become,
 		Vars:           h.Vars,
 	}
+}
+
+// jumpHops writes each ProxyJump hop as [user@]host[:port], the one form
+// remote reads: OpenSSH's URI form (ssh://user@host:port) is read here, by
+// inventory's parser, so that remote never takes "ssh://user" for a user.
+// A hop that does not parse is kept as written, for remote to refuse.
+func jumpHops(list string) string {
+	if !strings.Contains(list, "://") {
+		return list
+	}
+	hops := strings.Split(list, ",")
+	for i, spec := range hops {
+		if hop, err := inventory.ParseJumpHop(spec); err == nil {
+			hops[i] = hop.String()
+		}
+	}
+	return strings.Join(hops, ",")
 }
 
 // Dialer is an Options.Dial that opens each host with remote.Dial and o.

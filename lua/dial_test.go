@@ -101,3 +101,19 @@ func TestRemoteHost(t *testing.T) {
 		}
 	}
 }
+
+// ProxyJump's URI form reaches remote as user@host:port, every hop of a
+// list, the others unchanged.
+func TestRemoteHostJumpURI(t *testing.T) {
+	for in, want := range map[string]string{
+		"ssh://user@host:2223":              "user@host:2223",
+		"ssh://a%40b@j1,ops@j2:22":          "a@b@j1,ops@j2:22",
+		"j1,ssh://j2":                       "j1,j2",
+		"ops@[::1]:2022":                    "ops@[::1]:2022",
+		"ssh://user@host:2223/extra/path/x": "ssh://user@host:2223/extra/path/x",
+	} {
+		if got := RemoteHost(inventory.Host{Name: "h", ProxyJump: in}).ProxyJump; got != want {
+			t.Errorf("ProxyJump %q: got %q, want %q", in, got, want)
+		}
+	}
+}

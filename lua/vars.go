@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"github.com/gpush/gpush/inventory"
 )
 
 // VarType is the type of a declared script var.
@@ -678,7 +678,8 @@ func toItems(v any) ([]any, error) {
 		s := strings.TrimSpace(x)
 		if strings.HasPrefix(s, "[") {
 			var items []any
-			if err := yaml.Unmarshal([]byte(s), &items); err != nil {
+			// The inventory package's reader bounds what aliases expand to.
+			if err := inventory.DecodeYAML("value", []byte(s), &items); err != nil {
 				return nil, fmt.Errorf("%q is not a YAML/JSON list: %w", x, err)
 			}
 			return items, nil

@@ -182,6 +182,11 @@ func parseHop(spec string, o Options) (target, error) {
 	}
 	t := target{name: spec, isHop: true}
 	rest := spec
+	if strings.Contains(spec, "://") {
+		// The URI form is read where the host is converted (lua.RemoteHost):
+		// taken here as user@host it would make "ssh://user" the user.
+		return target{}, fmt.Errorf("bad ProxyJump hop %q: a URI hop must be written [user@]host[:port] before it is dialled", spec)
+	}
 	if i := strings.LastIndex(rest, "@"); i >= 0 {
 		t.user, rest = rest[:i], rest[i+1:]
 	}

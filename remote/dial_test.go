@@ -70,3 +70,11 @@ func TestParseHopAsWritten(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// A URI hop reaching the dialer unread is refused, never dialled with
+// "ssh://user" as its user (lua.RemoteHost reads the URI form).
+func TestParseHopURIRefused(t *testing.T) {
+	if _, err := parseHop("ssh://user@host:2223", Options{}.withDefaults()); err == nil || !strings.Contains(err.Error(), "URI hop") {
+		t.Fatalf("err %v", err)
+	}
+}

@@ -1,13 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"strings"
 
-	"gopkg.in/yaml.v3"
-
+	"github.com/gpush/gpush/inventory"
 	"github.com/gpush/gpush/lua"
 )
 
@@ -32,22 +31,23 @@ var pairStart = regexp.MustCompile(`(?:^|\s+)([A-Za-z_][A-Za-z0-9_]*)=`)
 // parseExtraArgs reads -e arguments as ansible-playbook does: "k=v" (v is
 // a string; several space-separated pairs allowed), "@file.yaml" (a YAML or
 // JSON mapping) or an inline YAML/JSON mapping "{...}".
-func parseExtraArgs(args []string) ([]extraArg, error) {
+// An @file over max bytes (0: the default cap) is refused unread.
+func parseExtraArgs(args []string, max int64) ([]extraArg, error) {
 	out := make([]extraArg, 0, len(args))
 	for _, a := range args {
 		e := extraArg{arg: a, vars: map[string]any{}}
 		switch {
 		case strings.HasPrefix(a, "@"):
-			b, err := os.ReadFile(a[1:])
+			b, err := inventory.ReadInput(a[1:], max)
 			if err != nil {
 				return nil, usagef("%s: %w", e.name(), err)
 			}
-			if e.vars, err = yamlMapping(b); err != nil {
+			if e.vars, err = yamlMapping(a[1:], b); err != nil {
 				return nil, usagef("%s: %w", e.name(), err)
 			}
 		case strings.HasPrefix(strings.TrimSpace(a), "{"):
 			var err error
-			if e.vars, err = yamlMapping([]byte(a)); err != nil {
+			if e.vars, err = yamlMapping("-e value", []byte(a)); err != nil {
 				return nil, usagef("%s: %w", e.name(), err)
 			}
 		default:
@@ -72,7 +72,7 @@ func parseExtraArgs(args []string) ([]extraArg, error) {
 // parseExtraVars merges -e arguments left to right (later wins), as given:
 // what the REPL gets, with no script to check them against.
 func parseExtraVars(args []string) (map[string]any, error) {
-	parts, err := parseExtraArgs(args)
+	parts, err := parseExtraArgs(args, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -98,9 +98,15 @@ func checkExtraVars(script string, decls lua.VarDecls, parts []extraArg) (map[st
 	return out, nil
 }
 
-func yamlMapping(b []byte) (map[string]any, error) {
+// yamlMapping reads an -e mapping; file names it in errors. The inventory
+// package's reader refuses alias bombs and vault files as it does for
+// inventories.
+func yamlMapping(file string, b []byte) (map[string]any, error) {
 	var m map[string]any
-	if err := yaml.Unmarshal(b, &m); err != nil {
+	if err := inventory.DecodeYAML(file, b, &m); err != nil {
+		if errors.Is(err, inventory.ErrYAMLExpansion) || errors.Is(err, inventory.ErrVaultEncrypted) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("not a YAML/JSON mapping: %w", err)
 	}
 	if m == nil {

@@ -59,8 +59,11 @@ func parseFleet(c *cli.Context) (*fleet, error) {
 	if policy != remote.HostKeyStrict && policy != remote.HostKeyAcceptNew {
 		return nil, usagef("--host-key-policy %q: want %s or %s", policy, remote.HostKeyStrict, remote.HostKeyAcceptNew)
 	}
-	var err error
-	if f.extraArgs, err = parseExtraArgs(c.StringSlice("extra-vars")); err != nil {
+	max, err := maxInputSize(c)
+	if err != nil {
+		return nil, err
+	}
+	if f.extraArgs, err = parseExtraArgs(c.StringSlice("extra-vars"), max); err != nil {
 		return nil, err
 	}
 	f.extra = map[string]any{}

@@ -25,20 +25,26 @@ func hostsCommand() *cli.Command {
 	}
 }
 
-// selectHosts resolves -i and applies --limit; errors name the argument.
-func selectHosts(c *cli.Context) (*inventory.Inventory, []inventory.Host, error) {
+// loadInventory resolves -i, printing its warnings; errors name the
+// argument. It returns the inventory, the --limit pattern ("all" when none)
+// and the -i values as given.
+func loadInventory(c *cli.Context) (*inventory.Inventory, string, string, error) {
 	specs := c.StringSlice("inventory")
 	spec := strings.Join(specs, " ")
 	if spec == "" {
-		return nil, nil, usagef("--inventory (-i) is required (a file, inventory/NAME or \"host1,host2\")")
+		return nil, "", "", usagef("--inventory (-i) is required (a file, inventory/NAME or \"host1,host2\")")
 	}
 	timeout := durationOf(c, "inventory-timeout")
 	if timeout < 0 {
-		return nil, nil, usagef("--inventory-timeout %v: must not be negative", timeout)
+		return nil, "", "", usagef("--inventory-timeout %v: must not be negative", timeout)
 	}
-	inv, err := inventory.ResolveAll(specs, inventory.Options{Script: inventory.ScriptOptions{Timeout: timeout}})
+	max, err := maxInputSize(c)
 	if err != nil {
-		return nil, nil, usagef("--inventory %s: %w", spec, err)
+		return nil, "", "", err
+	}
+	inv, err := inventory.ResolveAll(specs, inventory.Options{Script: inventory.ScriptOptions{Timeout: timeout}, MaxInputSize: max})
+	if err != nil {
+		return nil, "", "", usagef("--inventory %s: %w", spec, err)
 	}
 	// What Ansible only warns about (a typo'd "hostz:" drops its hosts) is
 	// said, on stderr, before anything runs.
@@ -48,6 +54,16 @@ func selectHosts(c *cli.Context) (*inventory.Inventory, []inventory.Host, error)
 	pattern := c.String("limit")
 	if pattern == "" {
 		pattern = "all"
+	}
+	return inv, pattern, spec, nil
+}
+
+// selectHosts resolves -i and applies --limit for a run: every host
+// selected must be reachable, and at least one selected.
+func selectHosts(c *cli.Context) (*inventory.Inventory, []inventory.Host, error) {
+	inv, pattern, spec, err := loadInventory(c)
+	if err != nil {
+		return nil, nil, err
 	}
 	hosts, err := inv.Select(pattern)
 	if err != nil {
@@ -59,6 +75,40 @@ func selectHosts(c *cli.Context) (*inventory.Inventory, []inventory.Host, error)
 	return inv, hosts, nil
 }
 
+// listHosts is selectHosts for a listing: a host whose connection gpush
+// cannot make is listed with its error (in errs), not a reason to list
+// nothing, and an empty inventory lists nothing, as ansible-inventory does.
+func listHosts(c *cli.Context) (*inventory.Inventory, []inventory.Host, map[string]error, error) {
+	inv, pattern, _, err := loadInventory(c)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	names, err := inv.SelectNames(pattern)
+	if err != nil {
+		return nil, nil, nil, usagef("--limit %q: %w", pattern, err)
+	}
+	var hosts []inventory.Host
+	errs := map[string]error{}
+	for _, n := range names {
+		h, ok := inv.Host(n)
+		if !ok {
+			// The implicit localhost: Select makes it.
+			hs, err := inv.Select(n)
+			if err != nil || len(hs) != 1 {
+				errs[n] = err
+				hosts = append(hosts, inventory.Host{Name: n})
+				continue
+			}
+			h = hs[0]
+		}
+		if err := inv.HostErr(n); err != nil {
+			errs[n] = err
+		}
+		hosts = append(hosts, h)
+	}
+	return inv, hosts, errs, nil
+}
+
 func hostsRun(c *cli.Context) error {
 	if c.Args().Len() > 0 {
 		return usagef("hosts: unexpected argument %q", c.Args().First())
@@ -66,9 +116,16 @@ func hostsRun(c *cli.Context) error {
 	if c.Bool("graph") && c.Bool("json") {
 		return usagef("--graph and --json: pick one")
 	}
-	inv, hosts, err := selectHosts(c)
+	inv, hosts, errs, err := listHosts(c)
 	if err != nil {
 		return err
+	}
+	// Each host gpush could not reach is said on stderr, with why; the
+	// listing still shows it (the table marks it).
+	for _, h := range hosts {
+		if e := errs[h.Name]; e != nil {
+			fmt.Fprintf(termsafe.NewWriter(c.App.ErrWriter, false), "gpush: warning: host %s: cannot connect: %v\n", h.Name, e)
+		}
 	}
 	// Inventory names and vars are shown sanitized; --json keeps them exact.
 	w := termsafe.NewWriter(c.App.Writer, false)
@@ -92,7 +149,11 @@ func hostsRun(c *cli.Context) error {
 				// [fe80::1%eth0]:2222: the port cannot be read as part of an IPv6 address.
 				addr = net.JoinHostPort(addr, strconv.Itoa(h.Port))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", h.Name, addr, h.User, h.Connection, strings.Join(h.Groups, ","))
+			conn := h.Connection
+			if e := errs[h.Name]; e != nil {
+				conn = "error: " + e.Error()
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", h.Name, addr, h.User, conn, strings.Join(h.Groups, ","))
 		}
 		tw.Flush()
 		names := make([]string, len(hosts))

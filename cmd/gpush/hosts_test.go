@@ -17,9 +17,36 @@ func TestHostsBadHostOnlyWhenSelected(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "2 hosts: gpu[01-02]") {
 		t.Errorf("--limit gpus: exit %d\n%s%s", code, out, stderr)
 	}
+	// Listed all the same, marked, with the reason; a run refuses it.
 	code, out, stderr = gpush(t, "hosts", "-i", inv)
-	if code == 0 || !strings.Contains(stderr, inv+":5: host sw1: ansible_connection") || !strings.Contains(stderr, "gpush speaks ssh and local") {
+	if code != 0 || !strings.Contains(out, "3 hosts: gpu[01-02],sw1") || !strings.Contains(out, "error: "+inv+":5: host sw1: ansible_connection") ||
+		!strings.Contains(stderr, "host sw1: cannot connect: ") || !strings.Contains(stderr, "gpush speaks ssh and local") {
 		t.Errorf("all, sw1 selected: exit %d\n%s%s", code, out, stderr)
+	}
+	code, out, stderr = gpush(t, "hosts", "-i", inv, "--json")
+	if code != 0 || !strings.Contains(out, `"sw1": {`) || !strings.Contains(out, `"error": "`+inv+`:5: host sw1: ansible_connection`) {
+		t.Errorf("--json, sw1 selected: exit %d\n%s%s", code, out, stderr)
+	}
+	code, out, stderr = gpush(t, "run", "-i", inv, "-c", "return 1")
+	if code == 0 || !strings.Contains(stderr, "host sw1: ansible_connection") {
+		t.Errorf("run, sw1 selected: exit %d\n%s%s", code, out, stderr)
+	}
+}
+
+// An empty inventory lists nothing and exits 0, as ansible-inventory
+// --list does; a run on it is an error.
+func TestHostsEmptyInventory(t *testing.T) {
+	inv := filepath.Join(t.TempDir(), "empty.ini")
+	if err := os.WriteFile(inv, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"hosts", "-i", inv}, {"hosts", "-i", inv, "--json"}, {"hosts", "-i", inv, "--graph"}} {
+		if code, out, stderr := gpush(t, args...); code != 0 || stderr != "" {
+			t.Errorf("%q: exit %d\n%s%s", args, code, out, stderr)
+		}
+	}
+	if code, out, stderr := gpush(t, "run", "-i", inv, "-c", "return 1"); code != 1 || !strings.Contains(stderr, "matches no host") {
+		t.Errorf("run: exit %d\n%s%s", code, out, stderr)
 	}
 }
 

@@ -233,3 +233,32 @@ func TestHostsSanitized(t *testing.T) {
 		t.Errorf("hosts --json: exit %d\n%s", code, out)
 	}
 }
+
+// --max-input-size caps the inventory and -e @file; over it, the error
+// names the file, its size and the cap.
+func TestMaxInputSize(t *testing.T) {
+	dir := t.TempDir()
+	inv := filepath.Join(dir, "hosts.ini")
+	pad := "# " + strings.Repeat("x", 2000) + "\n"
+	if err := os.WriteFile(inv, []byte(pad+"h1 ansible_connection=local\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	extra := filepath.Join(dir, "extra.yaml")
+	if err := os.WriteFile(extra, []byte(pad+"a: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := gpush(t, "hosts", "-i", inv, "--max-input-size", "1K")
+	if code != 1 || !strings.Contains(stderr, inv+": 2031 bytes") || !strings.Contains(stderr, "1024 bytes") || !strings.Contains(stderr, "--max-input-size") {
+		t.Errorf("hosts, 1K: exit %d\n%s%s", code, out, stderr)
+	}
+	if code, out, stderr := gpush(t, "hosts", "-i", inv, "--max-input-size", "4K"); code != 0 {
+		t.Errorf("hosts, 4K: exit %d\n%s%s", code, out, stderr)
+	}
+	code, out, stderr = gpush(t, "run", "-i", inv, "--max-input-size", "1K", "-e", "@"+extra, "-c", "return 1")
+	if code != 1 || !strings.Contains(stderr, extra+": 2008 bytes") {
+		t.Errorf("run -e @file, 1K: exit %d\n%s%s", code, out, stderr)
+	}
+	if code, out, stderr := gpush(t, "hosts", "-i", inv, "--max-input-size", "lots"); code != 1 || !strings.Contains(stderr, "--max-input-size") {
+		t.Errorf("hosts, lots: exit %d\n%s%s", code, out, stderr)
+	}
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpush/gpush/inventory"
 	"github.com/gpush/gpush/termsafe"
 )
 
@@ -123,6 +124,22 @@ func inventoryFlags() []cli.Flag {
 		// split on commas (the app disables the separator): "a,b," is one host list.
 		&cli.StringSliceFlag{Name: "inventory", Aliases: []string{"i"}, Usage: "inventory file or folder, inventory/NAME, \"h1,h2,\" or one host; repeat to merge", EnvVars: []string{"GPUSH_INVENTORY"}},
 		&cli.StringFlag{Name: "limit", Aliases: []string{"l"}, Usage: "host pattern (groups, globs, node sets, !exclude, &intersect)"},
-		durationFlag("inventory-timeout", nil, 0, "how long an inventory script (-i ./inv.py) may run; 0: $GPUSH_INVENTORY_TIMEOUT, else 30"),
+		durationFlag("inventory-timeout", nil, 0, "how long loading an inventory script (-i ./inv.py, --list and every --host) may take; 0: $GPUSH_INVENTORY_TIMEOUT, else 30"),
+		&cli.StringFlag{Name: "max-input-size", Usage: "largest file read as inventory, vars, ssh_config or -e @file, and largest inventory script output (64M, 1G); default $GPUSH_MAX_INPUT_SIZE, else 32M"},
 	}
+}
+
+// maxInputSize is --max-input-size in bytes (0: the inventory package's
+// default, which reads $GPUSH_MAX_INPUT_SIZE).
+func maxInputSize(c *cli.Context) (int64, error) {
+	s := c.String("max-input-size")
+	if s == "" {
+		_, err := inventory.InputCap(0)
+		return 0, err
+	}
+	n, err := inventory.ParseSize(s)
+	if err != nil {
+		return 0, usagef("--max-input-size %w", err)
+	}
+	return n, nil
 }
