@@ -631,18 +631,19 @@ func TestReplTerminalFleetView(t *testing.T) {
 	tm.expect("lab01: gpu-holder\t0\t10240\r\n")
 
 	// Check mode: in the prompt and in what gpu.kill does; its results are a
-	// table under their field name, the counts inline.
+	// table under their field name (rows, and the plan as would), the counts inline.
 	tm.send(".check on\r")
 	tm.expect("check mode on")
 	tm.expect("gpush[check] lab[01-03]> ")
 	tm.send(".limit lab01\r")
 	tm.expect("gpush[check] lab01> ")
 	tm.send("gpu.kill(gpu.holders())\r")
-	tm.expect("results:\r\n")
+	tm.expect("rows:\r\n")
 	tm.expect("OUTCOME")
 	tm.expect("would-kill")
+	tm.expect("would:\r\n")
 	tm.expect(`lab01: {"`)
-	tm.expect(`"would":1`)
+	tm.expect(`"status":"would"`)
 	tm.send("check, #gpu.holders()\r")
 	tm.expect("lab01: true\t1\r\n")
 	tm.send(".check off\r")

@@ -392,11 +392,23 @@ func (c *Container) Remove() {
 	}
 }
 
-// removeAll removes every container Run started, by name.
+// removeAll removes every container Run started, by name, then the lab's
+// folder: conmon and exec sessions still write their exit files there for
+// a moment after podman rm returns, which would fail t.TempDir's own
+// removal ("directory not empty").
 func (l *Lab) removeAll() {
 	for _, n := range l.names {
 		if err := l.Remove(n); err != nil {
 			l.t.Error(err)
 		}
+	}
+	var err error
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if err = os.RemoveAll(l.Dir); err == nil || time.Now().After(end) {
+			break
+		}
+	}
+	if err != nil {
+		l.t.Errorf("podmanlab: removing %s: %v", l.Dir, err)
 	}
 }
