@@ -10,7 +10,8 @@ import (
 
 // maxExpand bounds how many names one range or node set may produce, so a
 // typo such as gpu[0:99999999] fails instead of eating the machine's memory.
-const maxExpand = 100000
+// A variable so that tests can lower it.
+var maxExpand = 100000
 
 // maxDigits keeps every number within uint64 and within what a host name
 // plausibly holds.
@@ -114,7 +115,7 @@ func rangeItems(body string) ([]string, error) {
 	if b > e {
 		return nil, fmt.Errorf("range [%s]: begin is after end", body)
 	}
-	if (e-b)/uint64(step) >= maxExpand {
+	if (e-b)/uint64(step) >= uint64(maxExpand) {
 		return nil, fmt.Errorf("range [%s] expands to more than %d names", body, maxExpand)
 	}
 	var out []string
@@ -171,7 +172,7 @@ func ExpandNodeSet(s string) ([]string, error) {
 		}
 		steps = append(steps, st...)
 	}
-	out, err := evalSetSteps(steps, func(st setStep) ([]string, error) { return expandNodeElem(st.operand) })
+	out, err := evalSetSteps(steps, maxExpand, func(st setStep) ([]string, error) { return expandNodeElem(st.operand) })
 	if err != nil {
 		return nil, fmt.Errorf("node set %q: %w", s, err)
 	}
@@ -286,8 +287,10 @@ func (s *orderedSet) apply(op byte, names []string) {
 }
 
 // evalSetSteps applies steps left to right, each operand's names given by
-// operand. The result is bounded by maxExpand as a single range is.
-func evalSetSteps(steps []setStep, operand func(setStep) ([]string, error)) ([]string, error) {
+// operand. The result is bounded by limit: maxExpand for names that text
+// expands to, as a single range is; an inventory's size for a pattern
+// that only selects the inventory's own hosts.
+func evalSetSteps(steps []setStep, limit int, operand func(setStep) ([]string, error)) ([]string, error) {
 	set := orderedSet{in: map[string]bool{}}
 	for _, st := range steps {
 		names, err := operand(st)
@@ -295,8 +298,8 @@ func evalSetSteps(steps []setStep, operand func(setStep) ([]string, error)) ([]s
 			return nil, err
 		}
 		set.apply(st.op, names)
-		if len(set.list) > maxExpand {
-			return nil, fmt.Errorf("expands to more than %d names", maxExpand)
+		if len(set.list) > limit {
+			return nil, fmt.Errorf("expands to more than %d names", limit)
 		}
 	}
 	return set.list, nil
@@ -399,7 +402,7 @@ func rangeSetItems(body, lead string) (items []string, hasStep bool, err error) 
 		if pb, pe := padWidth(lead+lo), padWidth(lead+hi); (pb > 0 || pe > 0) && len(lo) != len(hi) {
 			return nil, false, fmt.Errorf("range %q: zero padding needs begin and end of equal length", part)
 		}
-		if (e-b)/step >= maxExpand || len(out)+int((e-b)/step) >= maxExpand {
+		if (e-b)/step >= uint64(maxExpand) || len(out)+int((e-b)/step) >= maxExpand {
 			return nil, false, fmt.Errorf("range %q expands to more than %d names", part, maxExpand)
 		}
 		w := padWidth(lo)

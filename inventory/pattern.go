@@ -71,7 +71,9 @@ func (inv *Inventory) SelectNames(pattern string) ([]string, error) {
 		// As in Ansible, a plain term that is a host's name is that host,
 		// even where a group has the same name; &web and !web mean the group.
 		hostFirst = t.prefix == 0
-		names, err := evalSetSteps(t.steps, match)
+		// Every name a term selects is one of the inventory's hosts, so
+		// the inventory's size bounds it, not the bound on text expansion.
+		names, err := evalSetSteps(t.steps, max(maxExpand, len(inv.hostOrder)), match)
 		if err != nil {
 			return nil, fmt.Errorf("host pattern %q: %w", pattern, err)
 		}

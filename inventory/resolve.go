@@ -144,7 +144,7 @@ func hostList(spec string) (*Inventory, error) {
 	// A port counts where it adds names (',' and '^'), the last one written
 	// winning as with Ansible's add_host; "!a:22" removes a at any port.
 	ports := map[string]int{}
-	names, err := evalSetSteps(steps, func(st setStep) ([]string, error) {
+	names, err := evalSetSteps(steps, maxExpand, func(st setStep) ([]string, error) {
 		names, port, err := parseListElem(st.operand)
 		if err == nil && port != 0 && (st.op == ',' || st.op == '^') {
 			for _, n := range names {
