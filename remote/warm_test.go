@@ -169,12 +169,13 @@ func TestWarmDigestsLeavesOutLateSources(t *testing.T) {
 // A session whose command prints no hello (here sshd runs another
 // command; on a real host a login shell's startup file that waits on a
 // lock, as pyenv rehash does) fails with what it printed and how long it
-// was waited for, not a bare deadline.
+// was waited for, not a bare deadline. The deadline leaves a loaded
+// machine's sshd time to start the command and its output time to arrive.
 func TestServeStartNamesAStalledStart(t *testing.T) {
 	requireRoot(t)
-	e := newEnv(t, sshd.Options{ExtraConfig: []string{"ForceCommand echo noisy; echo oops >&2; sleep 10"}})
+	e := newEnv(t, sshd.Options{ExtraConfig: []string{"ForceCommand echo noisy; echo oops >&2; sleep 60"}})
 	c := e.dial(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := callWithin(t, c, ctx, time.Minute)
 	if !errors.Is(err, context.DeadlineExceeded) {
