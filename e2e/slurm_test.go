@@ -66,7 +66,8 @@ func TestSlurmFreeGPUsJob(t *testing.T) {
 }
 
 // sbatchHolder submits a job whose script runs a gpu-holder of dev (4 GiB)
-// and then sleeps, and returns the job id and the holder's pid.
+// and then sleeps, and returns the job id and the holder's machine pid
+// (its node, a process view of its own, numbers it differently).
 func sbatchHolder(t *testing.T, c *slurmlab.Cluster, dir, dev string, args ...string) (string, int) {
 	t.Helper()
 	script := filepath.Join(dir, fmt.Sprintf("job-%d.sh", time.Now().UnixNano()))
@@ -79,7 +80,15 @@ func sbatchHolder(t *testing.T, c *slurmlab.Cluster, dir, dev string, args ...st
 	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		b, _ := os.ReadFile(out)
 		if pids := labgpu.ReadyPIDs(string(b)); len(pids) > 0 {
-			return id, pids[0]
+			node, err := c.BatchHost(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid, err := c.MachinePID(node, pids[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return id, pid
 		}
 	}
 	st, _ := c.JobState(id)

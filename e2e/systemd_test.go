@@ -32,6 +32,7 @@ var sdBins struct {
 	dir           string
 	gpush, holder string
 	smi           string
+	init          string // lab-init (the Slurm lab's node views)
 }
 
 // systemdBins returns the gpush and lab binaries, reusing TestMain's when it
@@ -40,7 +41,7 @@ func systemdBins(t *testing.T) {
 	t.Helper()
 	sdBins.once.Do(func() {
 		if gpushBin != "" && labBin.Holder != "" {
-			sdBins.dir, sdBins.gpush, sdBins.holder, sdBins.smi = filepath.Dir(labBin.Holder), gpushBin, labBin.Holder, labBin.FakeSMI
+			sdBins.dir, sdBins.gpush, sdBins.holder, sdBins.smi, sdBins.init = filepath.Dir(labBin.Holder), gpushBin, labBin.Holder, labBin.FakeSMI, labBin.Init
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -56,7 +57,7 @@ func systemdBins(t *testing.T) {
 			return
 		}
 		b, err := lab.Build(ctx, dir, lab.Binaries{})
-		sdBins.err, sdBins.holder, sdBins.smi = err, b.Holder, b.FakeSMI
+		sdBins.err, sdBins.holder, sdBins.smi, sdBins.init = err, b.Holder, b.FakeSMI, b.Init
 	})
 	if sdBins.err != nil {
 		t.Fatalf("build: %v", sdBins.err)
@@ -69,6 +70,17 @@ func fakeGPUDir(t *testing.T) (dir, dev, smi string) {
 	t.Helper()
 	systemdBins(t)
 	dir = t.TempDir()
+	dev, smi = writeFakeGPUs(t, dir, filepath.Join(dir, "dev"), 1, 0)
+	return dir, dev, smi
+}
+
+// writeFakeGPUs writes n fake H200s into dir: their device files in
+// dir/dev, the fake nvidia-smi and its config in dir/smi. devDir is where
+// the config says the devices are, as the processes that read it see the
+// folder (dir/dev, unless dir is mounted elsewhere). uuid tells apart the
+// GPUs of different folders. It returns dir/dev and dir/smi/nvidia-smi.
+func writeFakeGPUs(t *testing.T, dir, devDir string, n, uuid int) (dev, smi string) {
+	t.Helper()
 	dev = filepath.Join(dir, "dev")
 	smiDir := filepath.Join(dir, "smi")
 	for _, d := range []string{dev, smiDir} {
@@ -76,8 +88,15 @@ func fakeGPUDir(t *testing.T) (dir, dev, smi string) {
 			t.Fatal(err)
 		}
 	}
-	for _, n := range []string{"nvidiactl", "nvidia-uvm", "nvidia0"} {
-		if err := os.WriteFile(filepath.Join(dev, n), nil, 0o666); err != nil {
+	cfg := labgpu.Config{DevDir: devDir}
+	files := []string{"nvidiactl", "nvidia-uvm"}
+	for i := range n {
+		files = append(files, fmt.Sprintf("nvidia%d", i))
+		cfg.GPUs = append(cfg.GPUs, labgpu.GPU{Index: i, UUID: fmt.Sprintf("GPU-d7f963c5-cdb5-ba9d-c562-%06d%06d", uuid, i),
+			Name: "NVIDIA H200", BusID: fmt.Sprintf("00000000:%X8:00.0", i+1), TotalMiB: 143771})
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(dev, f), nil, 0o666); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -85,12 +104,10 @@ func fakeGPUDir(t *testing.T) (dir, dev, smi string) {
 	if err := os.Symlink(sdBins.smi, smi); err != nil {
 		t.Fatal(err)
 	}
-	cfg := labgpu.Config{DevDir: dev, GPUs: []labgpu.GPU{{Index: 0, UUID: "GPU-d7f963c5-cdb5-ba9d-c562-000000000000",
-		Name: "NVIDIA H200", BusID: "00000000:18:00.0", TotalMiB: 143771}}}
 	if err := cfg.Save(filepath.Join(smiDir, labgpu.ConfigName)); err != nil {
 		t.Fatal(err)
 	}
-	return dir, dev, smi
+	return dev, smi
 }
 
 // sdHost is the local host with one fake GPU and a real systemd.

@@ -14,7 +14,8 @@ import (
 )
 
 // slurmJobOn submits a batch job whose script runs a gpu-holder of dev
-// (the script stays its parent) and returns the job id and the holder's pid.
+// (the script stays its parent) and returns the job id and the holder's
+// machine pid.
 func slurmJobOn(t *testing.T, c *slurmlab.Cluster, dev string, sbatchArgs ...string) (string, int) {
 	t.Helper()
 	dir := t.TempDir()
@@ -29,7 +30,17 @@ func slurmJobOn(t *testing.T, c *slurmlab.Cluster, dev string, sbatchArgs ...str
 	for time.Now().Before(deadline) {
 		b, _ := os.ReadFile(out)
 		if pids := labgpu.ReadyPIDs(string(b)); len(pids) > 0 {
-			return id, pids[0]
+			// The node numbers it in its own view; the snapshot here is
+			// the machine's.
+			node, err := c.BatchHost(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid, err := c.MachinePID(node, pids[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return id, pid
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -1,20 +1,15 @@
 package lab
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
-	"syscall"
-	"time"
 
+	"github.com/gpush/gpush/lab/labns"
 	"github.com/gpush/gpush/lab/labsystemd"
-	"golang.org/x/sys/unix"
 )
 
 // Options.Isolate: each host's processes live in a PID namespace of their
@@ -28,26 +23,6 @@ import (
 // ForceCommand (the enter script below) looks that address up in Dir/ns/,
 // where the host's init pid and namespace id are written.
 
-// hostInit is a host's lab-init: the process whose PID namespace is the
-// host's view.
-type hostInit struct {
-	cmd    *exec.Cmd
-	pid    int
-	pidNS  *os.File // /proc/PID/ns/pid, kept open for setns
-	exited chan struct{}
-}
-
-// stop kills the init (the kernel then kills everything in its namespace)
-// and reaps it. cmd.Process signals through a pidfd: never a reused pid.
-func (in *hostInit) stop() {
-	in.cmd.Process.Kill()
-	select {
-	case <-in.exited:
-	case <-time.After(10 * time.Second):
-	}
-	in.pidNS.Close()
-}
-
 // clientAddr is the loopback address host i (0-based) dials the sshd from:
 // 127.1.X.Y, unique for up to 62,500 hosts.
 func clientAddr(i int) string {
@@ -59,56 +34,19 @@ func clientAddr(i int) string {
 // waits for its /proc, and publishes it for the enter script.
 func (l *Lab) startInit(ctx context.Context, h *Host, i int) error {
 	h.ClientAddr = clientAddr(i)
-	cmd := exec.Command(l.bin.Init)
-	cmd.Env = labEnv()
-	// Own process group: a signal to the caller's group does not reach it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS, Setpgid: true}
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+	in, err := labns.Start(ctx, l.bin.Init, labns.Options{Env: labEnv()})
 	if err != nil {
-		return fmt.Errorf("lab host %s: lab-init: %w", h.Name, err)
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("lab host %s: start %s in a PID and mount namespace of its own (Isolate needs root): %w", h.Name, l.bin.Init, err)
-	}
-	in := &hostInit{cmd: cmd, pid: cmd.Process.Pid, exited: make(chan struct{})}
-	go func() { cmd.Wait(); close(in.exited) }()
-	ready := make(chan bool, 1)
-	go func() {
-		line, _ := bufio.NewReader(out).ReadString('\n')
-		ready <- strings.TrimSpace(line) == "ready"
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			in.cmd.Process.Kill()
-			<-in.exited
-			return fmt.Errorf("lab host %s: %s exited before ready (%v)", h.Name, l.bin.Init, cmd.ProcessState)
-		}
-	case <-ctx.Done():
-		in.cmd.Process.Kill()
-		<-in.exited
-		return fmt.Errorf("lab host %s: waiting for its lab-init: %w", h.Name, ctx.Err())
-	}
-	nsPath := fmt.Sprintf("/proc/%d/ns/pid", in.pid)
-	if in.pidNS, err = os.Open(nsPath); err != nil {
-		in.cmd.Process.Kill()
-		<-in.exited
 		return fmt.Errorf("lab host %s: %w", h.Name, err)
 	}
 	l.inits[h.Name] = in
-	h.InitPID = in.pid
-	nsID, err := os.Readlink(nsPath)
-	if err != nil {
-		return fmt.Errorf("lab host %s: %w", h.Name, err)
-	}
+	h.InitPID = in.PID
 	// Written whole, then renamed: the enter script never reads half.
 	dir := filepath.Join(l.Dir, "ns")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("lab host %s: %w", h.Name, err)
 	}
 	tmp := filepath.Join(dir, "."+h.ClientAddr)
-	if err := os.WriteFile(tmp, []byte(fmt.Sprintf("%d %s %s\n", in.pid, nsID, h.Name)), 0o644); err != nil {
+	if err := os.WriteFile(tmp, []byte(fmt.Sprintf("%d %s %s\n", in.PID, in.NSID, h.Name)), 0o644); err != nil {
 		return fmt.Errorf("lab host %s: %w", h.Name, err)
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, h.ClientAddr)); err != nil {
@@ -117,46 +55,14 @@ func (l *Lab) startInit(ctx context.Context, h *Host, i int) error {
 	return nil
 }
 
-// startIn starts cmd in h's PID namespace (its mount namespace stays the
-// machine's: Go cannot enter another from a threaded process, and the lab
-// reads the machine's /proc). setns(CLONE_NEWPID) only sets where the
-// calling thread's children go, so it runs on a thread of its own that is
-// never unlocked: Go ends that thread with the goroutine.
+// startIn starts cmd in h's PID namespace (labns.View.StartIn: its mount
+// namespace stays the machine's), or in the machine's without isolation.
 func (l *Lab) startIn(h Host, cmd *exec.Cmd) error {
 	in := l.inits[h.Name]
 	if in == nil {
 		return cmd.Start()
 	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := unix.Setns(int(in.pidNS.Fd()), unix.CLONE_NEWPID); err != nil {
-			errc <- fmt.Errorf("enter the PID namespace of lab host %s: %w", h.Name, err)
-			return
-		}
-		errc <- cmd.Start()
-	}()
-	return <-errc
-}
-
-// hostPID is pid's pid in its own PID namespace: the last field of
-// NSpid in /proc/PID/status (pid itself when it is in the machine's).
-func hostPID(pid int) int {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return pid
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
-			f := strings.Fields(rest)
-			if len(f) > 0 {
-				if n, err := strconv.Atoi(f[len(f)-1]); err == nil {
-					return n
-				}
-			}
-		}
-	}
-	return pid
+	return in.StartIn(cmd)
 }
 
 // machinePID turns the pid a unit's process said in h's namespace into its
@@ -169,7 +75,7 @@ func (l *Lab) machinePID(h Host, unit string, nsPID int) (int, error) {
 	cfg := labsystemd.Config{CgroupBase: l.cgroupBase + "/" + h.Name}
 	for _, hier := range l.cgroups {
 		for _, pid := range labsystemd.Procs(filepath.Join(hier, cfg.UnitCgroup(unit))) {
-			if hostPID(pid) == nsPID {
+			if labns.HostPID(pid) == nsPID {
 				return pid, nil
 			}
 		}

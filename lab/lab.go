@@ -30,6 +30,7 @@ import (
 
 	"github.com/gpush/gpush/lab/labbuild"
 	"github.com/gpush/gpush/lab/labgpu"
+	"github.com/gpush/gpush/lab/labns"
 	"github.com/gpush/gpush/lab/labsystemd"
 	"github.com/gpush/gpush/lab/latency"
 	"github.com/gpush/gpush/lab/podmanlab"
@@ -334,7 +335,7 @@ type Lab struct {
 	// other is Options.OtherUser's credential (nil without).
 	other   *syscall.Credential
 	proxies []*latency.Proxy
-	inits   map[string]*hostInit // by host name (Options.Isolate)
+	inits   map[string]*labns.View // by host name (Options.Isolate)
 	mu      sync.Mutex
 	procs   []*proc
 	stopCh  chan struct{}
@@ -424,7 +425,7 @@ func Start(ctx context.Context, o Options) (l *Lab, err error) {
 		unlockDir(lock)
 		return nil, &BusyError{Dir: dir, Leftovers: left}
 	}
-	l = &Lab{Dir: dir, User: u.Username, opts: o, stopCh: make(chan struct{}), inits: map[string]*hostInit{}, lock: lock}
+	l = &Lab{Dir: dir, User: u.Username, opts: o, stopCh: make(chan struct{}), inits: map[string]*labns.View{}, lock: lock}
 	defer func() {
 		if err != nil {
 			l.Stop()
@@ -763,7 +764,7 @@ func (l *Lab) startUnit(ctx context.Context, h Host, unit string) error {
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, h.Systemctl, "start", unit)
 	if in := l.inits[h.Name]; in != nil {
-		cmd = exec.CommandContext(ctx, "nsenter", "--target", strconv.Itoa(in.pid), "--pid", "--mount", "--", h.Systemctl, "start", unit)
+		cmd = exec.CommandContext(ctx, "nsenter", "--target", strconv.Itoa(in.PID), "--pid", "--mount", "--", h.Systemctl, "start", unit)
 		// nsenter forks the systemctl into the namespace: cut off, both go
 		// (and the child is reaped), not nsenter alone.
 		cmd.Cancel = func() error { return labsystemd.KillForker(cmd.Process) }
@@ -1130,7 +1131,7 @@ func (l *Lab) startSupervisor(ctx context.Context, h Host, gpu int, cmd *exec.Cm
 
 func (l *Lab) add(p *proc) {
 	if p.HostPID == 0 {
-		p.HostPID = hostPID(p.PID)
+		p.HostPID = labns.HostPID(p.PID)
 	}
 	p.UID = procUID(p.PID)
 	l.mu.Lock()
@@ -1315,7 +1316,7 @@ func (l *Lab) Stop() error {
 		// A host's init last: its namespace dies with it, and whatever a
 		// session left there (a gpush run killed midway) with it.
 		for _, in := range l.inits {
-			in.stop()
+			in.Stop()
 		}
 		// Proxies go before the sshd: no session is cut mid-stream by it.
 		for _, p := range l.proxies {

@@ -3,13 +3,26 @@
 // slurmd processes (Debian's slurmd runs several nodes on one host, each
 // on its own port), every file under the test's temp dir and every port
 // picked free, so clusters of parallel test runs never meet. Jobs run for
-// real: sbatch, scontrol and scancel talk to the cluster through
+// real: sbatch, srun, scontrol and scancel talk to the cluster through
 // SLURM_CONF, which Start sets for the test (and what it runs).
 //
-// Every daemon is a child of the test, stopped by its pid at cleanup; what
-// the cluster started (slurmstepd, the jobs' processes) is found by the
-// SLURM_CONF in its environment and killed by pid too. Nothing is stopped
-// by name: the machine may run other clusters.
+// Each node is a host of its own: its slurmd runs in a process view of its
+// own (lab/labns: a PID and mount namespace whose pid 1 is the lab's
+// lab-init, with that namespace's /proc), so the node's job steps, and
+// what they run (a helper that srun --overlap -w NODE starts), see that
+// node's processes only, numbered as the node numbers them. Options.Binds
+// gives every node its own files at one path (its fake GPUs, say), as the
+// nodes of a real cluster have their own /dev. Command runs a program on a
+// node outside Slurm (a worker that is no job's); MachinePID turns a pid a
+// node printed into the machine's.
+//
+// Everything is stopped by pid at cleanup: munged and slurmctld are
+// children of the test; a node goes with its view (its init is KILLed
+// through a pidfd, and the kernel kills its slurmd, slurmstepd and job
+// processes with it); what is left on the machine (an srun client) is
+// found by the SLURM_CONF in its environment, in the machine's /proc, so
+// by machine pid, and KILLed. Nothing is stopped by name: the machine may
+// run other clusters.
 package slurmlab
 
 import (
@@ -28,6 +41,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpush/gpush/lab/labbuild"
+	"github.com/gpush/gpush/lab/labns"
 )
 
 // RequireEnv, when set, makes a machine without Slurm a failure, not a skip
@@ -38,7 +54,7 @@ const RequireEnv = "GPUSH_REQUIRE_SLURM"
 // slurm-client, munge).
 var (
 	daemons = []string{"slurmctld", "slurmd", "munged"}
-	clients = []string{"sbatch", "scontrol", "scancel", "sinfo", "squeue"}
+	clients = []string{"sbatch", "srun", "scontrol", "scancel", "sinfo", "squeue", "nsenter", "mount"}
 )
 
 // Missing says why a cluster cannot start here ("" when it can).
@@ -96,6 +112,19 @@ type Options struct {
 	// KillWait is Slurm's KillWait: how long after TERM a cancelled job's
 	// processes are KILLed (default 2s; Slurm's own is 30s).
 	KillWait time.Duration
+	// Init is the lab-init the nodes' views run (lab.Binaries.Init);
+	// empty: Start builds the Go one into the cluster's folder.
+	Init string
+	// Binds are mounted in every node's view before its slurmd starts.
+	Binds []Bind
+}
+
+// Bind shows Source at Target in a node's view only: "%n" in Source is the
+// node's name (Slurm's own spelling), so {Source: "/x/%n/dev", Target:
+// "/x/dev"} gives every node its own /x/dev. Both must exist; Target's own
+// content is what the machine sees.
+type Bind struct {
+	Source, Target string
 }
 
 // Cluster is a running cluster.
@@ -112,6 +141,7 @@ type Cluster struct {
 
 	t       testing.TB
 	daemons []*daemon
+	views   map[string]*labns.View // by node
 	stopped bool
 }
 
@@ -119,6 +149,8 @@ type daemon struct {
 	name string
 	cmd  *exec.Cmd
 	done chan struct{}
+	// view is a node's: its slurmd runs there, under cmd's nsenter.
+	view *labns.View
 }
 
 // Start starts a cluster for t, stopped at its cleanup, and sets
@@ -136,7 +168,7 @@ func Start(t testing.TB, opt Options) *Cluster {
 	if opt.KillWait <= 0 {
 		opt.KillWait = 2 * time.Second
 	}
-	c := &Cluster{Dir: t.TempDir(), t: t}
+	c := &Cluster{Dir: t.TempDir(), t: t, views: map[string]*labns.View{}}
 	c.Conf = filepath.Join(c.Dir, "slurm.conf")
 	for i := 1; i <= opt.Nodes; i++ {
 		c.Nodes = append(c.Nodes, "n"+strconv.Itoa(i))
@@ -203,7 +235,7 @@ func (c *Cluster) start(opt Options) error {
 	if err != nil {
 		return err
 	}
-	if err := c.spawn("slurmctld", slurmctld, "-D", "-f", c.Conf); err != nil {
+	if err := c.spawn("slurmctld", exec.Command(slurmctld, "-D", "-f", c.Conf), nil); err != nil {
 		return err
 	}
 	if err := c.until(20*time.Second, "slurmctld to answer", func() (bool, string) {
@@ -216,8 +248,15 @@ func (c *Cluster) start(opt Options) error {
 	if err != nil {
 		return err
 	}
+	initBin := opt.Init
+	if initBin == "" {
+		initBin = filepath.Join(c.Dir, "lab-init")
+		if err := labbuild.Go(context.Background(), initBin, "github.com/gpush/gpush/lab/cmd/lab-init"); err != nil {
+			return err
+		}
+	}
 	for _, n := range c.Nodes {
-		if err := c.spawn("slurmd-"+n, slurmd, "-D", "-f", c.Conf, "-N", n); err != nil {
+		if err := c.startNode(n, initBin, slurmd, opt.Binds); err != nil {
 			return err
 		}
 	}
@@ -252,9 +291,9 @@ func (c *Cluster) startMunge() error {
 		return err
 	}
 	m := filepath.Join(c.Dir, "munge")
-	if err := c.spawn("munged", munged, "--foreground", "--socket="+c.MungeSocket, "--key-file="+key,
+	if err := c.spawn("munged", exec.Command(munged, "--foreground", "--socket="+c.MungeSocket, "--key-file="+key,
 		"--pid-file="+filepath.Join(m, "munged.pid"), "--log-file="+filepath.Join(c.Dir, "log", "munged.log"),
-		"--seed-file="+filepath.Join(m, "munged.seed")); err != nil {
+		"--seed-file="+filepath.Join(m, "munged.seed")), nil); err != nil {
 		return err
 	}
 	return c.until(10*time.Second, "munged's socket", func() (bool, string) {
@@ -320,10 +359,29 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
+// startNode starts node n's view, mounts its binds there and starts its
+// slurmd in it.
+func (c *Cluster) startNode(n, initBin, slurmd string, binds []Bind) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	v, err := labns.Start(ctx, initBin, labns.Options{Env: c.Env(), KillWithParent: true})
+	if err != nil {
+		return fmt.Errorf("node %s: %w", n, err)
+	}
+	c.views[n] = v
+	for _, b := range binds {
+		if err := v.Bind(ctx, strings.ReplaceAll(b.Source, "%n", n), b.Target); err != nil {
+			return fmt.Errorf("node %s: %w", n, err)
+		}
+	}
+	cmd := v.Command(context.Background(), c.Dir, slurmd, "-D", "-f", c.Conf, "-N", n)
+	return c.spawn("slurmd-"+n, cmd, v)
+}
+
 // spawn starts a daemon in the foreground, a child of the test in its own
-// process group, KILLed if the test process dies first.
-func (c *Cluster) spawn(name, path string, args ...string) error {
-	cmd := exec.Command(path, args...)
+// process group, KILLed if the test process dies first; view is the node's
+// whose slurmd cmd starts, nil for the others.
+func (c *Cluster) spawn(name string, cmd *exec.Cmd, view *labns.View) error {
 	cmd.Env = c.Env()
 	cmd.Dir = c.Dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -336,7 +394,7 @@ func (c *Cluster) spawn(name, path string, args ...string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
-	d := &daemon{name: name, cmd: cmd, done: make(chan struct{})}
+	d := &daemon{name: name, cmd: cmd, done: make(chan struct{}), view: view}
 	go func() {
 		cmd.Wait()
 		close(d.done)
@@ -378,6 +436,33 @@ func (c *Cluster) Env() []string {
 	return append(env, "SLURM_CONF="+c.Conf)
 }
 
+// Command runs name with args on node, in its view, outside Slurm (no job
+// owns it), with the cluster's environment. Its process is nsenter's
+// (labns.View.Command); the program ends with the node at Stop.
+func (c *Cluster) Command(ctx context.Context, node, name string, args ...string) (*exec.Cmd, error) {
+	v := c.views[node]
+	if v == nil {
+		return nil, fmt.Errorf("slurmlab: no node %q (have %s)", node, strings.Join(c.Nodes, ", "))
+	}
+	cmd := v.Command(ctx, c.Dir, name, args...)
+	cmd.Env = c.Env()
+	return cmd, nil
+}
+
+// MachinePID is the machine pid of the process that is pid on node (what
+// $$ or a holder's ready line says there).
+func (c *Cluster) MachinePID(node string, pid int) (int, error) {
+	v := c.views[node]
+	if v == nil {
+		return 0, fmt.Errorf("slurmlab: no node %q (have %s)", node, strings.Join(c.Nodes, ", "))
+	}
+	mp, err := v.MachinePID(pid)
+	if err != nil {
+		return 0, fmt.Errorf("slurmlab: node %s: %w", node, err)
+	}
+	return mp, nil
+}
+
 // Run runs a Slurm client against the cluster (10s at most) and returns
 // its stdout; an error carries its stderr.
 func (c *Cluster) Run(ctx context.Context, name string, args ...string) (string, error) {
@@ -413,7 +498,14 @@ func (c *Cluster) Sbatch(t testing.TB, args ...string) string {
 
 // JobState is the job's JobState as scontrol shows it, "" when scontrol
 // no longer knows the job.
-func (c *Cluster) JobState(id string) (string, error) {
+func (c *Cluster) JobState(id string) (string, error) { return c.jobField(id, "JobState") }
+
+// BatchHost is the node that runs the job's batch script.
+func (c *Cluster) BatchHost(id string) (string, error) { return c.jobField(id, "BatchHost") }
+
+// jobField is a field of `scontrol show job -o ID`, "" when scontrol no
+// longer knows the job.
+func (c *Cluster) jobField(id, key string) (string, error) {
 	out, err := c.Run(context.Background(), "scontrol", "show", "job", "-o", id)
 	if err != nil {
 		if strings.Contains(err.Error(), "Invalid job id") {
@@ -422,11 +514,11 @@ func (c *Cluster) JobState(id string) (string, error) {
 		return "", err
 	}
 	for _, f := range strings.Fields(out) {
-		if v, ok := strings.CutPrefix(f, "JobState="); ok {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
 			return v, nil
 		}
 	}
-	return "", fmt.Errorf("scontrol show job %s: no JobState in %q", id, out)
+	return "", fmt.Errorf("scontrol show job %s: no %s in %q", id, key, out)
 }
 
 // WaitState waits until the job is in one of states (at most d).
@@ -483,6 +575,10 @@ func (c *Cluster) Stop() error {
 			errs = append(errs, err)
 		}
 	}
+	// A view whose slurmd never started.
+	for _, v := range c.views {
+		v.Stop()
+	}
 	if n, err := killLeftovers("SLURM_CONF=" + c.Conf); err != nil {
 		errs = append(errs, err)
 	} else if n > 0 {
@@ -509,7 +605,19 @@ func (c *Cluster) cancelAll() {
 	c.until(10*time.Second, "no job left", func() (bool, string) { return len(ids()) == 0, "" })
 }
 
+// stop ends a daemon: TERM, then KILL after 5s; a node's by KILLing its
+// view's init, which takes its slurmd and everything the node runs along
+// (nsenter, the daemon's process, then exits with the slurmd).
 func (d *daemon) stop() error {
+	if d.view != nil {
+		d.view.Stop()
+		select {
+		case <-d.done:
+			return nil
+		case <-time.After(5 * time.Second):
+			return fmt.Errorf("slurmlab: %s: nsenter (pid %d) still there after its view ended", d.name, d.cmd.Process.Pid)
+		}
+	}
 	select {
 	case <-d.done:
 		return nil
@@ -531,8 +639,11 @@ func (d *daemon) stop() error {
 }
 
 // killLeftovers KILLs every process (not this one) whose environment holds
-// marker exactly: the cluster's slurmstepd and the jobs' processes, which
-// outlive slurmd. It returns how many it signalled.
+// marker exactly: what the cluster's clients left on the machine (an srun
+// whose step ended with its node) and anything a node's view did not take
+// along. It reads the machine's /proc, so its pids are the machine's,
+// whichever PID namespace a process lives in. It returns how many it
+// signalled.
 func killLeftovers(marker string) (int, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
