@@ -122,17 +122,33 @@ func (v *View) Stop() {
 // stays the machine's (Go cannot enter another from a threaded process),
 // so its /proc is the machine's: for processes that need no /proc, such
 // as holders (Command is for the others). setns(CLONE_NEWPID) only sets
-// where the calling thread's children go, so it runs on a thread of its
-// own that is never unlocked: Go ends that thread with the goroutine.
+// where the calling thread's children go, so it runs on a locked thread
+// that is set back to this process's namespace before it is unlocked. The
+// thread must not end instead: it may be the one that started a view's
+// init, whose Pdeathsig would then kill that view.
 func (v *View) StartIn(cmd *exec.Cmd) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		own, err := os.Open("/proc/self/ns/pid")
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("this process's PID namespace: %w", err)
+			return
+		}
+		defer own.Close()
 		if err := unix.Setns(int(v.pidNS.Fd()), unix.CLONE_NEWPID); err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("enter the PID namespace of init %d: %w", v.PID, err)
 			return
 		}
-		errc <- cmd.Start()
+		err = cmd.Start()
+		// A thread whose children would still go to the view stays
+		// locked, and Go ends it with this goroutine.
+		if unix.Setns(int(own.Fd()), unix.CLONE_NEWPID) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
 	}()
 	return <-errc
 }

@@ -2,6 +2,7 @@ package labns
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,6 +71,10 @@ func TestViews(t *testing.T) {
 	for _, v := range views {
 		out, err := v.Command(ctx, dir, "sh", "-c", list, "sh", target).Output()
 		if err != nil {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				t.Fatalf("listing a view: %v: %s", err, ee.Stderr)
+			}
 			t.Fatal(err)
 		}
 		lines := strings.Split(string(out), "\n")
