@@ -100,14 +100,38 @@ type group struct {
 }
 
 type hostDef struct {
-	name   string
-	at     Pos
-	vars   map[string]any
+	name string
+	at   Pos
+	vars map[string]any
+	// varPos holds the lines of vars set elsewhere than at (YAML's own
+	// lines, a later source's); nil while every var is from at, as an INI
+	// host line's are: two maps a host would double a large inventory's
+	// memory.
 	varPos map[string]Pos
 	// groups are the groups the host is listed in directly.
 	groups []string
 	// plug are the host_vars/ files' vars, by source.
 	plug []varSet
+}
+
+// posOf is where the host's var k was set.
+func (h *hostDef) posOf(k string) Pos {
+	if p, ok := h.varPos[k]; ok {
+		return p
+	}
+	return h.at
+}
+
+// setPos records where k was set, keeping only what differs from at.
+func (h *hostDef) setPos(k string, p Pos) {
+	if p == h.at {
+		delete(h.varPos, k)
+		return
+	}
+	if h.varPos == nil {
+		h.varPos = map[string]Pos{}
+	}
+	h.varPos[k] = p
 }
 
 func newInventory(source string, kind Kind) *Inventory {
@@ -216,7 +240,7 @@ func (inv *Inventory) addHost(groupName, name string, vars map[string]any, at Po
 	}
 	h := inv.hosts[name]
 	if h == nil {
-		h = &hostDef{name: name, at: at, vars: map[string]any{}, varPos: map[string]Pos{}}
+		h = &hostDef{name: name, at: at, vars: make(map[string]any, len(vars))}
 		inv.hosts[name] = h
 		inv.hostOrder = append(inv.hostOrder, name)
 	}
@@ -227,10 +251,10 @@ func (inv *Inventory) addHost(groupName, name string, vars map[string]any, at Po
 		}
 		if old, ok := h.vars[k]; ok && !reflect.DeepEqual(old, v) {
 			return fmt.Errorf("%s: host %s: %s = %s conflicts with %s set at %s",
-				vat, name, k, showValue(v), showValue(old), h.varPos[k])
+				vat, name, k, showValue(v), showValue(old), h.posOf(k))
 		}
 		h.vars[k] = v
-		h.varPos[k] = vat
+		h.setPos(k, vat)
 	}
 	if groupName != "" {
 		g := inv.group(groupName, at)
@@ -448,6 +472,11 @@ func (inv *Inventory) effectiveVars(h *hostDef) (map[string]any, map[string]Pos,
 			vars[k], pos[k] = v, p[k]
 		}
 	}
+	putHost := func() {
+		for k, v := range h.vars {
+			vars[k], pos[k] = v, h.posOf(k)
+		}
+	}
 	all := inv.groups["all"]
 	names := make([]string, 0, len(groups))
 	others := make([]*group, 0, len(groups))
@@ -473,7 +502,7 @@ func (inv *Inventory) effectiveVars(h *hostDef) (map[string]any, map[string]Pos,
 			}
 		}
 	}
-	put(h.vars, h.varPos)
+	putHost()
 	for _, vs := range h.plug {
 		put(vs.vars, vs.pos)
 	}

@@ -317,17 +317,18 @@ func (inv *Inventory) merge(part *Inventory) {
 		ph := part.hosts[name]
 		h := inv.hosts[name]
 		if h == nil {
-			h = &hostDef{name: name, at: ph.at, vars: map[string]any{}, varPos: map[string]Pos{}}
+			h = &hostDef{name: name, at: ph.at, vars: make(map[string]any, len(ph.vars))}
 			inv.hosts[name] = h
 			inv.hostOrder = append(inv.hostOrder, name)
 		}
 		for _, k := range sortedKeys(ph.vars) {
 			v := ph.vars[k]
 			if old, ok := h.vars[k]; ok && strings.HasPrefix(k, "ansible_") && !reflect.DeepEqual(old, v) {
-				inv.warnf(ph.varPos[k], "host %s: %s = %s overrides %s set at %s (the later inventory source wins, as in Ansible)",
-					name, k, showValue(v), showValue(old), h.varPos[k])
+				inv.warnf(ph.posOf(k), "host %s: %s = %s overrides %s set at %s (the later inventory source wins, as in Ansible)",
+					name, k, showValue(v), showValue(old), h.posOf(k))
 			}
-			h.vars[k], h.varPos[k] = v, ph.varPos[k]
+			h.vars[k] = v
+			h.setPos(k, ph.posOf(k))
 		}
 	}
 	for _, name := range part.groupOrder {

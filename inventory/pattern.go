@@ -436,9 +436,8 @@ func subscript(pattern string, hosts []string, idx, from, to string) (map[string
 // the all group's vars.
 func (inv *Inventory) implicitLocalhost() (Host, error) {
 	h, err := inv.buildHost(&hostDef{
-		name:   "localhost",
-		vars:   map[string]any{"ansible_connection": "local"},
-		varPos: map[string]Pos{},
+		name: "localhost",
+		vars: map[string]any{"ansible_connection": "local"},
 	})
 	if err != nil {
 		return Host{}, fmt.Errorf("implicit localhost: %w", err)
