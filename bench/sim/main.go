@@ -170,11 +170,16 @@ type result struct {
 	// most goroutines that were not the simulated hosts'.
 	PeakRSS, PeakHeap, PeakStacks int64
 	PeakG, CtlG                   int
-	// What the simulated hosts hold by themselves, measured before the run
-	// with every session started and idle: the models, the links, the serve
-	// loops (their goroutines and buffers).
-	PeerHeap, PeerStacks int64
-	PeerG                int
+	// PeakLive is the most serve sessions that ran at once.
+	PeakLive int
+	// What the simulated hosts hold by themselves, measured before the run:
+	// the models (ModelHeap, every host's for the whole run), and each
+	// session started and idle at its hello (SessionHeap and SessionStacks
+	// for all n at once: the links, the serve loops' goroutines and
+	// buffers; SessionG goroutines). A host's session lives while the host
+	// runs, so at most Forks of them at once.
+	ModelHeap, SessionHeap, SessionStacks int64
+	SessionG                              int
 	// BaseRSS is the process's RSS before the fleet was built (the Go
 	// runtime, the packages' data): what a controller has with no host.
 	BaseRSS int64
@@ -192,15 +197,20 @@ func (r result) outcome() string {
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
+// simHold is what the simulated hosts hold at the run's peak: every
+// model, and the sessions of the hosts running at once.
+func (r result) simHold() int64 {
+	return r.ModelHeap + (r.SessionHeap+r.SessionStacks)*int64(r.PeakLive)/int64(r.N)
+}
+
 func printTable(w *os.File, rows []result) {
-	fmt.Fprintln(w, "| hosts | result | wall | ctl CPU (user+sys) | ctl CPU/host | sim hosts' CPU | peak RSS | no hosts | sim hosts hold | ctl RSS/host (peak - none - sim) | peak heap | peak goroutines (ctl) | sessions/host | calls/host |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(w, "| hosts | forks | result | wall | CPU busy | ctl CPU (user+sys) | ctl CPU/host | sim hosts' CPU | peak RSS | no hosts / sim hosts | ctl RSS | ctl RSS/host | sessions at once | peak goroutines (ctl) | sessions/host | calls/host |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, r := range rows {
-		peer := r.PeerHeap + r.PeerStacks
-		ctlRSS := r.PeakRSS - r.BaseRSS - peer
-		fmt.Fprintf(w, "| %d | %s | %.1f s | %.1f s | %.2f ms | %.1f s | %.0f MiB | %.0f MiB | %.0f MiB | %.1f KiB | %.0f MiB | %d (%d) | %.2f | %.1f |\n",
-			r.N, r.outcome(), r.Wall, r.CtlCPU, 1000*r.CtlCPU/float64(r.N), r.PeerCPU,
-			mib(r.PeakRSS), mib(r.BaseRSS), mib(peer), float64(ctlRSS)/1024/float64(r.N), mib(r.PeakHeap),
+		ctlRSS := r.PeakRSS - r.BaseRSS - r.simHold()
+		fmt.Fprintf(w, "| %d | %d | %s | %.1f s | %.2f cores | %.1f s | %.2f ms | %.1f s | %.0f MiB | %.0f / %.0f MiB | %.0f MiB | %.1f KiB | %d | %d (%d) | %.2f | %.1f |\n",
+			r.N, r.Forks, r.outcome(), r.Wall, (r.User+r.Sys)/r.Wall, r.CtlCPU, 1000*r.CtlCPU/float64(r.N), r.PeerCPU,
+			mib(r.PeakRSS), mib(r.BaseRSS), mib(r.simHold()), mib(ctlRSS), float64(ctlRSS)/1024/float64(r.N), r.PeakLive,
 			r.PeakG, r.CtlG, float64(r.Sessions)/float64(r.N), float64(r.Calls)/float64(r.N))
 	}
 }
@@ -231,7 +241,7 @@ func runOne(n int, cfg config) (result, error) {
 	res.BaseRSS = vmRSS()
 	f := newFleet(n, cfg.lat)
 	f.register()
-	res.PeerHeap = heapAlloc() - h0
+	res.ModelHeap = heapAlloc() - h0
 	if cfg.edit != nil {
 		cfg.edit(f)
 	}
@@ -271,7 +281,7 @@ func runOne(n int, cfg config) (result, error) {
 		res.CtlCPU = all * float64(total-peer-bench) / float64(total)
 	}
 	res.PeakRSS, res.PeakHeap, res.PeakStacks = peaks.rss, peaks.heap, peaks.stacks
-	res.PeakG, res.CtlG = peaks.g-base, peaks.ctlG-base
+	res.PeakG, res.CtlG, res.PeakLive = peaks.g-base, peaks.ctlG-base, peaks.live
 	res.Sessions, res.Calls = f.sessions.Load(), f.calls.Load()
 
 	// The truth checks: a host ok after a free has every GPU freed and
@@ -367,9 +377,9 @@ func standing(f *fleet, hosts []inventory.Host, res *result) error {
 	runtime.GC()
 	var ms2 runtime.MemStats
 	runtime.ReadMemStats(&ms2)
-	res.PeerHeap += int64(ms2.HeapAlloc) - int64(ms.HeapAlloc)
-	res.PeerStacks = int64(ms2.StackInuse) - int64(ms.StackInuse)
-	res.PeerG = runtime.NumGoroutine() - g0
+	res.SessionHeap = int64(ms2.HeapAlloc) - int64(ms.HeapAlloc)
+	res.SessionStacks = int64(ms2.StackInuse) - int64(ms.StackInuse)
+	res.SessionG = runtime.NumGoroutine() - g0
 	for _, st := range streams {
 		st.Close()
 	}
@@ -406,7 +416,7 @@ type sampler struct {
 
 type peaks struct {
 	rss, heap, stacks int64
-	g, ctlG           int
+	g, ctlG, live     int
 }
 
 func startSampler(f *fleet) *sampler {
@@ -428,8 +438,9 @@ func (s *sampler) loop() {
 		g := runtime.NumGoroutine()
 		// Each live serve loop is two goroutines (the loop, its line
 		// reader), each request it answers one more; the sampler is one.
-		peer := int(2*s.f.live.Load()+s.f.inflight.Load()) + 1
-		p.g, p.ctlG = max(p.g, g), max(p.ctlG, g-peer)
+		live := int(s.f.live.Load())
+		peer := 2*live + int(s.f.inflight.Load()) + 1
+		p.g, p.ctlG, p.live = max(p.g, g), max(p.ctlG, g-peer), max(p.live, live)
 		select {
 		case <-s.quit:
 			s.done <- p

@@ -71,7 +71,7 @@ func TestSimulatedFree(t *testing.T) {
 	if res.Sessions != 20 || res.Calls != 6*20 {
 		t.Errorf("%d sessions, %d calls for 20 hosts, want 20 and 120", res.Sessions, res.Calls)
 	}
-	if res.PeakRSS <= 0 || res.PeakHeap <= 0 || res.PeerHeap <= 0 || res.PeerG != 2*20 {
+	if res.PeakRSS <= 0 || res.PeakHeap <= 0 || res.ModelHeap <= 0 || res.SessionHeap <= 0 || res.SessionG != 2*20 {
 		t.Errorf("figures %+v", res)
 	}
 }
