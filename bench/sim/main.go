@@ -154,8 +154,8 @@ type result struct {
 	N, Forks int
 	Script   string
 	Statuses map[string]int
-	// Problems: what the truth checks found (a host not ok, a GPU not
-	// freed, more than one session a host).
+	// Problems: what the truth checks found (a host not ok, an ok host
+	// not freed, a status without its rows), the first five.
 	Problems []string `json:",omitempty"`
 	Sessions int64    // warm checks started (serve sessions)
 	Calls    int64    // helper requests answered
@@ -177,7 +177,7 @@ type result struct {
 	// session started and idle at its hello (SessionHeap and SessionStacks
 	// for all n at once: the links, the serve loops' goroutines and
 	// buffers; SessionG goroutines). A host's session lives while the host
-	// runs, so at most Forks of them at once.
+	// runs: PeakLive of them count at the peak.
 	ModelHeap, SessionHeap, SessionStacks int64
 	SessionG                              int
 	// BaseRSS is the process's RSS before the fleet was built (the Go
@@ -198,7 +198,7 @@ func (r result) outcome() string {
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 // simHold is what the simulated hosts hold at the run's peak: every
-// model, and the sessions of the hosts running at once.
+// model, and the most sessions that ran at once.
 func (r result) simHold() int64 {
 	return r.ModelHeap + (r.SessionHeap+r.SessionStacks)*int64(r.PeakLive)/int64(r.N)
 }

@@ -66,7 +66,7 @@ type fleet struct {
 type simHost struct {
 	name  string
 	model *modulestest.GPUHost
-	// units, holders the scenario laid out, for the truth check after.
+	// monitor and daemon are the pids a free must leave alive.
 	monitor, daemon int
 }
 
