@@ -28,7 +28,12 @@ const maxRequest = 1 << 20
 //
 // Every response is bounded by MaxResponse (see writeBounded).
 func Serve(ctx context.Context, verb string, stdin io.Reader, stdout io.Writer) error {
-	resp, err := serve(ctx, verb, stdin)
+	return serveWith(ctx, verb, stdin, stdout, serve)
+}
+
+// serveWith is Serve with the response from answer.
+func serveWith(ctx context.Context, verb string, stdin io.Reader, stdout io.Writer, answer answerFunc) error {
+	resp, err := answer(ctx, verb, stdin)
 	if err == nil {
 		err = writeBounded(stdout, resp)
 		if err == nil {

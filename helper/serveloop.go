@@ -68,6 +68,36 @@ var parentPoll = time.Second
 // request runs in its own goroutine under its own context; ending the loop
 // cancels them all and waits for them, so their children are stopped.
 func ServeLoop(ctx context.Context, token string, stdin io.Reader, stdout io.Writer) int {
+	return serveLoop(ctx, token, stdin, stdout, serve, true)
+}
+
+// Handler answers one request of a serve loop as serve does for the real
+// host: the verb's response value (written as Serve writes it, bounded by
+// MaxResponse) or an error (an ErrorResponse with the reply's Failed set).
+// body is the verb's JSON request.
+type Handler func(ctx context.Context, verb string, body []byte) (any, error)
+
+// ServeLoopOn is ServeLoop with every request answered by h instead of this
+// host: a model of a host served in-process over pipes (the bench's
+// simulated hosts), framed, matched, cancelled and ended exactly as the
+// helper's own loop. It has no parent to watch: it ends with stdin or ctx.
+func ServeLoopOn(ctx context.Context, token string, stdin io.Reader, stdout io.Writer, h Handler) int {
+	return serveLoop(ctx, token, stdin, stdout, func(ctx context.Context, verb string, r io.Reader) (any, error) {
+		body, err := io.ReadAll(io.LimitReader(r, maxRequest+1))
+		if err != nil {
+			return nil, fmt.Errorf("read request: %w", err)
+		}
+		if len(body) > maxRequest {
+			return nil, fmt.Errorf("request larger than %d bytes", maxRequest)
+		}
+		return h(ctx, verb, body)
+	}, false)
+}
+
+// answerFunc answers one verb's request read from r (serve, or a Handler).
+type answerFunc func(ctx context.Context, verb string, r io.Reader) (any, error)
+
+func serveLoop(ctx context.Context, token string, stdin io.Reader, stdout io.Writer, answer answerFunc, watchParent bool) int {
 	ctx, cancelAll := context.WithCancel(ctx)
 	defer cancelAll()
 	var wmu sync.Mutex
@@ -115,8 +145,13 @@ func ServeLoop(ctx context.Context, token string, stdin io.Reader, stdout io.Wri
 		}
 	}()
 	ppid := os.Getppid()
-	tick := time.NewTicker(parentPoll)
-	defer tick.Stop()
+	// Without a parent to watch, tick stays nil: its case never fires.
+	var tick <-chan time.Time
+	if watchParent {
+		t := time.NewTicker(parentPoll)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		var line []byte
 		select {
@@ -127,7 +162,7 @@ func ServeLoop(ctx context.Context, token string, stdin io.Reader, stdout io.Wri
 			}
 			_ = write(ServeFatal{Fatal: "read request: " + err.Error(), Version: Version})
 			return 2
-		case <-tick.C:
+		case <-tick:
 			if os.Getppid() != ppid {
 				return 0
 			}
@@ -173,7 +208,7 @@ func ServeLoop(ctx context.Context, token string, stdin io.Reader, stdout io.Wri
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			reply := runRequest(rctx, id, req.Verb, req.Req)
+			reply := runRequest(rctx, id, req.Verb, req.Req, answer)
 			mu.Lock()
 			delete(running, id)
 			mu.Unlock()
@@ -184,12 +219,12 @@ func ServeLoop(ctx context.Context, token string, stdin io.Reader, stdout io.Wri
 }
 
 // runRequest answers one request the way the one-shot verb would.
-func runRequest(ctx context.Context, id uint64, verb string, body json.RawMessage) ServeReply {
+func runRequest(ctx context.Context, id uint64, verb string, body json.RawMessage, answer answerFunc) ServeReply {
 	if verb == VerbServe {
 		return errorReply(id, "serve cannot be nested")
 	}
 	var out bytes.Buffer
-	err := Serve(ctx, verb, bytes.NewReader(body), &out)
+	err := serveWith(ctx, verb, bytes.NewReader(body), &out, answer)
 	return ServeReply{ID: id, Resp: bytes.TrimRight(out.Bytes(), "\n"), Failed: err != nil}
 }
 

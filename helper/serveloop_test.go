@@ -2,6 +2,7 @@ package helper
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -279,4 +280,76 @@ func loopInSlowWait(t *testing.T) (*loop, int) {
 	l.readHello()
 	l.send(`{"id":1,"verb":"wait-free","req":` + string(req) + `}`)
 	return l, waitPid(t, pids)
+}
+
+// A loop whose requests a Handler answers (an in-process model host) frames,
+// fails, cancels and ends as the helper's own loop.
+func TestServeLoopOnAnswersThroughTheHandler(t *testing.T) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	started := make(chan struct{})
+	cancelled := make(chan error, 1)
+	h := func(ctx context.Context, verb string, body []byte) (any, error) {
+		switch verb {
+		case "echo":
+			return map[string]string{"got": string(body)}, nil
+		case "block":
+			close(started)
+			<-ctx.Done()
+			cancelled <- ctx.Err()
+			return map[string]bool{"stopped": true}, nil
+		}
+		return nil, errors.New("no such verb in the model")
+	}
+	code := make(chan int, 1)
+	go func() { code <- ServeLoopOn(context.Background(), "tok-9", inR, outW, h); outW.Close() }()
+	br := bufio.NewReader(outR)
+	read := func(v any) {
+		t.Helper()
+		line, err := br.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		if err := json.Unmarshal(line, v); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+	}
+	var hello ServeHello
+	if read(&hello); hello.Token != "tok-9" || hello.Serve != ServeProtocol {
+		t.Fatalf("hello %+v", hello)
+	}
+	send := func(s string) {
+		if _, err := io.WriteString(inW, s+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"id":1,"verb":"echo","req":{"a":1}}`)
+	send(`{"id":2,"verb":"nope","req":{}}`)
+	send(`{"id":3,"verb":"block"}`)
+	got := map[uint64]ServeReply{}
+	for range 2 {
+		var r ServeReply
+		read(&r)
+		got[r.ID] = r
+	}
+	if r := got[1]; r.Failed || string(r.Resp) != `{"got":"{\"a\":1}"}` {
+		t.Errorf("echo reply %+v (%s)", r, r.Resp)
+	}
+	var er ErrorResponse
+	if r := got[2]; !r.Failed || json.Unmarshal(r.Resp, &er) != nil || er.Error != "no such verb in the model" {
+		t.Errorf("failed reply %+v (%s)", r, r.Resp)
+	}
+	<-started
+	send(`{"id":3,"cancel":true}`)
+	if err := <-cancelled; !errors.Is(err, context.Canceled) {
+		t.Errorf("handler ctx ended with %v, want canceled", err)
+	}
+	var r ServeReply
+	if read(&r); r.ID != 3 || string(r.Resp) != `{"stopped":true}` {
+		t.Errorf("cancelled request's reply %+v (%s)", r, r.Resp)
+	}
+	inW.Close()
+	if c := <-code; c != 0 {
+		t.Errorf("exit %d after stdin EOF, want 0", c)
+	}
 }

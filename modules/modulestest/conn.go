@@ -174,7 +174,44 @@ func (c *Conn) Helper(ctx context.Context, verb string, req, resp any) (err erro
 	if err != nil {
 		return fmt.Errorf("encode %s request: %w", verb, err)
 	}
-	var out any
+	decoded, err := decodeRequest(verb, raw)
+	if err != nil {
+		return err
+	}
+	if err := c.begin(ctx, Call{Method: "helper", Verb: verb, Request: decoded}); err != nil {
+		return err
+	}
+	out, err := c.Model.answer(ctx, decoded)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return fmt.Errorf("encode %s response: %w", verb, err)
+	}
+	if err := json.Unmarshal(b, resp); err != nil {
+		return fmt.Errorf("decode %s response: %w", verb, err)
+	}
+	return nil
+}
+
+// Serve answers one helper request from the model, as a helper.Handler:
+// body is the verb's JSON request, decoded strictly as the helper does.
+// A serve loop (helper.ServeLoopOn) over it is the model on the wire.
+func (g *GPUHost) Serve(ctx context.Context, verb string, body []byte) (any, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		body = []byte("{}") // the zero request, as empty stdin
+	}
+	decoded, err := decodeRequest(verb, body)
+	if err != nil {
+		return nil, err
+	}
+	return g.answer(ctx, decoded)
+}
+
+// decodeRequest decodes a verb's request strictly, into its wire type.
+func decodeRequest(verb string, raw []byte) (any, error) {
+	var err error
 	var decoded any
 	switch verb {
 	case helper.VerbSnapshot:
@@ -201,46 +238,32 @@ func (c *Conn) Helper(ctx context.Context, verb string, req, resp any) (err erro
 		err = fmt.Errorf("unknown verb %q", verb)
 	}
 	if err != nil {
-		return fmt.Errorf("gpush-helper %s: bad request: %w", verb, err)
+		return nil, fmt.Errorf("gpush-helper %s: bad request: %w", verb, err)
 	}
-	if err := c.begin(ctx, Call{Method: "helper", Verb: verb, Request: decoded}); err != nil {
-		return err
-	}
+	return decoded, nil
+}
+
+// answer runs a decoded request on the model.
+func (g *GPUHost) answer(ctx context.Context, decoded any) (any, error) {
 	switch r := decoded.(type) {
 	case helper.SnapshotRequest:
-		out = c.Model.snapshot()
+		return g.snapshot(), nil
 	case helper.KillRequest:
-		k, err := c.Model.kill(ctx, r)
-		if err != nil {
-			return err
-		}
-		out = k
+		return g.kill(ctx, r)
 	case helper.WaitFreeRequest:
-		w, err := c.Model.waitFree(ctx, r)
-		if err != nil {
-			return err
-		}
-		out = w
+		return g.waitFree(ctx, r)
 	case helper.ManagersRequest:
-		out = c.Model.managers(ctx, r)
+		return g.managers(ctx, r), nil
 	case helper.UnitRequest:
 		if len(r.Units) > 0 {
-			out = c.Model.unitBatch(r)
-			break
+			return g.unitBatch(r), nil
 		}
 		if r.Unit == "" || strings.HasPrefix(r.Unit, "-") {
-			return fmt.Errorf("gpush-helper unit: invalid unit name %q", r.Unit)
+			return nil, fmt.Errorf("gpush-helper unit: invalid unit name %q", r.Unit)
 		}
-		out = c.Model.unit(r)
+		return g.unit(r), nil
 	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return fmt.Errorf("encode %s response: %w", verb, err)
-	}
-	if err := json.Unmarshal(b, resp); err != nil {
-		return fmt.Errorf("decode %s response: %w", verb, err)
-	}
-	return nil
+	return nil, fmt.Errorf("model: no answer for %T", decoded)
 }
 
 func decodeStrict(b []byte, v any) error {
