@@ -345,6 +345,7 @@ func (k *killRun) signal(v *victim, name string) (sent bool, why string) {
 	if sent, why = k.src.Signal(v.res.Identity, name); sent {
 		v.res.Signals = append(v.res.Signals, name)
 		v.res.SignalTimes = append(v.res.SignalTimes, k.src.Now())
+		Tracef("kill: %s sent to pid %d", name, v.res.PID)
 	}
 	return sent, why
 }
@@ -458,6 +459,7 @@ func (k *killRun) waitGone(ctx context.Context, vs []*victim, d time.Duration, o
 				continue
 			}
 			v.res.Outcome, v.done = outcome, true
+			Tracef("kill: pid %d gone (%s)", v.res.PID, outcome)
 		}
 		vs = left
 		if len(vs) == 0 || !k.src.Now().Before(deadline) {

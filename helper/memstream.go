@@ -129,6 +129,7 @@ func startMemStream(path string, period time.Duration) (*memStream, error) {
 		period: time.Duration(ms) * time.Millisecond, started: time.Now(), starts: freshStarts,
 	}
 	streamGroups.add(s.pid)
+	Tracef("stream pid %d started: -lms %d", s.pid, ms)
 	if memStreamHook != nil {
 		memStreamHook(s.pid)
 	}
@@ -235,6 +236,11 @@ func (s *memStream) read(r interface{ Read([]byte) (int, error) }) error {
 		}
 		if prev, ok := s.at[idx]; ok && prev.After(s.started) {
 			s.gap = now.Sub(prev)
+		}
+		if Tracing() {
+			if prev, ok := s.used[idx]; !ok || prev != g.MemUsedMiB {
+				Tracef("stream pid %d: GPU %d %d MiB", s.pid, idx, g.MemUsedMiB)
+			}
 		}
 		s.used[idx], s.at[idx] = g.MemUsedMiB, now
 		if k := len(s.round); k > 0 && idx <= s.round[k-1].Index {

@@ -28,7 +28,9 @@ const maxRequest = 1 << 20
 //
 // Every response is bounded by MaxResponse (see writeBounded).
 func Serve(ctx context.Context, verb string, stdin io.Reader, stdout io.Writer) error {
+	Tracef("helper %s: start", verb)
 	resp, err := serve(ctx, verb, stdin)
+	Tracef("helper %s: done (err %v)", verb, err)
 	if err == nil {
 		err = writeBounded(stdout, resp)
 		if err == nil {

@@ -73,7 +73,11 @@ func (s *Session) Bind(ctx context.Context) context.Context { return withSession
 
 // Close stops the stream the session's calls left lingering and waits
 // until it is reaped; later calls run as outside a session.
-func (s *Session) Close() { s.ss.close() }
+func (s *Session) Close() {
+	Tracef("session: closing")
+	s.ss.close()
+	Tracef("session: closed")
+}
 
 type sessionKey struct{}
 

@@ -166,6 +166,9 @@ func waitOn(ctx context.Context, req WaitFreeRequest, src waitSource) (*WaitFree
 		}
 		w.classify(ctx, p)
 		w.record(ctx, p)
+		if Tracing() {
+			w.tracePoll(p)
+		}
 		var done bool
 		if w.given != nil {
 			done = w.verdictGiven(p)
@@ -177,7 +180,18 @@ func waitOn(ctx context.Context, req WaitFreeRequest, src waitSource) (*WaitFree
 		}
 		next = w.nextPoll(p)
 	}
-	return w.finish(ctx), nil
+	resp := w.finish(ctx)
+	Tracef("wait-free verdict: %s after %d polls (%s)", resp.Outcome, resp.Polls, resp.Reason)
+	return resp, nil
+}
+
+// tracePoll traces one poll: its start, each chosen GPU's reading and state.
+func (w *freeWait) tracePoll(p *pollState) {
+	var b strings.Builder
+	for _, st := range p.status {
+		fmt.Fprintf(&b, " GPU %d %d MiB %s;", st.Index, st.UsedMiB, st.State)
+	}
+	Tracef("wait-free poll %d (began %.1f ms ago, listed %v):%s", w.resp.Polls, float64(w.src.now().Sub(p.start).Microseconds())/1000, p.gs.apps, b.String())
 }
 
 // read takes one poll of the host and resolves the chosen GPUs.
