@@ -25,6 +25,25 @@ import (
 // 21 ms.
 var memStreamPeriod = 10 * time.Millisecond
 
+// memStreamAwaitDiv divides memStreamPeriod into the period of a stream
+// that a release is awaited on (awaitPeriod): 2 ms for the default.
+const memStreamAwaitDiv = 5
+
+// awaitPeriod is the stream's period for a snapshot and for a wait that
+// ends at its first free reading (no settle): the driver releases 130-220
+// ms after the death on the H200, and each period is latency a free pays
+// twice (the line that shows the release, then one begun after the poll
+// did), and a snapshot once (its round is whole at the next line). Such
+// uses are short; a wait with a settle watches for seconds and keeps
+// memStreamPeriod, whose rounds cost a fifth (an NVML read per GPU each;
+// the lab's fake scans /proc each round). 0: no stream.
+func awaitPeriod() time.Duration {
+	if memStreamPeriod <= 0 {
+		return 0
+	}
+	return max(memStreamPeriod/memStreamAwaitDiv, time.Millisecond)
+}
+
 // memStreamStall: a stream printing nothing this long is stuck (a wedged
 // driver call); the wait kills it and falls back to polling.
 var memStreamStall = 2 * time.Second
@@ -440,13 +459,15 @@ func (t *lockedTail) bytes() []byte {
 
 // freshWait is how long a poll waits for a reading newer than its start
 // before it runs --query-gpu instead: about two of the stream's actual
-// periods (on the H200 the -lms period, well under the ~25 ms one
-// nvidia-smi process costs; on a loaded machine whatever it manages).
+// periods (on the H200 the -lms period; on a loaded machine whatever it
+// manages), and at least what one nvidia-smi process costs.
 func (s *memStream) freshWait() time.Duration {
 	s.mu.Lock()
 	gap := s.gap
 	s.mu.Unlock()
-	return min(max(3*memStreamPeriod, 2*gap, 5*time.Millisecond), memStreamStall)
+	// Never under what a --query-gpu run costs (20 ms on the H200): the
+	// stream's line, even late, comes no later than the one-shot would.
+	return min(max(3*s.period, 2*gap, 20*time.Millisecond), memStreamStall)
 }
 
 // readingsSince returns the memory of each GPU in idx from lines that came

@@ -228,7 +228,7 @@ func (ss *session) snapshotStream(path string) (s *memStream, release func(), st
 	}
 	s = ss.stream
 	if s == nil || s.path != path || !s.live() {
-		if ss.waiting || memStreamPeriod <= 0 {
+		if ss.waiting || awaitPeriod() <= 0 {
 			return nil, nil, false
 		}
 		if old := ss.stream; old != nil {
@@ -236,7 +236,7 @@ func (ss *session) snapshotStream(path string) (s *memStream, release func(), st
 			ss.stopInBackground(old)
 		}
 		var err error
-		if s, err = startMemStream(path, memStreamPeriod); err != nil {
+		if s, err = startMemStream(path, awaitPeriod()); err != nil {
 			// The one-shot says what is wrong with nvidia-smi.
 			return nil, nil, false
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -690,5 +691,54 @@ func TestSessionDrainNeedsNoListing(t *testing.T) {
 		// A loaded machine's first poll may come after the release: then
 		// there was no drain to watch, and nothing to list either.
 		t.Logf("timeline %+v: the drain was not seen", w.Timeline)
+	}
+}
+
+// The stream a snapshot starts runs at awaitPeriod, and so does a wait
+// that ends at its first free reading: that wait reads the snapshot's
+// process. A wait with a settle watches for seconds at memStreamPeriod:
+// it starts a stream of its own at that period instead of reading the
+// fast one.
+func TestSessionStreamPeriodByUse(t *testing.T) {
+	setLinger(t, time.Minute)
+	slowStall(t)
+	h := newHost(t, 1)
+	cfg, runs := smiLog(t, h)
+	periods := map[int]time.Duration{}
+	var mu sync.Mutex
+	memStreamHook = func(pid int) {
+		mu.Lock()
+		defer mu.Unlock()
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		argv := strings.Split(string(b), "\x00")
+		for i, a := range argv {
+			if a == "-lms" && i+1 < len(argv) {
+				ms, _ := strconv.Atoi(argv[i+1])
+				periods[pid] = time.Duration(ms) * time.Millisecond
+			}
+		}
+	}
+	t.Cleanup(func() { memStreamHook = nil })
+	l := startInLoop(t)
+	var s Snapshot
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	var w WaitFreeResponse
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second), NewSince: 1}, &w)
+	_, _, streams := runs()
+	if w.Outcome != WaitFreed || len(streams) != 1 {
+		t.Fatalf("release wait: outcome %s (%q), streams %v: want freed, read from the snapshot's stream", w.Outcome, w.Reason, streams)
+	}
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second), Settle: Duration(300 * time.Millisecond)}, &w)
+	_, _, streams = runs()
+	if w.Outcome != WaitFreed || len(streams) != 2 {
+		t.Fatalf("settle wait: outcome %s (%q), streams %v: want freed, from a stream of its own", w.Outcome, w.Reason, streams)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got := periods[streams[0]]; got != awaitPeriod() {
+		t.Errorf("snapshot's stream: -lms %s, want %s", got, awaitPeriod())
+	}
+	if got := periods[streams[1]]; got != memStreamPeriod {
+		t.Errorf("settle wait's stream: -lms %s, want %s", got, memStreamPeriod)
 	}
 }

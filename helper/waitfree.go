@@ -55,12 +55,22 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 	if err != nil {
 		return nil, err
 	}
-	src, release, err := newHostSource(ctx, req.Config, interval)
+	src, release, err := newHostSource(ctx, req.Config, interval, streamPeriod(req))
 	if err != nil {
 		return nil, err
 	}
 	defer release()
 	return waitOn(ctx, req, src)
+}
+
+// streamPeriod is the memory stream's period for req: awaitPeriod when
+// the wait ends at its first free reading, memStreamPeriod when a settle
+// follows it (seconds of watching).
+func streamPeriod(req WaitFreeRequest) time.Duration {
+	if req.Settle > 0 {
+		return memStreamPeriod
+	}
+	return awaitPeriod()
 }
 
 // waitTiming checks a request's bounds and fills in the defaults.

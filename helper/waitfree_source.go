@@ -41,6 +41,7 @@ type hostSource struct {
 	smi      *smiRunner
 	findErr  error
 	interval time.Duration
+	period   time.Duration // the memory stream's (streamPeriod)
 	stream   *memStream
 	timer    *time.Timer
 	// streamPolls counts polls the stream asked for since the last timed
@@ -52,13 +53,13 @@ type hostSource struct {
 
 // newHostSource reads the host through cfg; its first sleep starts the
 // memory stream (see startStream). The release ends what it holds.
-func newHostSource(ctx context.Context, cfg Config, interval time.Duration) (*hostSource, func(), error) {
+func newHostSource(ctx context.Context, cfg Config, interval, period time.Duration) (*hostSource, func(), error) {
 	s, err := newScanner(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
 	smi, findErr := newSMIRunner(cfg)
-	src := &hostSource{s: s, smi: smi, findErr: findErr, interval: interval}
+	src := &hostSource{s: s, smi: smi, findErr: findErr, interval: interval, period: period}
 	return src, src.release, nil
 }
 
@@ -68,10 +69,10 @@ func newHostSource(ctx context.Context, cfg Config, interval time.Duration) (*ho
 // there is none.
 func (h *hostSource) startStream(ctx context.Context) string {
 	h.started = true
-	if h.findErr != nil || memStreamPeriod <= 0 {
+	if h.findErr != nil || h.period <= 0 {
 		return ""
 	}
-	stream, drop, err := waitStream(ctx, h.smi.path, memStreamPeriod)
+	stream, drop, err := waitStream(ctx, h.smi.path, h.period)
 	if err != nil {
 		return err.Error() + ": polled every " + h.interval.String()
 	}
