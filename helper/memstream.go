@@ -323,6 +323,13 @@ func (s *memStream) under(want map[int]bool, th map[int]int64) bool {
 	return true
 }
 
+// unread: running, not paused, and no line read yet (NVML still starting).
+func (s *memStream) unread() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.paused && len(s.at) == 0 && s.rounds == 0 && len(s.round) == 0
+}
+
 // stalled: no line for memStreamStall.
 func (s *memStream) stalled() bool {
 	s.mu.Lock()

@@ -742,3 +742,51 @@ func TestSessionStreamPeriodByUse(t *testing.T) {
 		t.Errorf("settle wait's stream: -lms %s, want %s", got, memStreamPeriod)
 	}
 }
+
+// A prestarted stream serves the session's first snapshot (no other
+// process, no one-shot), the snapshot's reading still as fresh as one
+// begun with it; one no call uses stops after the linger.
+func TestSessionPrestart(t *testing.T) {
+	setLinger(t, time.Minute)
+	slowStall(t)
+	h := newHost(t, 1)
+	cfg, runs := smiLog(t, h)
+	ss := NewSession()
+	ss.Prestart(cfg)
+	ctx := ss.Bind(context.Background())
+	var worker *holder
+	snapshotStartHook = func() { worker = h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "5000") }
+	t.Cleanup(func() { snapshotStartHook = nil })
+	s, err := TakeSnapshot(ctx, cfg)
+	snapshotStartHook = nil
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.GPUs) != 1 || s.GPUs[0].MemUsedMiB != 5000 || findHolder(s, worker.pid) == nil {
+		t.Fatalf("snapshot gpus %+v holders %+v: want GPU 0 at 5000 MiB held by pid %d", s.GPUs, s.Holders, worker.pid)
+	}
+	one, _, streams := runs()
+	if one != 0 || len(streams) != 1 {
+		t.Errorf("%d --query-gpu, streams %v: want the prestarted stream alone", one, streams)
+	}
+	ss.Close()
+	if len(streams) > 0 && !reaped(streams[0]) {
+		t.Errorf("stream pid %d outlived the session", streams[0])
+	}
+
+	setLinger(t, 100*time.Millisecond)
+	unused := NewSession()
+	unused.Prestart(cfg)
+	for end := time.Now().Add(10 * time.Second); len(streams) < 2 && time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		_, _, streams = runs() // the wrapper logs the run as it starts
+	}
+	if len(streams) != 2 {
+		t.Fatalf("streams %v: want the second session's prestarted one", streams)
+	}
+	for end := time.Now().Add(20 * time.Second); !reaped(streams[1]); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("unused prestarted stream pid %d still there 20 s on, linger %s", streams[1], streamLinger)
+		}
+	}
+	unused.Close()
+}

@@ -416,13 +416,20 @@ func (r *scriptRun) prepare(decls VarDecls, h *inventory.Host, setHS func(*hostS
 		return res
 	}
 	helper.Tracef("lua: connecting %s", h.Name)
-	if _, err := hs.Conn(r.ctx); err != nil {
+	conn, err := hs.Conn(r.ctx)
+	if err != nil {
 		if !r.ended(res) {
 			res.Status, res.Error = StatusUnreachable, err.Error()
 		}
 		return res
 	}
 	helper.Tracef("lua: connected %s", h.Name)
+	if p, ok := conn.(interface{ Prestart(helper.Config) }); ok {
+		// The local connection's helper runs in-process: its memory
+		// stream starts while the Lua state is built, so that the
+		// script's first snapshot finds it reading.
+		p.Prestart(hs.cfg)
+	}
 	L, err := newLState(r.ctx, hs, r.s.Dir, r.s.FS)
 	if err != nil {
 		res.Status, res.Error = StatusFailed, err.Error()
