@@ -17,8 +17,12 @@ import (
 // Kill timing.
 const (
 	DefaultGrace = 5 * time.Second
-	// killPoll is how often exits are checked while waiting.
-	killPoll = 20 * time.Millisecond
+	// killPoll is how often exits are checked while waiting: a free's
+	// wait for the release starts only once the kill returns, and a torch
+	// worker's last thread ends about when the driver releases its memory
+	// (H200: its leader is a zombie 100-200 ms before), so each poll's
+	// delay is the free's. A check is a stat read per victim.
+	killPoll = 5 * time.Millisecond
 	// killWait is how long a process may take to vanish after KILL before
 	// it is reported as survived (D state, ...), rather than waited on forever.
 	killWait = 3 * time.Second

@@ -264,6 +264,15 @@ func (w *freeWait) classify(ctx context.Context, p *pollState) {
 		w.deadline.Sub(w.src.now()) > w.interval && drainOfGone(p.status, gs.holders, judged):
 		// Memory its killed or stopped owners left, still draining: the
 		// stream tells when it is released (see drainDefer).
+	case (unjudged || needApps(p.status) || refresh || w.given != nil && len(w.given.left(gs.holders)) == 0) && w.src.emptyListing(gs):
+		// Nothing is allocated (every GPU reads 0 MiB, no holder maps a
+		// device): a listing could name no owner and no ghost, so the
+		// poll is judged as by an empty one, as a snapshot is. A free's
+		// wait for the release after its kill ends so, without a
+		// --query-compute-apps between the release and the verdict.
+		judged.record(gs.holders)
+		w.apps.sinceApps = 0
+		p.status = assessChosen(*gs, gs.ghosts, w.want, th)
 	case unjudged || needApps(p.status) || refresh || w.given != nil && len(w.given.left(gs.holders)) == 0:
 		// For given holders, the listing tells whether memory is still
 		// charged to one that is gone (a ghost).

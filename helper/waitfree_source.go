@@ -24,6 +24,10 @@ type waitSource interface {
 	listApps(ctx context.Context, gs *gpuState) error
 	// noListing judges the holders without a listing.
 	noListing(gs *gpuState)
+	// emptyListing judges the holders as an empty listing would, and says
+	// so, when no listing could name anyone (nothing is allocated: see
+	// scanner.nothingAllocated); else it leaves gs alone.
+	emptyListing(gs *gpuState) bool
 	// mapsDevice: pid maps an NVIDIA device file (a compute context).
 	mapsDevice(pid int) bool
 	// watchedAncestor is the Watch manager that started h, if any.
@@ -186,6 +190,19 @@ func (h *hostSource) listApps(ctx context.Context, gs *gpuState) error { return 
 
 func (h *hostSource) noListing(gs *gpuState) { h.s.noListing(gs) }
 
+func (h *hostSource) emptyListing(gs *gpuState) bool {
+	if !gs.smiOK || !h.s.nothingAllocated(*gs) {
+		return false
+	}
+	for i := range gs.holders {
+		hd := &gs.holders[i]
+		hd.Owner, hd.OwnerWhy, hd.MemMiB, hd.MemByGPU, hd.Suspicious = false, "", 0, nil, ""
+		markSuspicious(hd)
+	}
+	gs.ghosts, gs.apps = []Ghost{}, true
+	return true
+}
+
 func (h *hostSource) mapsDevice(pid int) bool { return len(h.s.mappedDevices(pid)) > 0 }
 
 func (h *hostSource) watchedAncestor(holder Holder, watch []Manager) *Manager {
@@ -268,6 +285,10 @@ func (r readingSource) noListing(gs *gpuState) {
 	r.src.NoListing(&rd)
 	gs.holders = rd.Holders
 }
+
+// emptyListing: a model's host is always listed (its ListApps is what the
+// model says).
+func (r readingSource) emptyListing(*gpuState) bool { return false }
 
 func (r readingSource) mapsDevice(pid int) bool { return r.src.MapsDevice(pid) }
 

@@ -82,6 +82,10 @@ def one(build, scenario, idle, show):
         check(False, f"{name} {scenario}: the probe saw death {r['death']} release {r['release']}")
         return None
     whole, rel = t1 - t0, r["release"] - r["death"]
+    if rel <= 0:
+        # The memory came back before the last holder was seen dead: no driver latency to compare.
+        log(f"SKIP {name} {scenario}: released {1000*(r['release']-t0):.0f} ms, last death {1000*(r['death']-t0):.0f} ms after the exec")
+        return None
     smi = [ln for ln in lines if " exec nvidia-smi " in ln]
     after = [ln for ln in smi if int(ln.split()[1]) / 1e6 > r["release"]]
     log(f"TIMES {name} {scenario}: whole {1000*whole:.0f} ms; exec->death {1000*(r['death']-t0):.0f}, "
