@@ -17,8 +17,12 @@ import (
 // Kill timing.
 const (
 	DefaultGrace = 5 * time.Second
-	// killPoll is how often exits are checked while waiting.
-	killPoll = 20 * time.Millisecond
+	// killPoll is how often exits are checked while waiting: a free's
+	// wait for the release starts only once the kill returns, and a torch
+	// worker's last thread ends about when the driver releases its memory
+	// (H200: its leader is a zombie 100-200 ms before), so each poll's
+	// delay is the free's. A check is a stat read per victim.
+	killPoll = 5 * time.Millisecond
 	// killWait is how long a process may take to vanish after KILL before
 	// it is reported as survived (D state, ...), rather than waited on forever.
 	killWait = 3 * time.Second
@@ -345,6 +349,7 @@ func (k *killRun) signal(v *victim, name string) (sent bool, why string) {
 	if sent, why = k.src.Signal(v.res.Identity, name); sent {
 		v.res.Signals = append(v.res.Signals, name)
 		v.res.SignalTimes = append(v.res.SignalTimes, k.src.Now())
+		Tracef("kill: %s sent to pid %d", name, v.res.PID)
 	}
 	return sent, why
 }
@@ -458,6 +463,7 @@ func (k *killRun) waitGone(ctx context.Context, vs []*victim, d time.Duration, o
 				continue
 			}
 			v.res.Outcome, v.done = outcome, true
+			Tracef("kill: pid %d gone (%s)", v.res.PID, outcome)
 		}
 		vs = left
 		if len(vs) == 0 || !k.src.Now().Before(deadline) {

@@ -25,6 +25,25 @@ import (
 // 21 ms.
 var memStreamPeriod = 10 * time.Millisecond
 
+// memStreamAwaitDiv divides memStreamPeriod into the period of a stream
+// that a release is awaited on (awaitPeriod): 2 ms for the default.
+const memStreamAwaitDiv = 5
+
+// awaitPeriod is the stream's period for a snapshot and for a wait that
+// ends at its first free reading (no settle): the driver releases 130-220
+// ms after the death on the H200, and each period is latency a free pays
+// twice (the line that shows the release, then one begun after the poll
+// did), and a snapshot once (its round is whole at the next line). Such
+// uses are short; a wait with a settle watches for seconds and keeps
+// memStreamPeriod, whose rounds cost a fifth (an NVML read per GPU each;
+// the lab's fake scans /proc each round). 0: no stream.
+func awaitPeriod() time.Duration {
+	if memStreamPeriod <= 0 {
+		return 0
+	}
+	return max(memStreamPeriod/memStreamAwaitDiv, time.Millisecond)
+}
+
 // memStreamStall: a stream printing nothing this long is stuck (a wedged
 // driver call); the wait kills it and falls back to polling.
 var memStreamStall = 2 * time.Second
@@ -129,6 +148,7 @@ func startMemStream(path string, period time.Duration) (*memStream, error) {
 		period: time.Duration(ms) * time.Millisecond, started: time.Now(), starts: freshStarts,
 	}
 	streamGroups.add(s.pid)
+	Tracef("stream pid %d started: -lms %d", s.pid, ms)
 	if memStreamHook != nil {
 		memStreamHook(s.pid)
 	}
@@ -236,6 +256,11 @@ func (s *memStream) read(r interface{ Read([]byte) (int, error) }) error {
 		if prev, ok := s.at[idx]; ok && prev.After(s.started) {
 			s.gap = now.Sub(prev)
 		}
+		if Tracing() {
+			if prev, ok := s.used[idx]; !ok || prev != g.MemUsedMiB {
+				Tracef("stream pid %d: GPU %d %d MiB", s.pid, idx, g.MemUsedMiB)
+			}
+		}
 		s.used[idx], s.at[idx] = g.MemUsedMiB, now
 		if k := len(s.round); k > 0 && idx <= s.round[k-1].Index {
 			s.full, s.fullAt, s.fullPaced = s.round, s.roundAt, now.Sub(s.roundAt) >= s.period/2
@@ -296,6 +321,13 @@ func (s *memStream) under(want map[int]bool, th map[int]int64) bool {
 		}
 	}
 	return true
+}
+
+// unread: running, not paused, and no line read yet (NVML still starting).
+func (s *memStream) unread() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.paused && len(s.at) == 0 && s.rounds == 0 && len(s.round) == 0
 }
 
 // stalled: no line for memStreamStall.
@@ -434,13 +466,15 @@ func (t *lockedTail) bytes() []byte {
 
 // freshWait is how long a poll waits for a reading newer than its start
 // before it runs --query-gpu instead: about two of the stream's actual
-// periods (on the H200 the -lms period, well under the ~25 ms one
-// nvidia-smi process costs; on a loaded machine whatever it manages).
+// periods (on the H200 the -lms period; on a loaded machine whatever it
+// manages), and at least what one nvidia-smi process costs.
 func (s *memStream) freshWait() time.Duration {
 	s.mu.Lock()
 	gap := s.gap
 	s.mu.Unlock()
-	return min(max(3*memStreamPeriod, 2*gap, 5*time.Millisecond), memStreamStall)
+	// Never under what a --query-gpu run costs (20 ms on the H200): the
+	// stream's line, even late, comes no later than the one-shot would.
+	return min(max(3*s.period, 2*gap, 20*time.Millisecond), memStreamStall)
 }
 
 // readingsSince returns the memory of each GPU in idx from lines that came

@@ -33,7 +33,9 @@ func Serve(ctx context.Context, verb string, stdin io.Reader, stdout io.Writer) 
 
 // serveWith is Serve with the response from answer.
 func serveWith(ctx context.Context, verb string, stdin io.Reader, stdout io.Writer, answer answerFunc) error {
+	Tracef("helper %s: start", verb)
 	resp, err := answer(ctx, verb, stdin)
+	Tracef("helper %s: done (err %v)", verb, err)
 	if err == nil {
 		err = writeBounded(stdout, resp)
 		if err == nil {

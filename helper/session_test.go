@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -691,4 +692,101 @@ func TestSessionDrainNeedsNoListing(t *testing.T) {
 		// there was no drain to watch, and nothing to list either.
 		t.Logf("timeline %+v: the drain was not seen", w.Timeline)
 	}
+}
+
+// The stream a snapshot starts runs at awaitPeriod, and so does a wait
+// that ends at its first free reading: that wait reads the snapshot's
+// process. A wait with a settle watches for seconds at memStreamPeriod:
+// it starts a stream of its own at that period instead of reading the
+// fast one.
+func TestSessionStreamPeriodByUse(t *testing.T) {
+	setLinger(t, time.Minute)
+	slowStall(t)
+	h := newHost(t, 1)
+	cfg, runs := smiLog(t, h)
+	periods := map[int]time.Duration{}
+	var mu sync.Mutex
+	memStreamHook = func(pid int) {
+		mu.Lock()
+		defer mu.Unlock()
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		argv := strings.Split(string(b), "\x00")
+		for i, a := range argv {
+			if a == "-lms" && i+1 < len(argv) {
+				ms, _ := strconv.Atoi(argv[i+1])
+				periods[pid] = time.Duration(ms) * time.Millisecond
+			}
+		}
+	}
+	t.Cleanup(func() { memStreamHook = nil })
+	l := startInLoop(t)
+	var s Snapshot
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	var w WaitFreeResponse
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second), NewSince: 1}, &w)
+	_, _, streams := runs()
+	if w.Outcome != WaitFreed || len(streams) != 1 {
+		t.Fatalf("release wait: outcome %s (%q), streams %v: want freed, read from the snapshot's stream", w.Outcome, w.Reason, streams)
+	}
+	l.call(VerbWaitFree, WaitFreeRequest{Config: cfg, Timeout: Duration(10 * time.Second), Settle: Duration(300 * time.Millisecond)}, &w)
+	_, _, streams = runs()
+	if w.Outcome != WaitFreed || len(streams) != 2 {
+		t.Fatalf("settle wait: outcome %s (%q), streams %v: want freed, from a stream of its own", w.Outcome, w.Reason, streams)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got := periods[streams[0]]; got != awaitPeriod() {
+		t.Errorf("snapshot's stream: -lms %s, want %s", got, awaitPeriod())
+	}
+	if got := periods[streams[1]]; got != memStreamPeriod {
+		t.Errorf("settle wait's stream: -lms %s, want %s", got, memStreamPeriod)
+	}
+}
+
+// A prestarted stream serves the session's first snapshot (no other
+// process, no one-shot), the snapshot's reading still as fresh as one
+// begun with it; one no call uses stops after the linger.
+func TestSessionPrestart(t *testing.T) {
+	setLinger(t, time.Minute)
+	slowStall(t)
+	h := newHost(t, 1)
+	cfg, runs := smiLog(t, h)
+	ss := NewSession()
+	ss.Prestart(cfg)
+	ctx := ss.Bind(context.Background())
+	var worker *holder
+	snapshotStartHook = func() { worker = h.start("", "--dev", h.d("nvidia0"), "--mem-mib", "5000") }
+	t.Cleanup(func() { snapshotStartHook = nil })
+	s, err := TakeSnapshot(ctx, cfg)
+	snapshotStartHook = nil
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.GPUs) != 1 || s.GPUs[0].MemUsedMiB != 5000 || findHolder(s, worker.pid) == nil {
+		t.Fatalf("snapshot gpus %+v holders %+v: want GPU 0 at 5000 MiB held by pid %d", s.GPUs, s.Holders, worker.pid)
+	}
+	one, _, streams := runs()
+	if one != 0 || len(streams) != 1 {
+		t.Errorf("%d --query-gpu, streams %v: want the prestarted stream alone", one, streams)
+	}
+	ss.Close()
+	if len(streams) > 0 && !reaped(streams[0]) {
+		t.Errorf("stream pid %d outlived the session", streams[0])
+	}
+
+	setLinger(t, 100*time.Millisecond)
+	unused := NewSession()
+	unused.Prestart(cfg)
+	for end := time.Now().Add(10 * time.Second); len(streams) < 2 && time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		_, _, streams = runs() // the wrapper logs the run as it starts
+	}
+	if len(streams) != 2 {
+		t.Fatalf("streams %v: want the second session's prestarted one", streams)
+	}
+	for end := time.Now().Add(20 * time.Second); !reaped(streams[1]); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("unused prestarted stream pid %d still there 20 s on, linger %s", streams[1], streamLinger)
+		}
+	}
+	unused.Close()
 }

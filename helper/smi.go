@@ -136,7 +136,11 @@ func runBounded(ctx context.Context, timeout time.Duration, argv []string) (stdo
 	out, errb := capped("stdout"), capped("stderr")
 	cmd.Stdout, cmd.Stderr = out, errb
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
-	if err = cmd.Run(); err == nil {
+	err = cmd.Run()
+	if Tracing() {
+		Tracef("exec %s %s: %.1f ms (err %v)", baseName(argv), strings.Join(argv[1:min(len(argv), 2)], " "), float64(time.Since(start).Microseconds())/1000, err)
+	}
+	if err == nil {
 		// Done and read whole, even if a deadline passed just after.
 		return out.buf, errb.buf, nil
 	}

@@ -55,12 +55,22 @@ func WaitFree(ctx context.Context, req WaitFreeRequest) (*WaitFreeResponse, erro
 	if err != nil {
 		return nil, err
 	}
-	src, release, err := newHostSource(ctx, req.Config, interval)
+	src, release, err := newHostSource(ctx, req.Config, interval, streamPeriod(req))
 	if err != nil {
 		return nil, err
 	}
 	defer release()
 	return waitOn(ctx, req, src)
+}
+
+// streamPeriod is the memory stream's period for req: awaitPeriod when
+// the wait ends at its first free reading, memStreamPeriod when a settle
+// follows it (seconds of watching).
+func streamPeriod(req WaitFreeRequest) time.Duration {
+	if req.Settle > 0 {
+		return memStreamPeriod
+	}
+	return awaitPeriod()
 }
 
 // waitTiming checks a request's bounds and fills in the defaults.
@@ -166,6 +176,9 @@ func waitOn(ctx context.Context, req WaitFreeRequest, src waitSource) (*WaitFree
 		}
 		w.classify(ctx, p)
 		w.record(ctx, p)
+		if Tracing() {
+			w.tracePoll(p)
+		}
 		var done bool
 		if w.given != nil {
 			done = w.verdictGiven(p)
@@ -177,7 +190,18 @@ func waitOn(ctx context.Context, req WaitFreeRequest, src waitSource) (*WaitFree
 		}
 		next = w.nextPoll(p)
 	}
-	return w.finish(ctx), nil
+	resp := w.finish(ctx)
+	Tracef("wait-free verdict: %s after %d polls (%s)", resp.Outcome, resp.Polls, resp.Reason)
+	return resp, nil
+}
+
+// tracePoll traces one poll: its start, each chosen GPU's reading and state.
+func (w *freeWait) tracePoll(p *pollState) {
+	var b strings.Builder
+	for _, st := range p.status {
+		fmt.Fprintf(&b, " GPU %d %d MiB %s;", st.Index, st.UsedMiB, st.State)
+	}
+	Tracef("wait-free poll %d (began %.1f ms ago, listed %v):%s", w.resp.Polls, float64(w.src.now().Sub(p.start).Microseconds())/1000, p.gs.apps, b.String())
 }
 
 // read takes one poll of the host and resolves the chosen GPUs.
@@ -240,6 +264,15 @@ func (w *freeWait) classify(ctx context.Context, p *pollState) {
 		w.deadline.Sub(w.src.now()) > w.interval && drainOfGone(p.status, gs.holders, judged):
 		// Memory its killed or stopped owners left, still draining: the
 		// stream tells when it is released (see drainDefer).
+	case (unjudged || needApps(p.status) || refresh || w.given != nil && len(w.given.left(gs.holders)) == 0) && w.src.emptyListing(gs):
+		// Nothing is allocated (every GPU reads 0 MiB, no holder maps a
+		// device): a listing could name no owner and no ghost, so the
+		// poll is judged as by an empty one, as a snapshot is. A free's
+		// wait for the release after its kill ends so, without a
+		// --query-compute-apps between the release and the verdict.
+		judged.record(gs.holders)
+		w.apps.sinceApps = 0
+		p.status = assessChosen(*gs, gs.ghosts, w.want, th)
 	case unjudged || needApps(p.status) || refresh || w.given != nil && len(w.given.left(gs.holders)) == 0:
 		// For given holders, the listing tells whether memory is still
 		// charged to one that is gone (a ghost).

@@ -24,6 +24,10 @@ type waitSource interface {
 	listApps(ctx context.Context, gs *gpuState) error
 	// noListing judges the holders without a listing.
 	noListing(gs *gpuState)
+	// emptyListing judges the holders as an empty listing would, and says
+	// so, when no listing could name anyone (nothing is allocated: see
+	// scanner.nothingAllocated); else it leaves gs alone.
+	emptyListing(gs *gpuState) bool
 	// mapsDevice: pid maps an NVIDIA device file (a compute context).
 	mapsDevice(pid int) bool
 	// watchedAncestor is the Watch manager that started h, if any.
@@ -41,6 +45,7 @@ type hostSource struct {
 	smi      *smiRunner
 	findErr  error
 	interval time.Duration
+	period   time.Duration // the memory stream's (streamPeriod)
 	stream   *memStream
 	timer    *time.Timer
 	// streamPolls counts polls the stream asked for since the last timed
@@ -52,13 +57,13 @@ type hostSource struct {
 
 // newHostSource reads the host through cfg; its first sleep starts the
 // memory stream (see startStream). The release ends what it holds.
-func newHostSource(ctx context.Context, cfg Config, interval time.Duration) (*hostSource, func(), error) {
+func newHostSource(ctx context.Context, cfg Config, interval, period time.Duration) (*hostSource, func(), error) {
 	s, err := newScanner(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
 	smi, findErr := newSMIRunner(cfg)
-	src := &hostSource{s: s, smi: smi, findErr: findErr, interval: interval}
+	src := &hostSource{s: s, smi: smi, findErr: findErr, interval: interval, period: period}
 	return src, src.release, nil
 }
 
@@ -68,10 +73,10 @@ func newHostSource(ctx context.Context, cfg Config, interval time.Duration) (*ho
 // there is none.
 func (h *hostSource) startStream(ctx context.Context) string {
 	h.started = true
-	if h.findErr != nil || memStreamPeriod <= 0 {
+	if h.findErr != nil || h.period <= 0 {
 		return ""
 	}
-	stream, drop, err := waitStream(ctx, h.smi.path, memStreamPeriod)
+	stream, drop, err := waitStream(ctx, h.smi.path, h.period)
 	if err != nil {
 		return err.Error() + ": polled every " + h.interval.String()
 	}
@@ -185,6 +190,19 @@ func (h *hostSource) listApps(ctx context.Context, gs *gpuState) error { return 
 
 func (h *hostSource) noListing(gs *gpuState) { h.s.noListing(gs) }
 
+func (h *hostSource) emptyListing(gs *gpuState) bool {
+	if !gs.smiOK || !h.s.nothingAllocated(*gs) {
+		return false
+	}
+	for i := range gs.holders {
+		hd := &gs.holders[i]
+		hd.Owner, hd.OwnerWhy, hd.MemMiB, hd.MemByGPU, hd.Suspicious = false, "", 0, nil, ""
+		markSuspicious(hd)
+	}
+	gs.ghosts, gs.apps = []Ghost{}, true
+	return true
+}
+
 func (h *hostSource) mapsDevice(pid int) bool { return len(h.s.mappedDevices(pid)) > 0 }
 
 func (h *hostSource) watchedAncestor(holder Holder, watch []Manager) *Manager {
@@ -267,6 +285,10 @@ func (r readingSource) noListing(gs *gpuState) {
 	r.src.NoListing(&rd)
 	gs.holders = rd.Holders
 }
+
+// emptyListing: a model's host is always listed (its ListApps is what the
+// model says).
+func (r readingSource) emptyListing(*gpuState) bool { return false }
 
 func (r readingSource) mapsDevice(pid int) bool { return r.src.MapsDevice(pid) }
 

@@ -350,7 +350,10 @@ func scriptOnHost(parent, ctx context.Context, s *Script, decls VarDecls, h *inv
 		return res
 	}
 	run.L.Push(run.fn)
-	return run.conclude(run.L.PCall(0, 1, nil))
+	helper.Tracef("lua: %s starts on %s", s.Name, h.Name)
+	err := run.L.PCall(0, 1, nil)
+	helper.Tracef("lua: %s returned on %s", s.Name, h.Name)
+	return run.conclude(err)
 }
 
 // scriptRun is one host's script run, from its connection to its result.
@@ -412,11 +415,20 @@ func (r *scriptRun) prepare(decls VarDecls, h *inventory.Host, setHS func(*hostS
 		res.Status, res.Error = StatusFailed, fmt.Sprintf("host %s: %v", h.Name, err)
 		return res
 	}
-	if _, err := hs.Conn(r.ctx); err != nil {
+	helper.Tracef("lua: connecting %s", h.Name)
+	conn, err := hs.Conn(r.ctx)
+	if err != nil {
 		if !r.ended(res) {
 			res.Status, res.Error = StatusUnreachable, err.Error()
 		}
 		return res
+	}
+	helper.Tracef("lua: connected %s", h.Name)
+	if p, ok := conn.(interface{ Prestart(helper.Config) }); ok {
+		// The local connection's helper runs in-process: its memory
+		// stream starts while the Lua state is built, so that the
+		// script's first snapshot finds it reading.
+		p.Prestart(hs.cfg)
 	}
 	L, err := newLState(r.ctx, hs, r.s.Dir, r.s.FS)
 	if err != nil {
@@ -482,8 +494,10 @@ func (r *scriptRun) conclude(callErr error) *HostResult {
 // InterruptReadingTimeout: its GPUs' state once the kills stopped.
 func lastReading(ctx context.Context, hs *hostState) {
 	if !hs.stats.NeedsReading() || hs.connError() != nil {
+		helper.Tracef("lua: no last reading needed")
 		return
 	}
+	helper.Tracef("lua: last reading")
 	timeout := LastReadingTimeout
 	if ctx.Err() != nil {
 		ctx, timeout = context.WithoutCancel(ctx), InterruptReadingTimeout

@@ -58,6 +58,15 @@ func newLocal(h Host, o Options) *localConn {
 
 func (c *localConn) Host() string { return c.host.Name }
 
+// Prestart starts the in-process session's memory stream for cfg (see
+// helper.Session.Prestart); nothing with become, whose calls run in a
+// serve session of their own.
+func (c *localConn) Prestart(cfg helper.Config) {
+	if !c.host.Become {
+		c.session.Prestart(cfg)
+	}
+}
+
 // Close stops what the session's calls left running (a paused stream).
 func (c *localConn) Close() error {
 	c.session.Close()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpush/gpush/helper"
 	"github.com/gpush/gpush/inventory"
 	"github.com/gpush/gpush/termsafe"
 )
@@ -40,8 +41,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, "gpush: GPUSH_CPUPROFILE: %v\n", err)
 		os.Exit(1)
 	}
+	helper.Tracef("gpush: main")
 	code := run(os.Args, os.Stdout, os.Stderr)
 	stop()
+	helper.Tracef("gpush: exit %d", code)
 	os.Exit(code)
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpush/gpush/helper"
 	"github.com/gpush/gpush/inventory"
 	"github.com/gpush/gpush/lua"
 	"github.com/gpush/gpush/modules"
@@ -58,10 +59,12 @@ func runRun(c *cli.Context) error {
 	if err != nil {
 		return usagef("run: %w", err)
 	}
+	helper.Tracef("gpush: script read")
 	f, err := parseFleet(c)
 	if err != nil {
 		return err
 	}
+	helper.Tracef("gpush: inventory read")
 	// Checked before any host is dialled: an unknown or empty var must not
 	// reach a script that would read its absence as "every GPU".
 	if f.extra, err = checkExtraVars(script.Name, decls, f.extraArgs); err != nil {

@@ -512,6 +512,7 @@ func (r *freeRun) waitBeside(gpus []int, holders map[int]helper.Holder) {
 		}
 	}
 	released := true
+	var status map[int]helper.GPUStatus
 	if len(ids) > 0 {
 		req := helper.WaitFreeRequest{Config: r.m.h.HelperConfig(), GPUs: gpus, ThresholdMiB: r.o.threshold,
 			Timeout: helper.Duration(r.o.timeout), Holders: ids, NewSince: r.since}
@@ -523,11 +524,17 @@ func (r *freeRun) waitBeside(gpus []int, holders map[int]helper.Holder) {
 				r.notFreed(r.rows[idx], waitReason(resp))
 			}
 		}
+		status = statusByGPU(resp, gpus)
 	}
 	if !released || len(gpus) == 0 {
 		return
 	}
-	status, _, _ := r.look()
+	if status == nil {
+		// The wait's last poll judged every GPU of the free's threshold as a
+		// look now would (the same reading and scan, fresher than one more
+		// round trip); without it, a look.
+		status, _, _ = r.look()
+	}
 	for _, idx := range gpus {
 		row, st := r.rows[idx], status[idx]
 		row.state, row.after = st.State, st.UsedMiB
@@ -538,6 +545,21 @@ func (r *freeRun) waitBeside(gpus []int, holders map[int]helper.Holder) {
 		}
 		r.notFreed(row, st.Reason)
 	}
+}
+
+// statusByGPU is a wait's judgment of each of gpus by index, or nil when it
+// lacks one of them (a look is needed then).
+func statusByGPU(resp helper.WaitFreeResponse, gpus []int) map[int]helper.GPUStatus {
+	byIdx := map[int]helper.GPUStatus{}
+	for _, st := range resp.Status {
+		byIdx[st.Index] = st
+	}
+	for _, idx := range gpus {
+		if _, ok := byIdx[idx]; !ok {
+			return nil
+		}
+	}
+	return byIdx
 }
 
 // notFreed ends a row, naming holders that survived KILL and, when an
