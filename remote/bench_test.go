@@ -70,10 +70,11 @@ func BenchmarkHelperContentCheck(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := sc.sftpClient(context.Background())
+	s, done, err := sc.sftpClient(context.Background())
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer done()
 	fi, err := sftpFS{s}.Lstat(p)
 	if err != nil {
 		b.Fatal(err)
