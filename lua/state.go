@@ -64,7 +64,7 @@ func newLState(ctx context.Context, h *hostState, dir string, fsys fs.FS) (*glua
 	}
 	// Replace the file-system searcher with ours; keep package.preload.
 	loaders := L.GetField(L.Get(glua.RegistryIndex), "_LOADERS").(*glua.LTable)
-	loaders.RawSetInt(2, L.NewFunction(requireLoader(dir, fsys)))
+	loaders.RawSetInt(2, L.NewFunction(requireLoader(dir, fsys, true)))
 	pkg := L.GetGlobal("package").(*glua.LTable)
 	pkg.RawSetString("path", glua.LString(""))
 	return L, nil
@@ -72,10 +72,12 @@ func newLState(ctx context.Context, h *hostState, dir string, fsys fs.FS) (*glua
 
 // wrapStdLibs puts gpush's own versions of some builtins into the template
 // (every state shares them): the protected calls that re-raise what ends a
-// host, and the builtins the memory limit guards.
+// host, the builtins the memory limit guards, and getfenv and setfenv,
+// which keep the shared library's environment to it.
 func wrapStdLibs(T *glua.LState) {
 	rethrowStdLibs(T)
 	guardStdLibs(T)
+	guardLibEnvs(T)
 }
 
 // stdLibs is the order the standard libraries open in (package first:
@@ -263,8 +265,9 @@ var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0
 
 // requireLoader finds NAME (a.b -> a/b.lua) in the script's folder, then in
 // lib/. Names cannot climb out (no "..", no "/"), and os.Root keeps
-// symlinks inside the script's folder.
-func requireLoader(dir string, fsys fs.FS) glua.LGFunction {
+// symlinks inside the script's folder. With share, a module of lib/ is the
+// process's one (sharedLib).
+func requireLoader(dir string, fsys fs.FS, share bool) glua.LGFunction {
 	return func(L *glua.LState) int {
 		name := L.CheckString(1)
 		if !moduleName.MatchString(name) {
@@ -290,6 +293,9 @@ func requireLoader(dir string, fsys fs.FS) glua.LGFunction {
 		}
 		tried = append(tried, "lib/"+rel+" (built in)")
 		if src, err := fs.ReadFile(Lib, "lib/"+rel); err == nil {
+			if share {
+				return pushSharedLib(L, name, "lib/"+rel, src)
+			}
 			return pushChunk(L, src, "lib/"+rel)
 		}
 		L.Push(glua.LString("\n\tno file " + strings.Join(tried, "\n\tno file ")))
@@ -342,24 +348,7 @@ func setGlobals(L *glua.LState, h *hostState) {
 		return 0
 	}))
 	L.SetGlobal("print", L.NewFunction(printFunc(h, modules.EventLog)))
-	L.SetGlobal("json", modules.FuncTable(L, map[string]glua.LGFunction{
-		"encode": func(L *glua.LState) int {
-			b, err := luaconv.EncodeJSON(L.CheckAny(1))
-			if err != nil {
-				L.ArgError(1, "json.encode: "+err.Error())
-			}
-			L.Push(glua.LString(b))
-			return 1
-		},
-		"decode": func(L *glua.LState) int {
-			v, err := luaconv.DecodeJSON(L, []byte(L.CheckString(1)))
-			if err != nil {
-				L.ArgError(1, "json.decode: "+err.Error())
-			}
-			L.Push(v)
-			return 1
-		},
-	}))
+	L.SetGlobal("json", sharedJSON().View(L))
 }
 
 // rethrowStdLibs makes the template's protected calls (pcall, xpcall,
