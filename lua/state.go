@@ -131,7 +131,10 @@ var stdTemplate = sync.OnceValue(func() *stdShare {
 	T := glua.NewState(glua.Options{SkipOpenLibs: true})
 	openStdLibsFresh(T)
 	wrapStdLibs(T)
-	sh := &stdShare{T: T, libs: map[*glua.LTable]*modules.SharedTable{}}
+	sh := &stdShare{T: T, libs: map[*glua.LTable]*modules.SharedTable{},
+		loaded: T.GetField(T.Get(glua.RegistryIndex), "_LOADED").(*glua.LTable)}
+	T.G.Registry.ForEach(func(_, _ glua.LValue) { sh.registry++ })
+	T.G.Global.ForEach(func(_, _ glua.LValue) { sh.globals++ })
 	for _, name := range sharedLibs {
 		lib := T.GetGlobal(name).(*glua.LTable)
 		sh.libs[lib] = modules.ShareTable(lib)
@@ -146,7 +149,14 @@ var sharedLibs = []string{glua.StringLibName, glua.TabLibName, glua.MathLibName,
 type stdShare struct {
 	T    *glua.LState
 	libs map[*glua.LTable]*modules.SharedTable
+	// How many fields the template's registry and globals have; its
+	// package.loaded.
+	registry, globals int
+	loaded            *glua.LTable
 }
+
+// addedGlobals is how many globals setGlobals adds to the template's.
+const addedGlobals = 9
 
 // rawOrShared is t's own field k, or that of the shared table behind it
 // (a library's or a module's view).
@@ -166,19 +176,27 @@ func openStdLibs(L *glua.LState) {
 	sh := stdTemplate()
 	T := sh.T
 	// The registry holds _LOADED and _LOADERS: gopher-lua's has room for 32.
-	n := 0
-	T.G.Registry.ForEach(func(_, _ glua.LValue) { n++ })
-	L.G.Registry = L.CreateTable(0, n)
+	L.G.Registry = L.CreateTable(0, sh.registry)
+	// The globals get room for what newLState adds (setGlobals' and the
+	// modules'), package.loaded for the modules and two required ones:
+	// gopher-lua's _G reserves 64 names (a map of 128 slots for ~50), and
+	// a table that outgrows its size doubles.
+	mods := len(modules.All())
+	L.G.Global = L.CreateTable(0, sh.globals+addedGlobals+mods)
+	L.Env = L.G.Global
 	c := tableCopier{L: L, done: map[*glua.LTable]*glua.LTable{
-		T.G.Global: L.G.Global, T.G.Registry: L.G.Registry}, own: map[*glua.LFunction]bool{}}
+		T.G.Global: L.G.Global, T.G.Registry: L.G.Registry}, own: map[*glua.LFunction]bool{},
+		room: map[*glua.LTable]int{sh.loaded: mods + 2}}
 	for lib, shared := range sh.libs {
-		view := shared.View(L)
 		// string is its own __index, as the strings' metatable: a lookup
 		// of __index reads the table itself, not through its metatable.
 		if lib.RawGetString("__index") == lib {
+			view := shared.ViewSized(L, 1)
 			view.RawSetString("__index", view)
+			c.done[lib] = view
+			continue
 		}
-		c.done[lib] = view
+		c.done[lib] = shared.View(L)
 	}
 	// The searchers are the exception: the preload one reads
 	// package.preload through its own environment (EnvironIndex), which
@@ -205,6 +223,7 @@ type tableCopier struct {
 	done map[*glua.LTable]*glua.LTable
 	own  map[*glua.LFunction]bool // builtins L gets a function value of its own for
 	fns  map[*glua.LFunction]*glua.LFunction
+	room map[*glua.LTable]int // fields a copy gets room for beyond the template's
 }
 
 func (c *tableCopier) table(src *glua.LTable) *glua.LTable {
@@ -219,7 +238,7 @@ func (c *tableCopier) table(src *glua.LTable) *glua.LTable {
 			hash++
 		}
 	}
-	t := c.L.CreateTable(arr, hash)
+	t := c.L.CreateTable(arr, hash+c.room[src])
 	c.done[src] = t
 	c.fill(t, src)
 	if mt, ok := src.Metatable.(*glua.LTable); ok {
