@@ -217,3 +217,38 @@ func BenchmarkRun(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*len(hosts)), "µs/host")
 }
+
+// lib/util.lua runs once for the process: every state's require gives a
+// view of the one module, what a host sets in it stays on that host, and
+// its functions' environment is not a script's to read or change.
+func TestLibUtilShared(t *testing.T) {
+	r, _ := one(t, `
+		local util = require("util")
+		assert(require("util") == util and package.loaded.util == util)
+		util.map = function() return "mine" end
+		assert(util.map() == "mine" and util.pluck({{a = 1}}, "a")[1] == 1)
+		local out = {}
+		-- The library's functions report the caller's globals, as builtins do.
+		out[#out+1] = tostring(getfenv(util.keys) == _G)
+		local seen
+		util.filter({1}, function() seen = getfenv(2) == _G return true end)
+		out[#out+1] = tostring(seen)
+		out[#out+1] = tostring(pcall(setfenv, util.keys, {}))
+		local ok, e = pcall(util.filter, {1}, function() setfenv(2, {}) end)
+		out[#out+1] = tostring(ok) .. " " .. tostring(e):gsub("^.-:%d+: ", "")
+		-- setfenv of the script's own functions still works.
+		local function f() return x end
+		setfenv(f, {x = 7})
+		out[#out+1] = f()
+		return out`, Options{})
+	want := "[true true false false cannot change an environment while a function of gpush's library runs: it is shared by every host 7]"
+	if r.Status != StatusOK || fmt.Sprint(r.Value) != want {
+		t.Fatalf("got %+v\nwant %s", r, want)
+	}
+	r, _ = one(t, `
+		local util = require("util")
+		return {rawget(util, "map") == nil, util.map({2}, function(x) return x * 3 end)[1], util.keys(util.index_by({{k = "b"}, {k = "a"}}, "k"))}`, Options{})
+	if want := "[true 6 [a b]]"; r.Status != StatusOK || fmt.Sprint(r.Value) != want {
+		t.Fatalf("second host: got %+v\nwant %s", r, want)
+	}
+}

@@ -64,7 +64,7 @@ func newLState(ctx context.Context, h *hostState, dir string, fsys fs.FS) (*glua
 	}
 	// Replace the file-system searcher with ours; keep package.preload.
 	loaders := L.GetField(L.Get(glua.RegistryIndex), "_LOADERS").(*glua.LTable)
-	loaders.RawSetInt(2, L.NewFunction(requireLoader(dir, fsys)))
+	loaders.RawSetInt(2, L.NewFunction(requireLoader(dir, fsys, true)))
 	pkg := L.GetGlobal("package").(*glua.LTable)
 	pkg.RawSetString("path", glua.LString(""))
 	return L, nil
@@ -72,10 +72,12 @@ func newLState(ctx context.Context, h *hostState, dir string, fsys fs.FS) (*glua
 
 // wrapStdLibs puts gpush's own versions of some builtins into the template
 // (every state shares them): the protected calls that re-raise what ends a
-// host, and the builtins the memory limit guards.
+// host, the builtins the memory limit guards, and getfenv and setfenv,
+// which keep the shared library's environment to it.
 func wrapStdLibs(T *glua.LState) {
 	rethrowStdLibs(T)
 	guardStdLibs(T)
+	guardLibEnvs(T)
 }
 
 // stdLibs is the order the standard libraries open in (package first:
@@ -129,7 +131,10 @@ var stdTemplate = sync.OnceValue(func() *stdShare {
 	T := glua.NewState(glua.Options{SkipOpenLibs: true})
 	openStdLibsFresh(T)
 	wrapStdLibs(T)
-	sh := &stdShare{T: T, libs: map[*glua.LTable]*modules.SharedTable{}}
+	sh := &stdShare{T: T, libs: map[*glua.LTable]*modules.SharedTable{},
+		loaded: T.GetField(T.Get(glua.RegistryIndex), "_LOADED").(*glua.LTable)}
+	T.G.Registry.ForEach(func(_, _ glua.LValue) { sh.registry++ })
+	T.G.Global.ForEach(func(_, _ glua.LValue) { sh.globals++ })
 	for _, name := range sharedLibs {
 		lib := T.GetGlobal(name).(*glua.LTable)
 		sh.libs[lib] = modules.ShareTable(lib)
@@ -144,7 +149,14 @@ var sharedLibs = []string{glua.StringLibName, glua.TabLibName, glua.MathLibName,
 type stdShare struct {
 	T    *glua.LState
 	libs map[*glua.LTable]*modules.SharedTable
+	// How many fields the template's registry and globals have; its
+	// package.loaded.
+	registry, globals int
+	loaded            *glua.LTable
 }
+
+// addedGlobals is how many globals setGlobals adds to the template's.
+const addedGlobals = 9
 
 // rawOrShared is t's own field k, or that of the shared table behind it
 // (a library's or a module's view).
@@ -164,19 +176,27 @@ func openStdLibs(L *glua.LState) {
 	sh := stdTemplate()
 	T := sh.T
 	// The registry holds _LOADED and _LOADERS: gopher-lua's has room for 32.
-	n := 0
-	T.G.Registry.ForEach(func(_, _ glua.LValue) { n++ })
-	L.G.Registry = L.CreateTable(0, n)
+	L.G.Registry = L.CreateTable(0, sh.registry)
+	// The globals get room for what newLState adds (setGlobals' and the
+	// modules'), package.loaded for the modules and two required ones:
+	// gopher-lua's _G reserves 64 names (a map of 128 slots for ~50), and
+	// a table that outgrows its size doubles.
+	mods := len(modules.All())
+	L.G.Global = L.CreateTable(0, sh.globals+addedGlobals+mods)
+	L.Env = L.G.Global
 	c := tableCopier{L: L, done: map[*glua.LTable]*glua.LTable{
-		T.G.Global: L.G.Global, T.G.Registry: L.G.Registry}, own: map[*glua.LFunction]bool{}}
+		T.G.Global: L.G.Global, T.G.Registry: L.G.Registry}, own: map[*glua.LFunction]bool{},
+		room: map[*glua.LTable]int{sh.loaded: mods + 2}}
 	for lib, shared := range sh.libs {
-		view := shared.View(L)
 		// string is its own __index, as the strings' metatable: a lookup
 		// of __index reads the table itself, not through its metatable.
 		if lib.RawGetString("__index") == lib {
+			view := shared.ViewSized(L, 1)
 			view.RawSetString("__index", view)
+			c.done[lib] = view
+			continue
 		}
-		c.done[lib] = view
+		c.done[lib] = shared.View(L)
 	}
 	// The searchers are the exception: the preload one reads
 	// package.preload through its own environment (EnvironIndex), which
@@ -203,6 +223,7 @@ type tableCopier struct {
 	done map[*glua.LTable]*glua.LTable
 	own  map[*glua.LFunction]bool // builtins L gets a function value of its own for
 	fns  map[*glua.LFunction]*glua.LFunction
+	room map[*glua.LTable]int // fields a copy gets room for beyond the template's
 }
 
 func (c *tableCopier) table(src *glua.LTable) *glua.LTable {
@@ -217,7 +238,7 @@ func (c *tableCopier) table(src *glua.LTable) *glua.LTable {
 			hash++
 		}
 	}
-	t := c.L.CreateTable(arr, hash)
+	t := c.L.CreateTable(arr, hash+c.room[src])
 	c.done[src] = t
 	c.fill(t, src)
 	if mt, ok := src.Metatable.(*glua.LTable); ok {
@@ -263,8 +284,9 @@ var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0
 
 // requireLoader finds NAME (a.b -> a/b.lua) in the script's folder, then in
 // lib/. Names cannot climb out (no "..", no "/"), and os.Root keeps
-// symlinks inside the script's folder.
-func requireLoader(dir string, fsys fs.FS) glua.LGFunction {
+// symlinks inside the script's folder. With share, a module of lib/ is the
+// process's one (sharedLib).
+func requireLoader(dir string, fsys fs.FS, share bool) glua.LGFunction {
 	return func(L *glua.LState) int {
 		name := L.CheckString(1)
 		if !moduleName.MatchString(name) {
@@ -290,6 +312,9 @@ func requireLoader(dir string, fsys fs.FS) glua.LGFunction {
 		}
 		tried = append(tried, "lib/"+rel+" (built in)")
 		if src, err := fs.ReadFile(Lib, "lib/"+rel); err == nil {
+			if share {
+				return pushSharedLib(L, name, "lib/"+rel, src)
+			}
 			return pushChunk(L, src, "lib/"+rel)
 		}
 		L.Push(glua.LString("\n\tno file " + strings.Join(tried, "\n\tno file ")))
@@ -342,24 +367,7 @@ func setGlobals(L *glua.LState, h *hostState) {
 		return 0
 	}))
 	L.SetGlobal("print", L.NewFunction(printFunc(h, modules.EventLog)))
-	L.SetGlobal("json", modules.FuncTable(L, map[string]glua.LGFunction{
-		"encode": func(L *glua.LState) int {
-			b, err := luaconv.EncodeJSON(L.CheckAny(1))
-			if err != nil {
-				L.ArgError(1, "json.encode: "+err.Error())
-			}
-			L.Push(glua.LString(b))
-			return 1
-		},
-		"decode": func(L *glua.LState) int {
-			v, err := luaconv.DecodeJSON(L, []byte(L.CheckString(1)))
-			if err != nil {
-				L.ArgError(1, "json.decode: "+err.Error())
-			}
-			L.Push(v)
-			return 1
-		},
-	}))
+	L.SetGlobal("json", sharedJSON().View(L))
 }
 
 // rethrowStdLibs makes the template's protected calls (pcall, xpcall,

@@ -182,3 +182,13 @@ func TestStdLibsPerHost(t *testing.T) {
 		t.Fatalf("got %+v\nwant %s", r, want)
 	}
 }
+
+// A state's globals are the template's, setGlobals' addedGlobals and the
+// modules': what openStdLibs sizes _G for.
+func TestGlobalsAsSized(t *testing.T) {
+	r, _ := one(t, `local n = 0 for _ in pairs(_G) do n = n + 1 end return n`, Options{})
+	want := stdTemplate().globals + addedGlobals + len(modules.All())
+	if r.Status != StatusOK || r.Value != float64(want) {
+		t.Fatalf("got %+v, want %d globals", r.Value, want)
+	}
+}

@@ -59,6 +59,13 @@ func (s *SharedTable) View(L *glua.LState) *glua.LTable {
 	return v
 }
 
+// ViewSized is View with room for n fields of the state's own.
+func (s *SharedTable) ViewSized(L *glua.LState, n int) *glua.LTable {
+	v := L.CreateTable(0, n)
+	v.Metatable = s.mt
+	return v
+}
+
 // Behind is the shared table t is a view of, or nil: for what lists or
 // reads tables without running Lua (hints, completion).
 func Behind(t *glua.LTable) *glua.LTable {

@@ -3,7 +3,13 @@ package remote
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/metrics"
+	"runtime/pprof"
+	"strconv"
 	"testing"
 	"time"
 
@@ -64,10 +70,11 @@ func BenchmarkHelperContentCheck(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := sc.sftpClient(context.Background())
+	s, done, err := sc.sftpClient(context.Background())
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer done()
 	fi, err := sftpFS{s}.Lstat(p)
 	if err != nil {
 		b.Fatal(err)
@@ -242,4 +249,135 @@ func benchFirstCall(b *testing.B, e *env) {
 	b.ReportMetric(float64(serveT)/float64(execT), "serve/exec")
 	b.ReportMetric(float64(execS)/float64(n), "exec-sessions/conn")
 	b.ReportMetric(float64(serveS)/float64(n), "serve-sessions/conn")
+}
+
+// BenchmarkColdDeployMemory is the controller's memory while
+// GPUSH_MEM_HOSTS (default 48) cold hosts start their helper at once: each
+// connection's first call finds no helper in its own folder and uploads
+// one, at most cap(uploadSlots) at a time, the rest waiting (as a cold
+// `--forks N` run does). It reports the peaks of the Go heap and of the
+// goroutine stacks during the uploads per host, and what every host's
+// connection still holds once all have their serve session (after a GC),
+// over the process before the dials. GPUSH_MEMPROFILE=FILE writes the heap
+// profile at that point (allocations since the start included:
+// -sample_index=alloc_space shows what the uploads made).
+//
+// Run it at gpush's GOGC (25) for peaks like a run's:
+//
+//	GOGC=25 GPUSH_MEM_HOSTS=48 go test -run '^$' -bench ColdDeployMemory -benchtime 1x ./remote/
+func BenchmarkColdDeployMemory(b *testing.B) {
+	if _, err := sshd.FindBinary(); err != nil {
+		b.Skip("skipping: " + err.Error())
+	}
+	n := 48
+	if s := os.Getenv("GPUSH_MEM_HOSTS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			b.Fatalf("GPUSH_MEM_HOSTS=%q: want a positive number", s)
+		}
+		n = v
+	}
+	srv := sshd.StartT(b, sshd.Options{LogLevel: "ERROR",
+		ExtraConfig: []string{fmt.Sprintf("MaxStartups %d", n+10), fmt.Sprintf("MaxSessions %d", n+10)}})
+	e := envFor(b, srv)
+	e.opts.Logger = slog.New(slog.DiscardHandler)
+	req := helper.SnapshotRequest{Config: helper.Config{DevDir: b.TempDir(), NvidiaSMI: "/nonexistent"}}
+	cold := func(root string, i int) (Conn, error) {
+		h := e.host
+		h.Name = fmt.Sprintf("h%03d", i)
+		h.Vars = map[string]any{VarRemoteDir: filepath.Join(root, h.Name)}
+		c, err := Dial(context.Background(), h, e.opts)
+		if err == nil {
+			err = c.Helper(context.Background(), helper.VerbSnapshot, req, nil)
+		}
+		return c, err
+	}
+	// One host first: what the process keeps once (the helper's bytes,
+	// their digest, known_hosts) is not the hosts'.
+	c, err := cold(b.TempDir(), 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.Close()
+	if os.Getenv("GPUSH_MEMPROFILE") != "" {
+		runtime.MemProfileRate = 4096
+	}
+	var peakHeap, peakStacks, liveHeap, liveStacks, secs float64
+	for b.Loop() {
+		root := b.TempDir()
+		runtime.GC()
+		base := readHeapStacks()
+		stop := make(chan struct{})
+		peaks := make(chan [2]uint64, 1)
+		go func() {
+			var ph, ps uint64
+			t := time.NewTicker(5 * time.Millisecond)
+			defer t.Stop()
+			for {
+				h := readHeapStacks()
+				ph, ps = max(ph, h[0]), max(ps, h[1])
+				select {
+				case <-stop:
+					peaks <- [2]uint64{ph, ps}
+					return
+				case <-t.C:
+				}
+			}
+		}()
+		start := time.Now()
+		conns := make([]Conn, n)
+		errs := make(chan error, n)
+		for i := range n {
+			go func() {
+				c, err := cold(root, i)
+				conns[i] = c
+				errs <- err
+			}()
+		}
+		for range n {
+			if err := <-errs; err != nil {
+				b.Fatal(err)
+			}
+		}
+		secs += time.Since(start).Seconds()
+		close(stop)
+		p := <-peaks
+		runtime.GC()
+		at := readHeapStacks()
+		if p := os.Getenv("GPUSH_MEMPROFILE"); p != "" {
+			f, err := os.Create(p)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+				b.Fatal(err)
+			}
+			f.Close()
+		}
+		for _, c := range conns {
+			if got := c.(*sshConn).uploads.Load(); got != 1 {
+				b.Fatalf("a connection made %d uploads, want 1 (a cold host)", got)
+			}
+			c.Close()
+		}
+		k := float64(n) * 1024
+		peakHeap += float64(p[0]-base[0]) / k
+		peakStacks += float64(p[1]-base[1]) / k
+		liveHeap += float64(at[0]-base[0]) / k
+		liveStacks += float64(at[1]-base[1]) / k
+	}
+	f := float64(b.N)
+	b.ReportMetric(peakHeap/f, "peak-heap-KiB/host")
+	b.ReportMetric(peakStacks/f, "peak-stack-KiB/host")
+	b.ReportMetric(liveHeap/f, "heap-KiB/host")
+	b.ReportMetric(liveStacks/f, "stack-KiB/host")
+	b.ReportMetric(secs/f, "s/run")
+}
+
+// readHeapStacks is the Go heap's live-and-dead objects and the goroutine
+// stacks, in bytes.
+func readHeapStacks() [2]uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/stacks:bytes"}}
+	metrics.Read(s)
+	return [2]uint64{s[0].Value.Uint64(), s[1].Value.Uint64()}
 }

@@ -343,6 +343,8 @@ func deployHelperHashed(ctx context.Context, t deployTarget) (string, bool, erro
 // probe line comes after them). A cold host so costs 3 sessions: the
 // refused check, SFTP, serve.
 func (c *sshConn) serveDeployed(ctx context.Context, verb, warmCmd, token string, refused warmRefusal, steps *stepLog) (*serveSession, error) {
+	// Both deployments below are over when it returns.
+	defer c.closeIdleSFTP()
 	hashLater := refused.probe != nil
 	start := time.Now()
 	p, hashed, err := c.helper.getUnhashed(func() (string, bool, error) {

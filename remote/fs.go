@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -132,11 +133,31 @@ func (f *syncFile) Close() error {
 // an upload writes.
 var testHookChunkWritten func(written int64)
 
-const chunkSize = 1 << 20
+// chunkSize is the most one write hands w. An SFTP file sends a write's
+// 32 KiB packets at once and waits for them all, so it is also what an
+// upload has in flight: 256 KiB still fill a 100 ms link at 2.5 MB/s per
+// host, 32 hosts at once.
+const chunkSize = 256 << 10
 
-// copyCtx copies r to w in chunks, stopping when ctx ends.
+// copyCtx copies r to w in chunks, stopping when ctx ends. A *bytes.Reader
+// (the helper's bytes, shared by every upload) is written from its own
+// bytes: a buffer of each upload's own would be 32 copies in flight at
+// once. A reader that knows its length (strings.Reader: an ssh.put's
+// content) gets a buffer no larger than that.
 func copyCtx(ctx context.Context, w io.Writer, r io.Reader) (int64, error) {
-	buf := make([]byte, chunkSize)
+	if br, ok := r.(*bytes.Reader); ok {
+		cw := &chunkWriter{ctx: ctx, w: w}
+		n, err := br.WriteTo(cw)
+		if err == nil {
+			err = ctx.Err()
+		}
+		return n, err
+	}
+	size := chunkSize
+	if l, ok := r.(interface{ Len() int }); ok {
+		size = max(1, min(size, l.Len()))
+	}
+	buf := make([]byte, size)
 	var total int64
 	for {
 		if err := ctx.Err(); err != nil {
@@ -159,6 +180,33 @@ func copyCtx(ctx context.Context, w io.Writer, r io.Reader) (int64, error) {
 			return total, rerr
 		}
 	}
+}
+
+// chunkWriter hands w what it is given in pieces of chunkSize at most,
+// stopping when ctx ends.
+type chunkWriter struct {
+	ctx   context.Context
+	w     io.Writer
+	total int64
+}
+
+func (c *chunkWriter) Write(p []byte) (int, error) {
+	done := 0
+	for done < len(p) {
+		if err := c.ctx.Err(); err != nil {
+			return done, err
+		}
+		n, err := c.w.Write(p[done:min(len(p), done+chunkSize)])
+		done += n
+		c.total += int64(n)
+		if err != nil {
+			return done, err
+		}
+		if testHookChunkWritten != nil {
+			testHookChunkWritten(c.total)
+		}
+	}
+	return done, nil
 }
 
 func randSuffix() string {

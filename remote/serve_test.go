@@ -72,6 +72,42 @@ func clientPort(c *sshConn) int {
 	return n
 }
 
+// A deployment closes the SFTP session it used, one a Put opened before it
+// included; a later Put opens it again.
+func TestDeployClosesSFTPPutReopens(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t, sshd.Options{})
+	c := e.dial(t)
+	ctx := context.Background()
+	if err := os.MkdirAll(e.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for i, step := range []func() error{
+		func() error { return c.Put(ctx, filepath.Join(e.dir, "a"), strings.NewReader("a"), 0o600) },
+		func() error { return c.Helper(ctx, helper.VerbSnapshot, snapReq, nil) },
+		func() error { return c.Put(ctx, filepath.Join(e.dir, "b"), strings.NewReader("b"), 0o600) },
+	} {
+		if err := step(); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		c.sftpMu.Lock()
+		open := c.sftp != nil
+		c.sftpMu.Unlock()
+		if open != (i != 1) {
+			t.Errorf("after step %d the SFTP session is open: %v", i, open)
+		}
+	}
+	// SFTP (the Put), the refused warm check, serve, SFTP again.
+	if n, u := c.sessions.Load(), c.uploads.Load(); n != 4 || u != 1 {
+		t.Errorf("%d sessions, %d uploads; want 4 and 1", n, u)
+	}
+	for _, f := range []string{"a", "b"} {
+		if b, err := os.ReadFile(filepath.Join(e.dir, f)); err != nil || string(b) != f {
+			t.Errorf("%s: %q, %v", f, b, err)
+		}
+	}
+}
+
 // A warm host costs one session per connection, whatever the number of
 // calls, concurrent ones included; a cold one adds the deployment's.
 func TestServeOneSessionPerConn(t *testing.T) {
@@ -90,6 +126,11 @@ func TestServeOneSessionPerConn(t *testing.T) {
 	if strings.Contains(e.logs.String(), "uname -m; id -u") {
 		t.Error("the cold path ran the probe although the warm check answered it")
 	}
+	cold.sftpMu.Lock()
+	if cold.sftp != nil {
+		t.Error("the SFTP session stayed open after the deployment")
+	}
+	cold.sftpMu.Unlock()
 	if err := cold.Helper(context.Background(), helper.VerbSnapshot, snapReq, nil); err != nil || cold.sessions.Load() != 3 {
 		t.Fatalf("second call on the cold conn: %v, %d sessions", err, cold.sessions.Load())
 	}

@@ -30,6 +30,8 @@ type sshConn struct {
 
 	sftpMu sync.Mutex
 	sftp   *sftp.Client
+	// sftpUsers counts the calls using sftp now (closeIdleSFTP).
+	sftpUsers int
 
 	helper  helperCache
 	uploads atomic.Int32
@@ -281,13 +283,39 @@ func (c *sshConn) exec(ctx context.Context, what, cmdline string, stdin io.Reade
 	return res, nil
 }
 
-// sftpClient opens the SFTP subsystem once and reuses it.
-func (c *sshConn) sftpClient(ctx context.Context) (*sftp.Client, error) {
+// sftpClient opens the SFTP subsystem once and reuses it; the caller calls
+// done when it is through with it.
+func (c *sshConn) sftpClient(ctx context.Context) (s *sftp.Client, done func(), err error) {
 	c.sftpMu.Lock()
 	defer c.sftpMu.Unlock()
-	if c.sftp != nil {
-		return c.sftp, nil
+	if c.sftp == nil {
+		if err := c.openSFTP(ctx); err != nil {
+			return nil, nil, err
+		}
 	}
+	c.sftpUsers++
+	return c.sftp, func() {
+		c.sftpMu.Lock()
+		c.sftpUsers--
+		c.sftpMu.Unlock()
+	}, nil
+}
+
+// closeIdleSFTP closes the SFTP session unless a call uses it: a finished
+// deployment does, since the session holds 3 goroutines and, once it has
+// written, a 40 KiB packet buffer, for the connection's life otherwise.
+// Put and Get open it again.
+func (c *sshConn) closeIdleSFTP() {
+	c.sftpMu.Lock()
+	defer c.sftpMu.Unlock()
+	if c.sftp != nil && c.sftpUsers == 0 {
+		c.sftp.Close()
+		c.sftp = nil
+	}
+}
+
+// openSFTP opens c.sftp; sftpMu is held.
+func (c *sshConn) openSFTP(ctx context.Context) error {
 	type res struct {
 		s   *sftp.Client
 		err error
@@ -296,32 +324,33 @@ func (c *sshConn) sftpClient(ctx context.Context) (*sftp.Client, error) {
 	c.sessions.Add(1)
 	start := time.Now()
 	go func() {
-		s, err := sftp.NewClient(c.client, sftp.UseConcurrentWrites(true))
+		s, err := sftp.NewClient(c.client, sftp.UseConcurrentWrites(true), sftp.MaxPacketChecked(sftpPacket))
 		ch <- res{s, err}
 	}()
 	select {
 	case r := <-ch:
 		if r.err != nil {
-			return nil, c.lost("open SFTP (is the sftp subsystem enabled in sshd_config?)", r.err)
+			return c.lost("open SFTP (is the sftp subsystem enabled in sshd_config?)", r.err)
 		}
 		c.sftp = r.s
-		return r.s, nil
+		return nil
 	case <-ctx.Done():
 		go func() {
 			if r := <-ch; r.s != nil {
 				r.s.Close()
 			}
 		}()
-		return nil, fmt.Errorf("%s: open SFTP: no answer from sshd in %s: %w", c.host.Name,
+		return fmt.Errorf("%s: open SFTP: no answer from sshd in %s: %w", c.host.Name,
 			time.Since(start).Round(time.Millisecond), ctx.Err())
 	}
 }
 
 func (c *sshConn) Put(ctx context.Context, path string, data io.Reader, mode os.FileMode) error {
-	s, err := c.sftpClient(ctx)
+	s, done, err := c.sftpClient(ctx)
 	if err != nil {
 		return err
 	}
+	defer done()
 	if err := putAtomic(ctx, sftpFS{s}, path, data, mode); err != nil {
 		return c.lost("put "+path, err)
 	}
@@ -329,10 +358,11 @@ func (c *sshConn) Put(ctx context.Context, path string, data io.Reader, mode os.
 }
 
 func (c *sshConn) Get(ctx context.Context, path string) ([]byte, error) {
-	s, err := c.sftpClient(ctx)
+	s, done, err := c.sftpClient(ctx)
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	f, err := s.Open(path)
 	if err != nil {
 		return nil, c.lost("get "+path, err)
@@ -387,6 +417,7 @@ func (c *sshConn) DeployHelper(ctx context.Context) (string, error) {
 		p, _, err := c.deploy(ctx, nil, false)
 		return p, err
 	})
+	c.closeIdleSFTP()
 	if err != nil {
 		// The SFTP steps of a deployment do not pass through lost: a link
 		// dropped mid-upload is still a lost connection.
@@ -400,13 +431,14 @@ func (c *sshConn) DeployHelper(ctx context.Context) (string, error) {
 func (c *sshConn) deploy(ctx context.Context, known *probeResult, hashLater bool) (string, bool, error) {
 	// SFTP setup and the probe are independent round trips: overlap them.
 	type sres struct {
-		s   *sftp.Client
-		err error
+		s    *sftp.Client
+		done func()
+		err  error
 	}
 	sch := make(chan sres, 1)
 	go func() {
-		s, err := c.sftpClient(ctx)
-		sch <- sres{s, err}
+		s, done, err := c.sftpClient(ctx)
+		sch <- sres{s, done, err}
 	}()
 	var pr probeResult
 	var perr error
@@ -416,11 +448,15 @@ func (c *sshConn) deploy(ctx context.Context, known *probeResult, hashLater bool
 		pr, perr = c.probe(ctx)
 	}
 	sr := <-sch
+	if sr.err != nil {
+		if perr != nil {
+			return "", false, perr
+		}
+		return "", false, sr.err
+	}
+	defer sr.done()
 	if perr != nil {
 		return "", false, perr
-	}
-	if sr.err != nil {
-		return "", false, sr.err
 	}
 	fsys := sftpFS{sr.s}
 	return deployHelperHashed(ctx, deployTarget{
@@ -454,3 +490,9 @@ func (c *sshConn) probe(ctx context.Context) (probeResult, error) {
 	}
 	return parseProbe(c.host.Name, res.Stdout)
 }
+
+// sftpPacket is the most data one SFTP write carries. The connection keeps
+// a cipher buffer of its largest packet for its life, 40 KiB at SFTP's
+// usual 32 KiB; at 16 KiB an upload has 2x the requests (192 for the
+// helper) and the buffer is 18 KiB.
+const sftpPacket = 16 << 10
