@@ -92,7 +92,8 @@ type KillSource interface {
 	Signal(id Identity, sig string) (sent bool, why string)
 	// Ignores: id's disposition for sig is SIG_IGN.
 	Ignores(id Identity, sig string) bool
-	// Chains are the managers of each pid, innermost first.
+	// Chains are the managers of each pid, innermost first; a kind's state
+	// may be left unread (Alive reads it after the signals).
 	Chains(ctx context.Context, pids []int) map[int][]Manager
 	// Alive says of each manager whether it is alive now.
 	Alive(ctx context.Context, ms []*Manager) []bool
@@ -607,8 +608,29 @@ func (h *hostKill) Ignores(id Identity, name string) bool {
 	return err == nil && alive && !reused && sigIgnored(b, signals[name])
 }
 
+// readAfterKill are the manager kinds a kill reads only after its signals:
+// a unit's state and Restart= are the unit's, not its worker's, and
+// killedManagers reads every manager that may restart again after the
+// signals, so a read before as well ran systemctl show twice a kill. A
+// unit the session read as Restart=no just before (the free's look, a
+// unit stop) is not read at all: it brings no worker back.
+var readAfterKill = map[string]bool{ManagerUnit: true}
+
 func (h *hostKill) Chains(ctx context.Context, pids []int) map[int][]Manager {
-	return h.s.managerReader(ctx).chains(pids)
+	chains := h.s.managerReader(ctx).chainsExcept(pids, readAfterKill)
+	systemctl, _ := findSystemd(h.s.cfg)
+	for _, chain := range chains {
+		for i := range chain {
+			m := &chain[i]
+			if m.Kind != ManagerUnit || systemctl == "" {
+				continue
+			}
+			if restart, ok := sessionOf(ctx).noRestart(systemctl, m.Unit); ok {
+				m.Restart, m.Restarts = restart, RestartsNo
+			}
+		}
+	}
+	return chains
 }
 
 func (h *hostKill) Alive(ctx context.Context, ms []*Manager) []bool {

@@ -116,7 +116,11 @@ var managerReapers = append(slices.Clone(systemReapers), "slurmstepd", "sshd", "
 // chains returns the manager chain of each pid (innermost first), read
 // in one pass: the process parents, then a container or pod, the unit
 // and the Slurm job; every kind refreshed once for all the pids.
-func (r *managerReader) chains(pids []int) map[int][]Manager {
+func (r *managerReader) chains(pids []int) map[int][]Manager { return r.chainsExcept(pids, nil) }
+
+// chainsExcept is chains leaving the kinds in unread as found (from the
+// process's own files) and not read: the caller reads them later.
+func (r *managerReader) chainsExcept(pids []int, unread map[string]bool) map[int][]Manager {
 	out := map[int][]Manager{}
 	for _, pid := range pids {
 		out[pid] = r.skeleton(pid)
@@ -129,6 +133,9 @@ func (r *managerReader) chains(pids []int) map[int][]Manager {
 		}
 	}
 	for kind, ms := range byKind {
+		if unread[kind] {
+			continue
+		}
 		managerKinds[kind].read(r, ms)
 		for _, m := range ms {
 			m.Why = managerLine(*m)
@@ -556,6 +563,7 @@ func (unitKind) read(r *managerReader, ms []*Manager) []managerState {
 		for i, n := range names {
 			if err == nil {
 				props[n] = all[i]
+				sessionOf(r.ctx).noteRestart(systemctl, n, all[i]["Restart"])
 			}
 		}
 	}

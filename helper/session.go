@@ -40,6 +40,49 @@ type session struct {
 	// --query-compute-apps, for the next wait's first poll and the next
 	// snapshot (see reuseListing).
 	listing sessionListing
+	// restarts is the Restart= each unit's latest `systemctl show` in the
+	// session printed, by systemctl and unit (see noRestart).
+	restarts map[string]restartSeen
+}
+
+// restartSeen is a unit's Restart= and when it was read.
+type restartSeen struct {
+	restart string
+	at      time.Time
+}
+
+// restartReuse bounds the age of a Restart= reading a kill may go by
+// instead of reading its unit again after the signals.
+const restartReuse = time.Second
+
+// noteRestart keeps what a `systemctl show` of unit printed for Restart=.
+func (ss *session) noteRestart(systemctl, unit, restart string) {
+	if ss == nil {
+		return
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.restarts == nil {
+		ss.restarts = map[string]restartSeen{}
+	}
+	ss.restarts[systemctl+"\x00"+unit] = restartSeen{restart: restart, at: time.Now()}
+}
+
+// noRestart reports whether the session read unit's Restart= as "no"
+// (or unset) less than restartReuse ago, and that value. Restart= is the
+// unit file's setting: it changes only with a daemon-reload, and a unit
+// that does not restart cannot bring a killed worker back.
+func (ss *session) noRestart(systemctl, unit string) (string, bool) {
+	if ss == nil {
+		return "", false
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	r, ok := ss.restarts[systemctl+"\x00"+unit]
+	if !ok || time.Since(r.at) >= restartReuse || r.restart != "" && r.restart != "no" {
+		return "", false
+	}
+	return r.restart, true
 }
 
 // sessionListing is one snapshot's listing and the GPU readings it was
@@ -347,6 +390,23 @@ func (ss *session) snapshotListing(key string) (sessionListing, bool) {
 		return sessionListing{}, false
 	}
 	return ss.listing, true
+}
+
+// goneMiB is what the listing charged on GPU g to its owners there that
+// are not in here (-1 when an amount is unknown).
+func (l sessionListing) goneMiB(g int, here map[Identity]bool) int64 {
+	var sum int64
+	for _, id := range l.owners[g] {
+		if here[id] {
+			continue
+		}
+		mib := l.judged[id].MemByGPU[g]
+		if mib < 0 {
+			return -1
+		}
+		sum += mib
+	}
+	return sum
 }
 
 // lastListing is the judgments of the session's latest snapshot listing

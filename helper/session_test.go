@@ -790,3 +790,120 @@ func TestSessionPrestart(t *testing.T) {
 	}
 	unused.Close()
 }
+
+// An owner killed beside another on its GPU, its memory released before
+// the session's next snapshot: that snapshot judges by the listing from
+// before the kill (what a listing now would say: the survivor alone, at
+// its amount) and needs none; a listing is still run while the gone
+// owner's memory stays (see TestSessionDrainNeedsNoListing).
+func TestSessionGoneOwnerReleasedNeedsNoListing(t *testing.T) {
+	if !(procFS{dir: "/proc"}).inHostPIDNamespace() {
+		t.Skip("the test runs outside the host's PID namespace: no listing is reused there")
+	}
+	slowSession(t)
+	h := newHost(t, 2)
+	h.fake.ReleaseDelay = "300ms"
+	h.save()
+	cfg, runs := smiLog(t, h)
+	a := h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"), "--mem-mib", "5000")
+	b := h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"), "--mem-mib", "3000")
+	c := h.start("", "--dev", h.d("nvidia1"), "--dev", h.d("nvidiactl"), "--mem-mib", "2000")
+	l := startInLoop(t)
+	var s Snapshot
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	syscall.Kill(b.pid, syscall.SIGKILL)
+	err := <-b.done
+	b.done <- err
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		// Outside the session, through the unlogged nvidia-smi.
+		if s, err := TakeSnapshot(context.Background(), h.cfg); err == nil && s.GPUs[0].MemUsedMiB == 5000 {
+			break
+		}
+	}
+	_, apps0, _ := runs()
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	if _, apps, _ := runs(); apps != apps0 {
+		t.Errorf("the killed owner's memory released: %d listings, want 0", apps-apps0)
+	}
+	if hd := findHolder(&s, a.pid); s.GPUs[0].MemUsedMiB != 5000 || hd == nil || !hd.Owner || hd.MemMiB != 5000 {
+		t.Errorf("GPU 0 at %d MiB, survivor %+v: want its owner of 5000 MiB", s.GPUs[0].MemUsedMiB, hd)
+	}
+	if st := statusOf(t, s.Status, 0); st.State != GPUHeld || !slices.Equal(st.Owners, []int{a.pid}) {
+		t.Errorf("GPU 0: %+v, want held by %d", st, a.pid)
+	}
+	if hd := findHolder(&s, c.pid); hd == nil || !hd.Owner || hd.MemMiB != 2000 {
+		t.Errorf("GPU 1's owner: %+v", hd)
+	}
+
+	// Killed with a keeper that holds its memory: the memory stays, so the
+	// listing is read and says where it went.
+	k := h.start("", "--dev", h.d("nvidia1"), "--dev", h.d("nvidiactl"), "--mem-mib", "1000", "--keeper")
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	syscall.Kill(k.pid, syscall.SIGKILL)
+	err = <-k.done
+	k.done <- err
+	time.Sleep(500 * time.Millisecond) // past the release delay: only the keeper keeps it
+	_, apps0, _ = runs()
+	l.call(VerbSnapshot, SnapshotRequest{Config: cfg}, &s)
+	if _, apps, _ := runs(); apps != apps0+1 {
+		t.Errorf("a gone owner's memory kept: %d listings, want 1", apps-apps0)
+	}
+	if len(s.Ghosts) != 1 || s.Ghosts[0].PID != k.pid {
+		t.Errorf("ghosts %+v, want pid %d's memory", s.Ghosts, k.pid)
+	}
+}
+
+// The unit verb's leftovers (a holdersOnly snapshot) need what a listing
+// says of each holder, not of the GPUs: right after a stop, while the
+// stopped worker's memory drains, the holders are judged by the session's
+// listing; a holder that maps a device and that the listing did not judge
+// (a new context) still makes one, and a plain snapshot still lists while
+// a gone owner's memory stays.
+func TestHoldersOnlySnapshotReusesListing(t *testing.T) {
+	slowSession(t)
+	h := newHost(t, 1)
+	h.fake.ReleaseDelay = "10s"
+	h.save()
+	cfg, runs := smiLog(t, h)
+	a := h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"), "--mem-mib", "5000")
+	b := h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"), "--mem-mib", "3000")
+	ss := newSession()
+	t.Cleanup(ss.close)
+	ctx := withSession(context.Background(), ss)
+	snap := func(holdersOnly bool) (*Snapshot, int) {
+		t.Helper()
+		s, err := newScanner(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.noManagers, s.holdersOnly = true, holdersOnly
+		_, apps0, _ := runs()
+		snap, err := s.snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, apps, _ := runs()
+		return snap, apps - apps0
+	}
+	if _, n := snap(false); n != 1 {
+		t.Fatalf("first snapshot: %d listings, want 1", n)
+	}
+	syscall.Kill(b.pid, syscall.SIGKILL)
+	err := <-b.done
+	b.done <- err
+	s, n := snap(true)
+	if n != 0 {
+		t.Errorf("holders only, a gone owner's memory draining: %d listings, want 0", n)
+	}
+	if hd := findHolder(s, a.pid); hd == nil || !hd.Owner || hd.MemMiB != 5000 || findHolder(s, b.pid) != nil {
+		t.Errorf("holders %+v: want %d an owner of 5000 MiB, %d gone", s.Holders, a.pid, b.pid)
+	}
+	if _, n := snap(false); n != 1 {
+		t.Errorf("a plain snapshot while the gone owner's memory stays: %d listings, want 1", n)
+	}
+	w := h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"), "--mem-mib", "1000")
+	s, n = snap(true)
+	if hd := findHolder(s, w.pid); n != 1 || hd == nil || !hd.Owner || hd.MemMiB != 1000 {
+		t.Errorf("a new worker: %d listings, holder %+v: want 1 listing naming it an owner of 1000 MiB", n, hd)
+	}
+}

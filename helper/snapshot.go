@@ -41,6 +41,11 @@ type scanner struct {
 	// noManagers: a snapshot that needs no holder's managers (the unit
 	// verb's look at what a stop left: the unit is their manager).
 	noManagers bool
+	// holdersOnly: a snapshot whose caller reads only its holders (the
+	// unit verb's leftovers), not the GPUs' statuses or ghosts: it may
+	// judge them by the session's listing on the holders alone (see
+	// reuseListing).
+	holdersOnly bool
 }
 
 func newScanner(cfg Config) (*scanner, error) {
@@ -741,16 +746,22 @@ var listingReuse = appsRefresh * DefaultWaitInterval
 // context, and a context maps the device files and holds GPU memory (see
 // nothingAllocated). So a holder that maps a device now and was no owner
 // then (a new worker, a monitor that made a context) makes a listing
-// needed, and so does memory that grew. For each GPU, either every owner
-// the listing named on it is still there and its memory reads no more
-// than it read then less all the listing charged to pids no holder was,
-// and no less than those owners held (the same contexts: what went is
-// memory of gone pids, a stopped worker's still draining then), or it
-// reads 0 MiB and none of those owners is there (no context at all: no
-// owner, no ghost). Anything else (an owner gone while memory stays,
-// charges of an amount unknown, an app on a GPU not listed, another GPU
-// list): a new listing. The owners' amounts are the listing's, at most
-// listingReuse old.
+// needed, and so does memory that grew. For each GPU, the owners the
+// listing named on it that are still there held no more than it reads now,
+// and it reads no more than it read then less all the listing charged to
+// pids no holder was and to the owners now gone (the same contexts less
+// the gone ones, whose memory is released: what else went is memory of
+// gone pids, a stopped worker's still draining then); or it reads 0 MiB
+// and none of those owners is there (no context at all: no owner, no
+// ghost). Anything else (an owner gone while its memory stays, charges of
+// an amount unknown, an app on a GPU not listed, another GPU list): a new
+// listing. The owners' amounts are the listing's, at most listingReuse
+// old.
+//
+// A holdersOnly snapshot needs the holder part alone: what a listing would
+// say of each holder. A process stays listed while its context lives (a
+// context holds memory) and a new context maps the device files, so the
+// GPUs' memory is not checked; its statuses and ghosts are not to be read.
 func (s *scanner) reuseListing(ctx context.Context, gs *gpuState, key string) bool {
 	l, ok := sessionOf(ctx).snapshotListing(key)
 	if !ok || l.unplaced || time.Since(l.at) >= listingReuse || !sameGPUs(l.gpus, gs.gpus) {
@@ -766,6 +777,9 @@ func (s *scanner) reuseListing(ctx context.Context, gs *gpuState, key string) bo
 			return false
 		}
 		all[g.Index] = true
+		if s.holdersOnly {
+			continue
+		}
 		owners := l.owners[g.Index]
 		left := 0
 		for _, id := range owners {
@@ -775,8 +789,12 @@ func (s *scanner) reuseListing(ctx context.Context, gs *gpuState, key string) bo
 		}
 		now, then := g.MemUsedMiB, l.gpus[i].MemUsedMiB
 		elsewhere, held := l.elsewhereMiB[g.Index], l.ownersMiB[g.Index]
+		gone := int64(0)
+		if left < len(owners) {
+			gone = l.goneMiB(g.Index, here)
+		}
 		switch {
-		case left == len(owners) && elsewhere >= 0 && held >= 0 && now >= held && now <= then-elsewhere:
+		case elsewhere >= 0 && held >= 0 && gone >= 0 && now >= held-gone && now <= then-elsewhere-gone:
 		case now == 0 && left == 0:
 		default:
 			return false

@@ -169,6 +169,7 @@ func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 	if err != nil {
 		return nil, err
 	}
+	noteRestarts(ctx, systemctl, names, pre)
 	var known []*UnitResponse
 	for i, u := range units {
 		u.fill(pre[i])
@@ -209,6 +210,7 @@ func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 		if err != nil {
 			return nil, err
 		}
+		noteRestarts(ctx, systemctl, knownNames, post)
 		for i, u := range known {
 			u.fill(post[i])
 		}
@@ -386,6 +388,13 @@ func showUnitProps(ctx context.Context, systemctl string, timeout time.Duration,
 	return all, nil
 }
 
+// noteRestarts keeps each unit's Restart= for the session's next kill.
+func noteRestarts(ctx context.Context, systemctl string, names []string, props []map[string]string) {
+	for i, n := range names {
+		sessionOf(ctx).noteRestart(systemctl, n, props[i]["Restart"])
+	}
+}
+
 // Unknown says why the unit cannot be acted on when systemd has no such
 // unit, or "". A unit whose file was removed while it ran is "not-found"
 // but still active: that one is real and may be stopped.
@@ -475,7 +484,7 @@ func fillUnitLeftovers(ctx context.Context, cfg Config, units []*UnitResponse) e
 	if err != nil {
 		return err
 	}
-	s.noManagers = true
+	s.noManagers, s.holdersOnly = true, true
 	for _, u := range units {
 		if u.ControlGroup == "" {
 			continue

@@ -654,3 +654,70 @@ func TestUnitLoadStates(t *testing.T) {
 		}
 	}
 }
+
+// A kill reads its victims' unit after the signals only (Restart= and the
+// state are the unit's, not the worker's): one systemctl show; none when
+// the session's unit stop just read it as not restarting.
+func TestKillReadsItsUnitOnce(t *testing.T) {
+	h := newSystemdHost(t, 1)
+	const name = "sglang-qwen.service"
+	h.addUnit(name, "process", holderBin, "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"), "--mem-mib", "2048", "--child-mem-mib", "8192")
+	log := filepath.Join(h.dir, "systemctl-runs.log")
+	wrap := filepath.Join(h.dir, "logging", "systemctl")
+	if err := os.MkdirAll(filepath.Dir(wrap), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\necho \"$1\" >> '" + log + "'\nexec '" + h.systemctl + "' \"$@\"\n"
+	if err := os.WriteFile(wrap, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := h.cfg
+	cfg.Systemctl = wrap
+	shows := func() int {
+		b, _ := os.ReadFile(log)
+		return strings.Count(string(b), "show\n")
+	}
+	kill := func(ctx context.Context, id Identity) {
+		t.Helper()
+		k, err := Kill(ctx, KillRequest{Config: cfg, Targets: []Identity{id}, Grace: Duration(2 * time.Second)})
+		if err != nil || len(k.Results) != 1 || k.Results[0].Outcome != OutcomeExited {
+			t.Fatalf("kill %d: %+v %v", id.PID, k, err)
+		}
+		for _, m := range k.Managers {
+			if m.Kind == ManagerUnit {
+				t.Errorf("kill %d: unit %s (no Restart=) named as what brings it back", id.PID, m.Unit)
+			}
+		}
+	}
+	ss := newSession()
+	t.Cleanup(ss.close)
+	ctx := withSession(context.Background(), ss)
+	if r := h.unit(UnitStart, name); !r.OK {
+		t.Fatalf("start: %+v", r)
+	}
+	worker := h.ready(name, 2)[1]
+	r, err := Unit(ctx, UnitRequest{Config: cfg, Action: UnitStop, Unit: name, Timeout: Duration(20 * time.Second)})
+	if err != nil || len(r.GPUHolders) != 1 || r.GPUHolders[0].PID != worker {
+		t.Fatalf("stop: %+v %v, want worker %d left", r, err, worker)
+	}
+	before := shows()
+	kill(ctx, r.GPUHolders[0].Identity)
+	if n := shows() - before; n != 0 {
+		t.Errorf("a kill right after the session's stop read Restart=: %d systemctl show, want 0", n)
+	}
+
+	// Outside a session: the worker of the running unit, read once.
+	if r := h.unit(UnitStart, name); !r.OK {
+		t.Fatalf("start again: %+v", r)
+	}
+	worker = h.ready(name, 4)[3]
+	w := findHolder(snapshot(t, h.cfg), worker)
+	if w == nil || w.Unit != name {
+		t.Fatalf("worker %d: %+v", worker, w)
+	}
+	before = shows()
+	kill(context.Background(), w.Identity)
+	if n := shows() - before; n != 1 {
+		t.Errorf("a kill outside a session: %d systemctl show, want 1 (after the signals)", n)
+	}
+}
