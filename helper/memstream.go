@@ -48,8 +48,9 @@ func awaitPeriod() time.Duration {
 // driver call); the wait kills it and falls back to polling.
 var memStreamStall = 2 * time.Second
 
-// memStreamHook, when set by tests, is told each stream's pid once started.
-var memStreamHook func(pid int)
+// memStreamHook, when set by tests, is told each stream's pid and argv
+// once started.
+var memStreamHook func(pid int, argv []string)
 
 // memStreamSignalHook, when set by tests, is told every signal sent to a
 // stream's process group.
@@ -150,7 +151,7 @@ func startMemStream(path string, period time.Duration) (*memStream, error) {
 	streamGroups.add(s.pid)
 	Tracef("stream pid %d started: -lms %d", s.pid, ms)
 	if memStreamHook != nil {
-		memStreamHook(s.pid)
+		memStreamHook(s.pid, argv)
 	}
 	readDone := make(chan error, 1)
 	go func() {

@@ -17,7 +17,7 @@ import (
 func streamPIDs(t *testing.T) func() []int {
 	var mu sync.Mutex
 	var pids []int
-	memStreamHook = func(pid int) {
+	memStreamHook = func(pid int, _ []string) {
 		mu.Lock()
 		pids = append(pids, pid)
 		mu.Unlock()

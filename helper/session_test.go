@@ -706,11 +706,9 @@ func TestSessionStreamPeriodByUse(t *testing.T) {
 	cfg, runs := smiLog(t, h)
 	periods := map[int]time.Duration{}
 	var mu sync.Mutex
-	memStreamHook = func(pid int) {
+	memStreamHook = func(pid int, argv []string) {
 		mu.Lock()
 		defer mu.Unlock()
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		argv := strings.Split(string(b), "\x00")
 		for i, a := range argv {
 			if a == "-lms" && i+1 < len(argv) {
 				ms, _ := strconv.Atoi(argv[i+1])

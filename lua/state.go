@@ -78,6 +78,7 @@ func wrapStdLibs(T *glua.LState) {
 	rethrowStdLibs(T)
 	guardStdLibs(T)
 	guardLibEnvs(T)
+	viewPairs(T)
 }
 
 // stdLibs is the order the standard libraries open in (package first:
@@ -124,9 +125,9 @@ func openStdLibsFresh(L *glua.LState) {
 // an empty table of its own that reads the template's through a protected
 // metatable (every state reads them at once, which Go maps allow, and none
 // can write them). A script may still set a field: it lands in its own
-// table, in front of the shared one. What it loses is listing them: pairs
-// and next see only what it set. Their ~60 functions cost ~12 KiB per
-// concurrent host as copies (BenchmarkFakeMemory).
+// table, in front of the shared one; pairs and next list both (viewPairs).
+// Their ~60 functions cost ~12 KiB per concurrent host as copies
+// (BenchmarkFakeMemory).
 var stdTemplate = sync.OnceValue(func() *stdShare {
 	T := glua.NewState(glua.Options{SkipOpenLibs: true})
 	openStdLibsFresh(T)

@@ -3,6 +3,7 @@ package lua
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -190,5 +191,58 @@ func TestGlobalsAsSized(t *testing.T) {
 	want := stdTemplate().globals + addedGlobals + len(modules.All())
 	if r.Status != StatusOK || r.Value != float64(want) {
 		t.Fatalf("got %+v, want %d globals", r.Value, want)
+	}
+}
+
+// pairs and next list a shared library's view as the library: the
+// script's own fields, then each shared one it did not replace, once.
+func TestPairsListViews(t *testing.T) {
+	var want []string
+	stdTemplate().T.GetGlobal("string").(*glua.LTable).ForEach(func(k, _ glua.LValue) { want = append(want, k.String()) })
+	r, _ := one(t, `
+		local function names(t)
+			local seen, n = {}, 0
+			for k, v in pairs(t) do
+				assert(not seen[k], "twice: " .. tostring(k))
+				assert(t[k] == v, "value of " .. tostring(k))
+				seen[k], n = true, n + 1
+			end
+			return seen, n
+		end
+		local before, n0 = names(string)
+		string.upper = function() return "mine" end
+		string.mine = true
+		local after, n1 = names(string)
+		assert(after.upper and after.mine and n1 == n0 + 1, "after: " .. n1 .. " vs " .. n0)
+		assert(next(string) ~= nil and select("#", next({})) == 1)
+		-- a field the loop clears does not end the listing early
+		local count = 0
+		for k in pairs(string) do
+			count = count + 1
+			if k == "mine" then string.mine = nil end
+		end
+		assert(count == n1, "cleared in the loop: " .. count .. " of " .. n1)
+		local _, nu = names(require("util"))
+		local _, ng = names(gpu)
+		local _, np = names({1, 2, x = 3})
+		local list = {}
+		for k in pairs(before) do list[#list + 1] = k end
+		table.sort(list)
+		return {n0 = n0, util = nu, gpu = ng, plain = np, names = table.concat(list, ",")}`, Options{})
+	if r.Status != StatusOK {
+		t.Fatalf("%+v", r)
+	}
+	m := r.Value.(map[string]any)
+	slices.Sort(want)
+	if fmt.Sprint(m["n0"]) != fmt.Sprint(len(want)) || m["names"] != strings.Join(want, ",") {
+		t.Errorf("pairs(string) listed %v %v, want %d: %s", m["n0"], m["names"], len(want), strings.Join(want, ","))
+	}
+	if fmt.Sprint(m["plain"]) != "3" {
+		t.Errorf("a plain table listed %v fields, want 3", m["plain"])
+	}
+	for _, k := range []string{"util", "gpu"} {
+		if n, _ := m[k].(float64); n < 5 {
+			t.Errorf("pairs(%s) listed %v fields", k, m[k])
+		}
 	}
 }

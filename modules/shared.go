@@ -13,7 +13,8 @@ import (
 // its host cost every concurrent host ~300 B each (BenchmarkFakeMemory);
 // shared, they find their host through HostOf and keep what they need of
 // it through Value. A state may set a field of its view (it shadows the
-// shared one, for that state only); pairs and next list only those.
+// shared one, for that state only); a Lua state's pairs and next list its
+// fields, then the shared ones it does not shadow.
 //
 // Every state reads the shared table at once, which Go maps allow: it must
 // not change once built, and nothing hands it out (its views' metatable
