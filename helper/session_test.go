@@ -905,3 +905,57 @@ func TestHoldersOnlySnapshotReusesListing(t *testing.T) {
 		t.Errorf("a new worker: %d listings, holder %+v: want 1 listing naming it an owner of 1000 MiB", n, hd)
 	}
 }
+
+// A snapshot that must list (a holder maps a device, no listing to reuse)
+// and whose GPU reading is a process start runs the listing beside that
+// reading, not after it: the wrapper's --query-gpu run goes on only once
+// a --query-compute-apps run has begun. One that need not list (no holder
+// maps a device, every GPU at 0 MiB) runs no listing at all.
+func TestSnapshotListsBesideSlowGPUReading(t *testing.T) {
+	h := newHost(t, 1)
+	mark, log := filepath.Join(h.dir, "listing-started"), filepath.Join(h.dir, "order.log")
+	wrap := filepath.Join(h.dir, "ordering", "nvidia-smi")
+	if err := os.MkdirAll(filepath.Dir(wrap), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\ncase \"$1\" in\n" +
+		"--query-compute-apps*) : > '" + mark + "' ;;\n" +
+		"--query-gpu*) i=0; while [ ! -e '" + mark + "' ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done\n" +
+		"  if [ -e '" + mark + "' ]; then echo beside >> '" + log + "'; else echo after >> '" + log + "'; fi ;;\n" +
+		"esac\nexec '" + h.smi + "' \"$@\"\n"
+	if err := os.WriteFile(wrap, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := h.cfg
+	cfg.NvidiaSMI = wrap
+	w := h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"), "--mem-mib", "5000")
+	s, err := TakeSnapshot(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(log)
+	if got := strings.TrimSpace(string(b)); got != "beside" {
+		t.Errorf("GPU reading ran %q the listing, want beside it", got)
+	}
+	if hd := findHolder(s, w.pid); hd == nil || !hd.Owner || hd.MemMiB != 5000 || len(s.Status) != 1 || s.Status[0].State != GPUHeld {
+		t.Errorf("snapshot %+v, holders %+v: want %d an owner of 5000 MiB", s.Status, s.Holders, w.pid)
+	}
+
+	syscall.Kill(w.pid, syscall.SIGKILL)
+	err = <-w.done
+	w.done <- err // for the holder's cleanup
+	mon := h.start("", "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"))
+	cfg, runs := smiLog(t, h)
+	for end := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		s, err = TakeSnapshot(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.GPUs[0].MemUsedMiB == 0 || time.Now().After(end) {
+			break
+		}
+	}
+	if _, apps, _ := runs(); apps != 0 || findHolder(s, mon.pid) == nil {
+		t.Errorf("a monitor alone on an idle GPU: %d listings (holders %+v), want none", apps, s.Holders)
+	}
+}

@@ -94,9 +94,20 @@ type cappedBuffer struct {
 	buf  []byte
 	max  int
 	over func()
+	// gate, when set, holds the first write until it closes (or done
+	// does): see withOutputGate.
+	gate, done <-chan struct{}
 }
 
 func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if b.gate != nil {
+		select {
+		case <-b.gate:
+			b.gate = nil
+		case <-b.done:
+			return 0, errors.New("interrupted before its output was read")
+		}
+	}
 	if len(b.buf)+len(p) > b.max {
 		b.over()
 		return 0, errors.New("output cap reached")
@@ -109,6 +120,17 @@ func (b *cappedBuffer) Write(p []byte) (int, error) {
 	}
 	b.buf = append(b.buf, p...)
 	return len(p), nil
+}
+
+type outputGateKey struct{}
+
+// withOutputGate makes the runs under ctx take in no output until gate
+// closes: the tool runs, and blocks once its pipe is full. A snapshot that
+// starts its listing beside its GPU reading (readEarly) so keeps one
+// capture at a time, as one run after the other did: the helper's memory
+// bound stays one run's MaxToolOutput per stream.
+func withOutputGate(ctx context.Context, gate <-chan struct{}) context.Context {
+	return context.WithValue(ctx, outputGateKey{}, gate)
 }
 
 // runBounded runs argv in its own process group and kills the whole group
@@ -131,7 +153,8 @@ func runBounded(ctx context.Context, timeout time.Duration, argv []string) (stdo
 	cmd.WaitDelay = time.Second
 	capped := func(stream string) *cappedBuffer {
 		e := &OutputCapError{Tool: argv[0], Stream: stream, Cap: MaxToolOutput}
-		return &cappedBuffer{max: MaxToolOutput, over: func() { cancel(e) }}
+		gate, _ := ctx.Value(outputGateKey{}).(<-chan struct{})
+		return &cappedBuffer{max: MaxToolOutput, over: func() { cancel(e) }, gate: gate, done: ctx.Done()}
 	}
 	out, errb := capped("stdout"), capped("stderr")
 	cmd.Stdout, cmd.Stderr = out, errb

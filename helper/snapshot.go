@@ -399,6 +399,12 @@ func (s *scanner) collect(gs *gpuState) ([]Holder, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	holders, warns := s.collectFrom(gs, raw, denied)
+	return holders, warns, nil
+}
+
+// collectFrom is collect on a scan already made.
+func (s *scanner) collectFrom(gs *gpuState, raw []rawHolder, denied int) ([]Holder, []string) {
 	var warns []string
 	if denied > 0 {
 		warns = append(warns, fmt.Sprintf("%d processes' fds were not readable (permission denied): run the helper as root (become) to see every holder", denied))
@@ -448,7 +454,7 @@ func (s *scanner) collect(gs *gpuState) ([]Holder, []string, error) {
 		holders = append(holders, h)
 	}
 	sort.Slice(holders, func(a, b int) bool { return holders[a].PID < holders[b].PID })
-	return holders, warns, nil
+	return holders, warns
 }
 
 // gpuMinors lists the N of every /dev/nvidiaN in devs.
@@ -596,6 +602,8 @@ type gpuState struct {
 	elsewhereMiB map[int]int64
 	unplaced     bool
 	warns        []string
+	// early is the listing readEarly started, nil when it started none.
+	early *earlyApps
 }
 
 // readGPUs runs --query-gpu and maps minors. A missing nvidia-smi is not an
@@ -638,13 +646,91 @@ func (s *scanner) read(ctx context.Context, smi *smiRunner, smiFindErr error) (g
 	return gs, smiErr, nil
 }
 
-// readApps runs --query-compute-apps and merges it into gs: owners, memory
-// per GPU, suspicious protected names, ghosts.
+// readEarly is read for a snapshot whose GPU reading waits on a process
+// start (a one-shot, or a stream's first round) and that can reuse no
+// listing: the /proc scan comes first, and when a holder maps a device
+// (a context: nothingAllocated cannot hold, the listing is needed) the
+// listing starts beside the GPU reading instead of after it (its output
+// read once the reading is done). On the H200 each is a process start of
+// ~20 ms. The scan before the reading is as
+// good a snapshot as the scan after it: a holder that starts between
+// them shows as memory held by nobody, which is never "free".
+func (s *scanner) readEarly(ctx context.Context, smi *smiRunner, smiFindErr error) (gs gpuState, smiErr, err error) {
+	raw, denied, err := s.scanFDs()
+	if err != nil {
+		return gs, nil, err
+	}
+	var apps *earlyApps
+	if smiFindErr == nil && s.someMapped(raw) {
+		gate := make(chan struct{})
+		apps = startApps(withOutputGate(ctx, gate), smi) // its reader stops it (gpuState.early)
+		defer close(gate)
+	}
+	gs, smiErr = s.readGPUs(ctx, smi, smiFindErr)
+	holders, w := s.collectFrom(&gs, raw, denied)
+	gs.holders = holders
+	gs.warns = append(gs.warns, w...)
+	gs.early = apps
+	return gs, smiErr, nil
+}
+
+// someMapped: a scanned holder of a GPU maps an NVIDIA device.
+func (s *scanner) someMapped(raw []rawHolder) bool {
+	for _, r := range raw {
+		if len(gpuMinors(r.devices)) > 0 && len(s.mappedDevices(r.pid)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// earlyApps is a --query-compute-apps run started before its snapshot
+// needed it (readEarly).
+type earlyApps struct {
+	at     time.Time
+	done   chan struct{}
+	apps   []computeApp
+	err    error
+	cancel context.CancelFunc
+}
+
+func startApps(ctx context.Context, smi *smiRunner) *earlyApps {
+	ctx, cancel := context.WithCancel(ctx)
+	e := &earlyApps{at: time.Now(), done: make(chan struct{}), cancel: cancel}
+	go func() {
+		defer close(e.done)
+		e.apps, e.err = smi.queryApps(ctx)
+	}()
+	return e
+}
+
+// result waits for the listing.
+func (e *earlyApps) result() ([]computeApp, error) {
+	<-e.done
+	return e.apps, e.err
+}
+
+// stop ends the listing if nobody read it (a failed GPU reading) and
+// waits until its process is reaped.
+func (e *earlyApps) stop() {
+	e.cancel()
+	<-e.done
+}
+
+// readApps runs --query-compute-apps (or takes the one readEarly started)
+// and merges it into gs: owners, memory per GPU, suspicious protected
+// names, ghosts.
 func (s *scanner) readApps(ctx context.Context, gs *gpuState) error {
 	if !gs.smiOK {
 		return nil
 	}
-	apps, err := gs.smi.queryApps(ctx)
+	var apps []computeApp
+	var err error
+	if gs.early != nil {
+		apps, err = gs.early.result()
+	} else {
+		apps, err = gs.smi.queryApps(ctx)
+	}
 	if err != nil {
 		return err
 	}
@@ -902,6 +988,8 @@ func (s *scanner) snapshot(ctx context.Context) (*Snapshot, error) {
 	}
 	since := time.Now()
 	smi, findErr := newSMIRunner(s.cfg)
+	// slow: the GPU reading waits on a process start.
+	slow := true
 	if findErr == nil {
 		// A stream a wait of this session left running: its first whole
 		// round begun after this call did is as fresh as a --query-gpu
@@ -909,12 +997,23 @@ func (s *scanner) snapshot(ctx context.Context) (*Snapshot, error) {
 		if st, release, started := sessionOf(ctx).snapshotStream(smi.path); st != nil {
 			defer release()
 			smi.stream, smi.since = st, since
+			slow = started
 			if started {
 				smi.streamWait = min(smi.timeout, memStreamStall)
 			}
 		}
 	}
-	gs, smiErr, err := s.read(ctx, smi, findErr)
+	read, key := s.read, ""
+	if findErr == nil {
+		key = listingKey(s.cfg, smi.path)
+		if l, ok := sessionOf(ctx).snapshotListing(key); slow && (!ok || time.Since(l.at) >= listingReuse) {
+			read = s.readEarly
+		}
+	}
+	gs, smiErr, err := read(ctx, smi, findErr)
+	if gs.early != nil {
+		defer gs.early.stop() // unread when the GPU reading failed
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -934,15 +1033,18 @@ func (s *scanner) snapshot(ctx context.Context) (*Snapshot, error) {
 			markSuspicious(&gs.holders[i])
 		}
 		gs.apps = true
-	} else if !s.reuseListing(ctx, &gs, listingKey(s.cfg, smi.path)) {
+	} else if !s.reuseListing(ctx, &gs, key) {
 		at := time.Now()
+		if gs.early != nil {
+			at = gs.early.at
+		}
 		if err := s.readApps(ctx, &gs); err != nil {
 			gs.warns = append(gs.warns, "nvidia-smi compute apps: "+err.Error()+": owners judged by mapped devices and nvidia-uvm only")
 			s.noListing(&gs)
 		} else {
 			// The session's next wait and snapshot may start from it (see
 			// WaitFree, reuseListing).
-			sessionOf(ctx).recordListing(listingKey(s.cfg, smi.path), at, gs)
+			sessionOf(ctx).recordListing(key, at, gs)
 		}
 	}
 	if err := ctx.Err(); err != nil {
