@@ -209,6 +209,9 @@ func (s *memStream) reap() error {
 	err := s.cmd.Wait()
 	s.reaped = true
 	streamGroups.remove(s.pid)
+	if Tracing() {
+		Tracef("stream pid %d reaped: ran %.1f ms, cpu %.1f ms", s.pid, float64(time.Since(s.started).Microseconds())/1000, cpuOf(s.cmd.ProcessState))
+	}
 	return err
 }
 

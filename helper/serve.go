@@ -527,6 +527,7 @@ func Main(ctx context.Context, args []string, stdin *os.File, stdout, stderr io.
 			fmt.Fprint(stderr, "usage: gpush-helper serve TOKEN (one JSON request per line on stdin, one response per line on stdout)\n")
 			return 2
 		}
+		defer TraceCPU("helper serve: end")
 		return ServeLoop(ctx, rest[0], stdin, stdout)
 	}
 	help, known := verbHelp[verb]

@@ -161,7 +161,7 @@ func runBounded(ctx context.Context, timeout time.Duration, argv []string) (stdo
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	err = cmd.Run()
 	if Tracing() {
-		Tracef("exec %s %s: %.1f ms (err %v)", baseName(argv), strings.Join(argv[1:min(len(argv), 2)], " "), float64(time.Since(start).Microseconds())/1000, err)
+		Tracef("exec %s %s: %.1f ms, cpu %.1f ms (err %v)", baseName(argv), strings.Join(argv[1:min(len(argv), 2)], " "), float64(time.Since(start).Microseconds())/1000, cpuOf(cmd.ProcessState), err)
 	}
 	if err == nil {
 		// Done and read whole, even if a deadline passed just after.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -59,4 +60,27 @@ func Tracef(format string, args ...any) {
 	tracer.mu.Lock()
 	_, _ = tracer.f.Write(b)
 	tracer.mu.Unlock()
+}
+
+// TraceCPU traces the CPU time (user+sys) this process and the children
+// it reaped have used so far: what the helper costs its host.
+func TraceCPU(what string) {
+	if tracer == nil {
+		return
+	}
+	var self, kids syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids)
+	ms := func(r syscall.Rusage) float64 {
+		return float64(r.Utime.Nano()+r.Stime.Nano()) / 1e6
+	}
+	Tracef("%s: cpu self %.1f ms, reaped children %.1f ms", what, ms(self), ms(kids))
+}
+
+// cpuOf is a reaped process's user+sys in milliseconds (0 when unknown).
+func cpuOf(ps *os.ProcessState) float64 {
+	if ps == nil {
+		return 0
+	}
+	return float64((ps.UserTime() + ps.SystemTime()).Microseconds()) / 1000
 }
