@@ -96,6 +96,7 @@ type memStream struct {
 	rounds    int           // whole rounds so far
 	period    time.Duration // the -lms period asked for
 	started   time.Time
+	born      time.Time // the process start (started is the last resume)
 	// paused: stopped (SIGSTOP) while no call uses it. After a resume the
 	// lines of the round being printed and of the next round to start may
 	// hold readings taken before the stop; fresh counts round starts since
@@ -146,7 +147,7 @@ func startMemStream(path string, period time.Duration) (*memStream, error) {
 	s := &memStream{
 		cmd: cmd, path: path, pid: cmd.Process.Pid, updates: make(chan struct{}, 1), done: make(chan struct{}),
 		used: map[int]int64{}, at: map[int]time.Time{}, last: time.Now(), changed: make(chan struct{}),
-		period: time.Duration(ms) * time.Millisecond, started: time.Now(), starts: freshStarts,
+		period: time.Duration(ms) * time.Millisecond, started: time.Now(), born: time.Now(), starts: freshStarts,
 	}
 	streamGroups.add(s.pid)
 	Tracef("stream pid %d started: -lms %d", s.pid, ms)
@@ -210,7 +211,7 @@ func (s *memStream) reap() error {
 	s.reaped = true
 	streamGroups.remove(s.pid)
 	if Tracing() {
-		Tracef("stream pid %d reaped: ran %.1f ms, cpu %.1f ms", s.pid, float64(time.Since(s.started).Microseconds())/1000, cpuOf(s.cmd.ProcessState))
+		Tracef("stream pid %d reaped: ran %.1f ms, cpu %.1f ms", s.pid, float64(time.Since(s.born).Microseconds())/1000, cpuOf(s.cmd.ProcessState))
 	}
 	return err
 }
