@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpush/gpush/lab/labgpu"
 	"github.com/gpush/gpush/lab/slurmlab"
 )
 
@@ -70,28 +69,5 @@ func TestSlurmFreeGPUsJob(t *testing.T) {
 // (its node, a process view of its own, numbers it differently).
 func sbatchHolder(t *testing.T, c *slurmlab.Cluster, dir, dev string, args ...string) (string, int) {
 	t.Helper()
-	script := filepath.Join(dir, fmt.Sprintf("job-%d.sh", time.Now().UnixNano()))
-	body := fmt.Sprintf("#!/bin/sh\n'%s' --dev '%s' --mem-mib 4096\nsleep 300\n", sdBins.holder, dev)
-	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	out := script + ".out"
-	id := c.Sbatch(t, append(args, "-o", out, script)...)
-	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		b, _ := os.ReadFile(out)
-		if pids := labgpu.ReadyPIDs(string(b)); len(pids) > 0 {
-			node, err := c.BatchHost(id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pid, err := c.MachinePID(node, pids[0])
-			if err != nil {
-				t.Fatal(err)
-			}
-			return id, pid
-		}
-	}
-	st, _ := c.JobState(id)
-	t.Fatalf("job %s (%s) started no holder\n%s", id, st, c.Logs())
-	return "", 0
+	return c.SbatchHolder(t, dir, fmt.Sprintf("#!/bin/sh\n'%s' --dev '%s' --mem-mib 4096\nsleep 300\n", sdBins.holder, dev), args...)
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpush/gpush/lab/labgpu"
 	"github.com/gpush/gpush/lab/slurmlab"
 )
 
@@ -18,36 +17,7 @@ import (
 // machine pid.
 func slurmJobOn(t *testing.T, c *slurmlab.Cluster, dev string, sbatchArgs ...string) (string, int) {
 	t.Helper()
-	dir := t.TempDir()
-	script := filepath.Join(dir, "job.sh")
-	body := fmt.Sprintf("#!/bin/sh\n'%s' --dev '%s' --mem-mib 1024\necho holder exited $?\n", holderBin, dev)
-	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "job.out")
-	id := c.Sbatch(t, append(sbatchArgs, "-o", out, script)...)
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		b, _ := os.ReadFile(out)
-		if pids := labgpu.ReadyPIDs(string(b)); len(pids) > 0 {
-			// The node numbers it in its own view; the snapshot here is
-			// the machine's.
-			node, err := c.BatchHost(id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pid, err := c.MachinePID(node, pids[0])
-			if err != nil {
-				t.Fatal(err)
-			}
-			return id, pid
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	st, _ := c.JobState(id)
-	b, _ := os.ReadFile(out)
-	t.Fatalf("job %s (%s) started no holder: %q\n%s", id, st, b, c.Logs())
-	return "", 0
+	return c.SbatchHolder(t, t.TempDir(), fmt.Sprintf("#!/bin/sh\n'%s' --dev '%s' --mem-mib 1024\necho holder exited $?\n", holderBin, dev), sbatchArgs...)
 }
 
 func slurmManagerOf(t *testing.T, h *Holder) Manager {

@@ -13,6 +13,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -1402,6 +1403,21 @@ func ModuleRoot(ctx context.Context) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
+// helperSidecar writes bin's FILE.sha256 ("HEX SIZE", as `make helpers`
+// does) beside it and returns its path.
+func helperSidecar(bin string) (string, error) {
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	side := bin + ".sha256"
+	if err := os.WriteFile(side, fmt.Appendf(nil, "%x %d\n", sum, len(b)), 0o644); err != nil {
+		return "", fmt.Errorf("write %s: %w", side, err)
+	}
+	return side, nil
+}
+
 // BuildGpush builds gpush to out with a static gpush-helper for every
 // architecture embedded (HelperArches), as `make build` does, but without
 // writing into the source tree: the helpers go beside out, and `go build
@@ -1434,6 +1450,15 @@ func BuildGpush(ctx context.Context, out string) error {
 			return fmt.Errorf("build gpush-helper linux/%s: %w\n%s", arch, err, b)
 		}
 		replace[filepath.Join(root, "remote", "helperbin", "bin", name)] = helperOut
+		// The digest sidecar too: helperbin trusts the tree's one when it
+		// names the embedded size, and an earlier `make build`'s helper
+		// can have this one's size (a free then uploaded one helper and
+		// checked for another).
+		side, err := helperSidecar(helperOut)
+		if err != nil {
+			return err
+		}
+		replace[filepath.Join(root, "remote", "helperbin", "bin", name+".sha256")] = side
 	}
 	overlay, err := json.Marshal(map[string]map[string]string{"Replace": replace})
 	if err != nil {

@@ -2,7 +2,10 @@ package lab
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -369,6 +372,44 @@ func TestRestartInSameDir(t *testing.T) {
 				t.Errorf("second start's %s of %s is pid %d (alive %v, the first lab's %v): read from an earlier start",
 					role, p.Unit, p.PID, Alive(p), first[p.PID])
 			}
+		}
+	}
+}
+
+// BuildGpush overlays each helper's digest sidecar with one of the helper
+// it embeds: helperbin trusts a sidecar naming the embedded size, and the
+// tree's, from an earlier `make build`, can name another helper of the
+// same size.
+func TestBuildGpushOverlaysSidecars(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "gpush")
+	if err := BuildGpush(context.Background(), out); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out + ".overlay.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ov struct{ Replace map[string]string }
+	if err := json.Unmarshal(b, &ov); err != nil {
+		t.Fatal(err)
+	}
+	for _, arch := range HelperArches {
+		var bin, side string
+		for tree, file := range ov.Replace {
+			switch filepath.Base(tree) {
+			case "gpush-helper-linux-" + arch:
+				bin = file
+			case "gpush-helper-linux-" + arch + ".sha256":
+				side = file
+			}
+		}
+		if bin == "" || side == "" {
+			t.Fatalf("%s: overlay %v lacks the helper or its sidecar", arch, ov.Replace)
+		}
+		hb, _ := os.ReadFile(bin)
+		sb, _ := os.ReadFile(side)
+		if want := fmt.Sprintf("%x %d\n", sha256.Sum256(hb), len(hb)); string(sb) != want {
+			t.Errorf("%s: sidecar %q, want %q", arch, sb, want)
 		}
 	}
 }

@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/gpush/gpush/lab/labbuild"
+	"github.com/gpush/gpush/lab/labgpu"
 	"github.com/gpush/gpush/lab/labns"
 )
 
@@ -494,6 +495,37 @@ func (c *Cluster) Sbatch(t testing.TB, args ...string) string {
 		t.Fatalf("slurmlab: sbatch printed no job id: %q", out)
 	}
 	return id
+}
+
+// SbatchHolder submits a batch job running script (the body of a shell
+// script, written into dir) with sbatch args, and waits up to 20 s for
+// the first ready line of a gpu-holder it starts: the job id and that
+// holder's machine pid (its node's process view numbers it otherwise).
+func (c *Cluster) SbatchHolder(t testing.TB, dir, script string, args ...string) (id string, pid int) {
+	t.Helper()
+	path := filepath.Join(dir, fmt.Sprintf("job-%d.sh", time.Now().UnixNano()))
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := path + ".out"
+	id = c.Sbatch(t, append(args, "-o", out, path)...)
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		b, _ := os.ReadFile(out)
+		if pids := labgpu.ReadyPIDs(string(b)); len(pids) > 0 {
+			node, err := c.BatchHost(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pid, err = c.MachinePID(node, pids[0]); err != nil {
+				t.Fatal(err)
+			}
+			return id, pid
+		}
+	}
+	st, _ := c.JobState(id)
+	b, _ := os.ReadFile(out)
+	t.Fatalf("slurmlab: job %s (%s) started no holder: %q\n%s", id, st, b, c.Logs())
+	return "", 0
 }
 
 // JobState is the job's JobState as scontrol shows it, "" when scontrol
