@@ -652,9 +652,9 @@ func (s *scanner) read(ctx context.Context, smi *smiRunner, smiFindErr error) (g
 // (a context: nothingAllocated cannot hold, the listing is needed) the
 // listing starts beside the GPU reading instead of after it (its output
 // read once the reading is done). On the H200 each is a process start of
-// ~20 ms. The scan before the reading is as
-// good a snapshot as the scan after it: a holder that starts between
-// them shows as memory held by nobody, which is never "free".
+// ~20 ms. The scan before the reading is as good a snapshot as the scan
+// after it: a holder that starts between them shows as memory held by
+// nobody, which is never "free".
 func (s *scanner) readEarly(ctx context.Context, smi *smiRunner, smiFindErr error) (gs gpuState, smiErr, err error) {
 	raw, denied, err := s.scanFDs()
 	if err != nil {
