@@ -17,11 +17,12 @@ import (
 // Kill timing.
 const (
 	DefaultGrace = 5 * time.Second
-	// killPoll is how often exits are checked while waiting: a free's
-	// wait for the release starts only once the kill returns, and a torch
-	// worker's last thread ends about when the driver releases its memory
-	// (H200: its leader is a zombie 100-200 ms before), so each poll's
-	// delay is the free's. A check is a stat read per victim.
+	// killPoll is how often exits are checked while waiting where no
+	// pidfd tells the exit (exitWaiter): a free's wait for the release
+	// starts only once the kill returns, and a torch worker's last thread
+	// ends about when the driver releases its memory (H200: its leader is
+	// a zombie 100-200 ms before), so each poll's delay is the free's. A
+	// check is a stat read per victim.
 	killPoll = 5 * time.Millisecond
 	// killWait is how long a process may take to vanish after KILL before
 	// it is reported as survived (D state, ...), rather than waited on forever.
@@ -470,20 +471,46 @@ func (k *killRun) waitGone(ctx context.Context, vs []*victim, d time.Duration, o
 		if len(vs) == 0 || !k.src.Now().Before(deadline) {
 			return vs
 		}
-		next := k.src.Now().Add(killPoll)
-		if next.After(deadline) {
-			next = deadline
-		}
-		if k.src.Sleep(ctx, next) != nil {
+		if k.awaitExit(ctx, vs, deadline) != nil {
 			return vs
 		}
 	}
 }
 
+// exitWaiter is a KillSource that is told when a process exits: a wait
+// then wakes at the exit instead of every killPoll (a torch worker takes
+// 100-300 ms to end: 20-60 polls, each waking the helper, saved).
+type exitWaiter interface {
+	// AwaitExit returns when one of ids may have ended, when the clock
+	// reads until, or with ctx's error. ok is false when it cannot tell
+	// for some of ids: the caller polls instead.
+	AwaitExit(ctx context.Context, ids []Identity, until time.Time) (ok bool, err error)
+}
+
+// awaitExit waits for one of vs to end, or until deadline: told by the
+// source where it can be, else the next killPoll.
+func (k *killRun) awaitExit(ctx context.Context, vs []*victim, deadline time.Time) error {
+	if w, ok := k.src.(exitWaiter); ok {
+		ids := make([]Identity, len(vs))
+		for i, v := range vs {
+			ids[i] = v.res.Identity
+		}
+		if told, err := w.AwaitExit(ctx, ids, deadline); told || err != nil {
+			return err
+		}
+	}
+	next := k.src.Now().Add(killPoll)
+	if next.After(deadline) {
+		next = deadline
+	}
+	return k.src.Sleep(ctx, next)
+}
+
 // hostKill is the real host as a KillSource: /proc, pidfds and kill(2).
 type hostKill struct {
 	s      *scanner
-	pidfds map[int]int // by pid: the fd pins the process a check proved
+	pidfds map[int]int    // by pid: the fd pins the process a check proved
+	told   map[int32]bool // pidfds AwaitExit saw readable
 	// rules by identity: a process's protection is read once, not on
 	// each of the liveness checks a wait makes every killPoll.
 	rules map[Identity][2]string
@@ -505,6 +532,60 @@ func (h *hostKill) Sleep(ctx context.Context, until time.Time) error {
 		return ctx.Err()
 	case <-t.C:
 		return nil
+	}
+}
+
+// AwaitExit polls the pidfds Signal opened: one turns readable when its
+// process has ended, every thread of it (a zombie leader with live
+// threads does not count), the state liveness calls gone. ctx's end
+// wakes the poll through an eventfd.
+func (h *hostKill) AwaitExit(ctx context.Context, ids []Identity, until time.Time) (bool, error) {
+	fds := make([]unix.PollFd, 0, len(ids)+1)
+	for _, id := range ids {
+		fd, ok := h.pidfds[id.PID]
+		if !ok || h.told[int32(fd)] {
+			// A pidfd told the end of a process /proc still shows alive:
+			// polling it again would return at once, a spin.
+			return false, nil
+		}
+		fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return false, nil
+	}
+	defer unix.Close(efd)
+	stop := context.AfterFunc(ctx, func() {
+		_, _ = unix.Write(efd, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+	})
+	defer stop()
+	fds = append(fds, unix.PollFd{Fd: int32(efd), Events: unix.POLLIN})
+	for {
+		if err := ctx.Err(); err != nil {
+			return true, err
+		}
+		left := time.Until(until)
+		if left <= 0 {
+			return true, nil
+		}
+		// Rounded up: a poll that wakes a little early would spin.
+		n, err := unix.Poll(fds, int((left+time.Millisecond-1)/time.Millisecond))
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return false, nil
+		case n > 0:
+			for _, p := range fds[:len(fds)-1] {
+				if p.Revents != 0 {
+					if h.told == nil {
+						h.told = map[int32]bool{}
+					}
+					h.told[p.Fd] = true
+				}
+			}
+			return true, ctx.Err()
+		}
 	}
 }
 

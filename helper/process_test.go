@@ -798,3 +798,54 @@ func TestHolderIsTheLabsBuild(t *testing.T) {
 		t.Errorf("the tests' gpu-holder is a Go build: %v, want %v (go version: %s)", isGo, wantGo, out)
 	}
 }
+
+// countingKill counts the /proc reads a kill makes of its victims.
+type countingKill struct {
+	*hostKill
+	reads int
+}
+
+func (c *countingKill) Proc(pid int) (KillProc, bool) {
+	c.reads++
+	return c.hostKill.Proc(pid)
+}
+
+// A victim that takes its time to end after TERM (a torch worker: 100-300
+// ms) is waited on through its pidfd: the wait wakes at the exit, not
+// every killPoll, so it reads the victim a few times, not once a poll.
+func TestKillWaitWakesAtExit(t *testing.T) {
+	if !havePidfd() {
+		t.Skip("no pidfd here: the wait polls")
+	}
+	const drain = 300 * time.Millisecond
+	cmd := exec.Command("sh", "-c", "trap 'sleep 0.3; exit 0' TERM; echo ready; while :; do sleep 0.02; done")
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	bufio.NewReader(out).ReadString('\n')
+	go func() { done <- cmd.Wait() }()
+	defer func() { _ = cmd.Process.Kill(); <-done }()
+	h := newHost(t, 1)
+	s, err := newScanner(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &countingKill{hostKill: &hostKill{s: s, pidfds: map[int]int{}}}
+	defer src.close()
+	r, err := KillOn(context.Background(), KillRequest{Config: h.cfg, Targets: []Identity{identity(t, cmd.Process.Pid)}, Grace: Duration(5 * time.Second)}, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := result(t, r, cmd.Process.Pid)
+	if x.Outcome != OutcomeExited || strings.Join(x.Signals, ",") != "TERM" {
+		t.Fatalf("result %+v", x)
+	}
+	if r.Elapsed.D() < drain {
+		t.Errorf("gone after %v, before its %v drain", r.Elapsed.D(), drain)
+	}
+	if polls := int(drain / killPoll); src.reads >= polls/4 {
+		t.Errorf("the victim was read %d times over its %v drain (a poll every %v reads it %d times)", src.reads, drain, killPoll, polls)
+	}
+}
