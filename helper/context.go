@@ -1,7 +1,6 @@
 package helper
 
 import (
-	"bufio"
 	"bytes"
 	"io"
 	"os"
@@ -9,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // A CUDA context maps the driver's device files into the process:
@@ -56,11 +56,32 @@ func (s *scanner) readMaps(path string) []string {
 		return nil
 	}
 	defer f.Close()
+	bp := mapsBufs.Get().(*[]byte)
+	defer mapsBufs.Put(bp)
+	data, _ := readAllInto((*bp)[:0], io.LimitReader(f, maxMapsBytes))
+	*bp = data
 	var devs []string
-	sc := bufio.NewScanner(io.LimitReader(f, maxMapsBytes))
-	sc.Buffer(make([]byte, 0, 64<<10), 64<<10)
-	for sc.Scan() {
-		line := sc.Bytes()
+	// Every device node's path holds "/nvidia" (deviceOf): the whole text
+	// is searched for "nvidia" at once (rarer in it than '/', so fewer
+	// false starts), and only the lines it lands on after a '/' are
+	// looked at, not a CUDA process's thousands of library lines
+	// (BenchmarkReadMaps: 1.9x a plain read of the file, 21x before).
+	for {
+		j := bytes.Index(data, []byte("nvidia"))
+		if j < 0 {
+			break
+		}
+		if j == 0 || data[j-1] != '/' {
+			data = data[j+len("nvidia"):]
+			continue
+		}
+		from := bytes.LastIndexByte(data[:j], '\n') + 1
+		to := len(data)
+		if k := bytes.IndexByte(data[j:], '\n'); k >= 0 {
+			to = j + k
+		}
+		line := data[from:to]
+		data = data[min(to+1, len(data)):]
 		i := bytes.Index(line, []byte(" /"))
 		if i < 0 {
 			continue
@@ -70,6 +91,27 @@ func (s *scanner) readMaps(path string) []string {
 		}
 	}
 	return devs
+}
+
+// mapsBufs are the buffers maps files are read into (a CUDA process's is
+// some hundred KiB).
+var mapsBufs = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+// readAllInto is io.ReadAll appending to buf.
+func readAllInto(buf []byte, r io.Reader) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return buf, err
+		}
+	}
 }
 
 // markMapped makes each holder that nvidia-smi does not list (listed) but
