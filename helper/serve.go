@@ -33,9 +33,14 @@ func Serve(ctx context.Context, verb string, stdin io.Reader, stdout io.Writer) 
 
 // serveWith is Serve with the response from answer.
 func serveWith(ctx context.Context, verb string, stdin io.Reader, stdout io.Writer, answer answerFunc) error {
-	Tracef("helper %s: start", verb)
+	if Tracing() {
+		TraceCPU("helper " + verb + ": start")
+	}
 	resp, err := answer(ctx, verb, stdin)
 	Tracef("helper %s: done (err %v)", verb, err)
+	if Tracing() {
+		TraceCPU("helper " + verb + ": done")
+	}
 	if err == nil {
 		err = writeBounded(stdout, resp)
 		if err == nil {
