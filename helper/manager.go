@@ -93,6 +93,10 @@ type managerReader struct {
 	ctx context.Context
 	// cache holds what a kind read during this request, by its own keys.
 	cache map[string]any
+	// reuseUnits: a unit reading of the session under unitReuse old will
+	// do (a snapshot's look; never a read after signals, whose readers
+	// are fresh ones).
+	reuseUnits bool
 }
 
 func (s *scanner) managerReader(ctx context.Context) *managerReader {
@@ -236,7 +240,9 @@ func (s *scanner) fillManagers(ctx context.Context, holders []Holder) {
 	for i, h := range holders {
 		pids[i] = h.PID
 	}
-	chains := s.managerReader(ctx).chains(pids)
+	r := s.managerReader(ctx)
+	r.reuseUnits = true
+	chains := r.chains(pids)
 	for i := range holders {
 		holders[i].Managers = chains[holders[i].PID]
 	}
@@ -542,9 +548,6 @@ func (unitKind) find(_ *managerReader, p procInfo) (Manager, bool) {
 	return Manager{Kind: ManagerUnit, Unit: p.cg.Unit, Restarts: RestartsMaybe}, true
 }
 
-// unitManagerProps are what a unit manager's read asks systemctl.
-var unitManagerProps = []string{"LoadState", "ActiveState", "SubState", "Restart", "RestartUSec", "NRestarts"}
-
 func (unitKind) read(r *managerReader, ms []*Manager) []managerState {
 	out := make([]managerState, len(ms))
 	var names []string
@@ -556,14 +559,21 @@ func (unitKind) read(r *managerReader, ms []*Manager) []managerState {
 	props := map[string]map[string]string{}
 	systemctl, why := findSystemd(r.s.cfg)
 	if systemctl != "" {
-		all, err := showUnitProps(r.ctx, systemctl, managerReadTimeout, names, unitManagerProps)
-		if err != nil {
-			why = err.Error()
+		all, ok := []map[string]string(nil), false
+		if r.reuseUnits {
+			all, ok = sessionOf(r.ctx).freshUnits(systemctl, names)
+		}
+		var err error
+		if !ok {
+			if all, err = showUnits(r.ctx, systemctl, managerReadTimeout, names); err != nil {
+				why = err.Error()
+			} else {
+				sessionOf(r.ctx).noteUnits(systemctl, names, all)
+			}
 		}
 		for i, n := range names {
 			if err == nil {
 				props[n] = all[i]
-				sessionOf(r.ctx).noteRestart(systemctl, n, all[i]["Restart"])
 			}
 		}
 	}

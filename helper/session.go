@@ -41,8 +41,13 @@ type session struct {
 	// snapshot (see reuseListing).
 	listing sessionListing
 	// restarts is the Restart= each unit's latest `systemctl show` in the
-	// session printed, by systemctl and unit (see noRestart).
+	// session printed, by systemctl and unit (see noRestart): a setting
+	// of the unit file, kept across the session's unit actions.
 	restarts map[string]restartSeen
+	// units are each unit's latest `systemctl show` in the session, by
+	// systemctl and unit, as long as no action of the session came after
+	// it (see freshUnits).
+	units map[string]unitSeen
 }
 
 // restartSeen is a unit's Restart= and when it was read.
@@ -51,21 +56,74 @@ type restartSeen struct {
 	at      time.Time
 }
 
+// unitSeen is a unit's properties as one `systemctl show` printed them,
+// and when.
+type unitSeen struct {
+	props map[string]string
+	at    time.Time
+}
+
 // restartReuse bounds the age of a Restart= reading a kill may go by
 // instead of reading its unit again after the signals.
 const restartReuse = time.Second
 
-// noteRestart keeps what a `systemctl show` of unit printed for Restart=.
-func (ss *session) noteRestart(systemctl, unit, restart string) {
+// unitReuse bounds the age of a unit reading that a look before a unit
+// action, or a snapshot's manager read, may go by instead of running
+// systemctl show again: a free looks at its units in its snapshot, just
+// before it stops them, and again right after. Only what no unit action
+// of this session came after is kept (forgetUnits).
+var unitReuse = 500 * time.Millisecond
+
+// noteUnits keeps what a `systemctl show` printed for each of names, and
+// each one's Restart=.
+func (ss *session) noteUnits(systemctl string, names []string, props []map[string]string) {
 	if ss == nil {
 		return
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if ss.restarts == nil {
+	if ss.units == nil {
+		ss.units = map[string]unitSeen{}
 		ss.restarts = map[string]restartSeen{}
 	}
-	ss.restarts[systemctl+"\x00"+unit] = restartSeen{restart: restart, at: time.Now()}
+	now := time.Now()
+	for i, n := range names {
+		ss.units[systemctl+"\x00"+n] = unitSeen{props: props[i], at: now}
+		ss.restarts[systemctl+"\x00"+n] = restartSeen{restart: props[i]["Restart"], at: now}
+	}
+}
+
+// forgetUnits drops the readings of names: an action on them is about to
+// change what they would say.
+func (ss *session) forgetUnits(systemctl string, names []string) {
+	if ss == nil {
+		return
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for _, n := range names {
+		delete(ss.units, systemctl+"\x00"+n)
+	}
+}
+
+// freshUnits returns the session's readings of every one of names, each
+// younger than unitReuse (every reading asks for showProps); false when
+// one is missing (the caller runs systemctl show for all of them).
+func (ss *session) freshUnits(systemctl string, names []string) ([]map[string]string, bool) {
+	if ss == nil {
+		return nil, false
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	out := make([]map[string]string, len(names))
+	for i, n := range names {
+		u, ok := ss.units[systemctl+"\x00"+n]
+		if !ok || time.Since(u.at) >= unitReuse {
+			return nil, false
+		}
+		out[i] = u.props
+	}
+	return out, true
 }
 
 // noRestart reports whether the session read unit's Restart= as "no"
@@ -78,11 +136,11 @@ func (ss *session) noRestart(systemctl, unit string) (string, bool) {
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	r, ok := ss.restarts[systemctl+"\x00"+unit]
-	if !ok || time.Since(r.at) >= restartReuse || r.restart != "" && r.restart != "no" {
+	u, ok := ss.restarts[systemctl+"\x00"+unit]
+	if !ok || time.Since(u.at) >= restartReuse || u.restart != "" && u.restart != "no" {
 		return "", false
 	}
-	return r.restart, true
+	return u.restart, true
 }
 
 // sessionListing is one snapshot's listing and the GPU readings it was

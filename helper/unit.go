@@ -165,11 +165,19 @@ func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 	defer cancel()
 	// Look before acting: a unit systemd does not know is never acted on,
 	// and is never reported as stopped (a typo in a unit name is not a free).
-	pre, err := showUnits(actCtx, systemctl, timeout, names)
-	if err != nil {
-		return nil, err
+	// Before an action the session's reading of the units will do when it
+	// is under unitReuse old (a free's snapshot read them just before);
+	// status always reads them now.
+	pre, fresh := []map[string]string(nil), false
+	if req.Action != UnitStatus {
+		pre, fresh = sessionOf(ctx).freshUnits(systemctl, names)
 	}
-	noteRestarts(ctx, systemctl, names, pre)
+	if !fresh {
+		if pre, err = showUnits(actCtx, systemctl, timeout, names); err != nil {
+			return nil, err
+		}
+		sessionOf(ctx).noteUnits(systemctl, names, pre)
+	}
 	var known []*UnitResponse
 	for i, u := range units {
 		u.fill(pre[i])
@@ -202,6 +210,7 @@ func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 	var actionErr error
 	var actionStderr []byte
 	if req.Action != UnitStatus {
+		sessionOf(ctx).forgetUnits(systemctl, knownNames)
 		_, errb, err := runBounded(actCtx, timeout, append([]string{systemctl, req.Action, "--"}, knownNames...))
 		if err != nil {
 			actionErr, actionStderr = err, errb
@@ -210,7 +219,7 @@ func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 		if err != nil {
 			return nil, err
 		}
-		noteRestarts(ctx, systemctl, knownNames, post)
+		sessionOf(ctx).noteUnits(systemctl, knownNames, post)
 		for i, u := range known {
 			u.fill(post[i])
 		}
@@ -350,20 +359,17 @@ func unitAfterTimeout(req UnitRequest) time.Duration {
 	return min(unitTimeout(req), 10*time.Second)
 }
 
-// showProps are the properties the unit verb reads.
-var showProps = []string{"LoadState", "ActiveState", "SubState", "MainPID", "ControlGroup", "Restart", "KillMode"}
+// showProps are the properties every `systemctl show` of a unit reads:
+// the unit verb's and a unit manager's, so that one reading serves both
+// (session.freshUnits).
+var showProps = []string{"LoadState", "ActiveState", "SubState", "MainPID", "ControlGroup", "Restart", "KillMode", "RestartUSec", "NRestarts"}
 
 // showUnits runs one `systemctl show -p ... -- name...` and parses its
 // blocks: systemctl prints one per unit, in the order given, separated by a
 // blank line.
 func showUnits(ctx context.Context, systemctl string, timeout time.Duration, names []string) ([]map[string]string, error) {
-	return showUnitProps(ctx, systemctl, timeout, names, showProps)
-}
-
-// showUnitProps is showUnits for the properties props (LoadState among them).
-func showUnitProps(ctx context.Context, systemctl string, timeout time.Duration, names, props []string) ([]map[string]string, error) {
 	argv := []string{systemctl, "show"}
-	for _, p := range props {
+	for _, p := range showProps {
 		argv = append(argv, "-p", p)
 	}
 	what := "unit " + names[0]
@@ -386,13 +392,6 @@ func showUnitProps(ctx context.Context, systemctl string, timeout time.Duration,
 		}
 	}
 	return all, nil
-}
-
-// noteRestarts keeps each unit's Restart= for the session's next kill.
-func noteRestarts(ctx context.Context, systemctl string, names []string, props []map[string]string) {
-	for i, n := range names {
-		sessionOf(ctx).noteRestart(systemctl, n, props[i]["Restart"])
-	}
 }
 
 // Unknown says why the unit cannot be acted on when systemd has no such

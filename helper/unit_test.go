@@ -655,13 +655,10 @@ func TestUnitLoadStates(t *testing.T) {
 	}
 }
 
-// A kill reads its victims' unit after the signals only (Restart= and the
-// state are the unit's, not the worker's): one systemctl show; none when
-// the session's unit stop just read it as not restarting.
-func TestKillReadsItsUnitOnce(t *testing.T) {
-	h := newSystemdHost(t, 1)
-	const name = "sglang-qwen.service"
-	h.addUnit(name, "process", holderBin, "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"), "--mem-mib", "2048", "--child-mem-mib", "8192")
+// loggedSystemctl wraps h's systemctl so that every run's verb is logged;
+// it returns the config using it and a count of the show runs so far.
+func loggedSystemctl(t *testing.T, h *systemdHost) (Config, func() int) {
+	t.Helper()
 	log := filepath.Join(h.dir, "systemctl-runs.log")
 	wrap := filepath.Join(h.dir, "logging", "systemctl")
 	if err := os.MkdirAll(filepath.Dir(wrap), 0o755); err != nil {
@@ -673,10 +670,98 @@ func TestKillReadsItsUnitOnce(t *testing.T) {
 	}
 	cfg := h.cfg
 	cfg.Systemctl = wrap
-	shows := func() int {
+	return cfg, func() int {
 		b, _ := os.ReadFile(log)
 		return strings.Count(string(b), "show\n")
 	}
+}
+
+// A free looks at its units in its snapshot, just before it stops them,
+// and right after: in one session the look before the stop goes by the
+// snapshot's reading and the next snapshot by the stop's own look after,
+// so a free runs systemctl show twice, not four times; what each says is
+// still the unit's state when read (active before, inactive after). Past
+// unitReuse, or for a status, every look runs systemctl.
+func TestFreeLooksAtItsUnitsOnce(t *testing.T) {
+	h := newSystemdHost(t, 1)
+	const name = "vllm-embed.service"
+	h.addUnit(name, "process", holderBin, "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"), "--mem-mib", "2048", "--child-mem-mib", "4096")
+	cfg, shows := loggedSystemctl(t, h)
+	ss := newSession()
+	t.Cleanup(ss.close)
+	ctx := withSession(context.Background(), ss)
+	unitOf := func(s *Snapshot, pid int) *Manager {
+		t.Helper()
+		x := findHolder(s, pid)
+		if x == nil {
+			t.Fatalf("holder %d not in the snapshot", pid)
+		}
+		for i := range x.Managers {
+			if x.Managers[i].Kind == ManagerUnit {
+				return &x.Managers[i]
+			}
+		}
+		t.Fatalf("holder %d: no unit manager in %+v", pid, x.Managers)
+		return nil
+	}
+	if r := h.unit(UnitStart, name); !r.OK {
+		t.Fatalf("start: %+v", r)
+	}
+	worker := h.ready(name, 2)[1]
+	before := shows()
+	s1, err := TakeSnapshot(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := unitOf(s1, worker); m.ActiveState != "active" {
+		t.Errorf("snapshot before the stop: unit %+v, want active", m)
+	}
+	r, err := Unit(ctx, UnitRequest{Config: cfg, Action: UnitStop, Unit: name, Timeout: Duration(20 * time.Second)})
+	if err != nil || r.PriorActiveState != "active" || r.ActiveState != "inactive" || len(r.GPUHolders) != 1 {
+		t.Fatalf("stop: %+v %v", r, err)
+	}
+	s2, err := TakeSnapshot(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := unitOf(s2, worker); m.ActiveState != "inactive" {
+		t.Errorf("snapshot after the stop: unit %+v, want inactive", m)
+	}
+	if n := shows() - before; n != 2 {
+		t.Errorf("snapshot, stop, snapshot: %d systemctl show, want 2 (the snapshot's, the stop's look after)", n)
+	}
+
+	// A status reads now; past unitReuse, a look reads again.
+	before = shows()
+	if st, err := Unit(ctx, UnitRequest{Config: cfg, Action: UnitStatus, Unit: name}); err != nil || st.ActiveState != "inactive" {
+		t.Fatalf("status: %+v %v", st, err)
+	}
+	if n := shows() - before; n != 1 {
+		t.Errorf("status: %d systemctl show, want 1", n)
+	}
+	old := unitReuse
+	unitReuse = 0
+	t.Cleanup(func() { unitReuse = old })
+	before = shows()
+	if _, err := TakeSnapshot(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := Unit(ctx, UnitRequest{Config: cfg, Action: UnitStop, Unit: name}); err != nil || r.PriorActiveState != "inactive" {
+		t.Fatalf("second stop: %+v %v", r, err)
+	}
+	if n := shows() - before; n != 3 {
+		t.Errorf("unitReuse 0: snapshot and stop ran systemctl show %d times, want 3", n)
+	}
+}
+
+// A kill reads its victims' unit after the signals only (Restart= and the
+// state are the unit's, not the worker's): one systemctl show; none when
+// the session's unit stop just read it as not restarting.
+func TestKillReadsItsUnitOnce(t *testing.T) {
+	h := newSystemdHost(t, 1)
+	const name = "sglang-qwen.service"
+	h.addUnit(name, "process", holderBin, "--dev", h.d("nvidia0"), "--dev", h.d("nvidiactl"), "--mem-mib", "2048", "--child-mem-mib", "8192")
+	cfg, shows := loggedSystemctl(t, h)
 	kill := func(ctx context.Context, id Identity) {
 		t.Helper()
 		k, err := Kill(ctx, KillRequest{Config: cfg, Targets: []Identity{id}, Grace: Duration(2 * time.Second)})
