@@ -40,27 +40,18 @@ type session struct {
 	// --query-compute-apps, for the next wait's first poll and the next
 	// snapshot (see reuseListing).
 	listing sessionListing
-	// restarts is the Restart= each unit's latest `systemctl show` in the
-	// session printed, by systemctl and unit (see noRestart): a setting
-	// of the unit file, kept across the session's unit actions.
-	restarts map[string]restartSeen
 	// units are each unit's latest `systemctl show` in the session, by
-	// systemctl and unit, as long as no action of the session came after
-	// it (see freshUnits).
+	// systemctl and unit (see freshUnits, noRestart).
 	units map[string]unitSeen
 }
 
-// restartSeen is a unit's Restart= and when it was read.
-type restartSeen struct {
-	restart string
-	at      time.Time
-}
-
 // unitSeen is a unit's properties as one `systemctl show` printed them,
-// and when.
+// and when. acted: an action of the session on the unit came after it,
+// so only Restart=, the unit file's setting, still holds.
 type unitSeen struct {
 	props map[string]string
 	at    time.Time
+	acted bool
 }
 
 // restartReuse bounds the age of a Restart= reading a kill may go by
@@ -74,8 +65,7 @@ const restartReuse = time.Second
 // of this session came after is kept (forgetUnits).
 var unitReuse = 500 * time.Millisecond
 
-// noteUnits keeps what a `systemctl show` printed for each of names, and
-// each one's Restart=.
+// noteUnits keeps what a `systemctl show` printed for each of names.
 func (ss *session) noteUnits(systemctl string, names []string, props []map[string]string) {
 	if ss == nil {
 		return
@@ -84,17 +74,15 @@ func (ss *session) noteUnits(systemctl string, names []string, props []map[strin
 	defer ss.mu.Unlock()
 	if ss.units == nil {
 		ss.units = map[string]unitSeen{}
-		ss.restarts = map[string]restartSeen{}
 	}
 	now := time.Now()
 	for i, n := range names {
 		ss.units[systemctl+"\x00"+n] = unitSeen{props: props[i], at: now}
-		ss.restarts[systemctl+"\x00"+n] = restartSeen{restart: props[i]["Restart"], at: now}
 	}
 }
 
-// forgetUnits drops the readings of names: an action on them is about to
-// change what they would say.
+// forgetUnits marks the readings of names acted on: an action on them is
+// about to change what they would say (all but Restart=).
 func (ss *session) forgetUnits(systemctl string, names []string) {
 	if ss == nil {
 		return
@@ -102,7 +90,10 @@ func (ss *session) forgetUnits(systemctl string, names []string) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	for _, n := range names {
-		delete(ss.units, systemctl+"\x00"+n)
+		if u, ok := ss.units[systemctl+"\x00"+n]; ok {
+			u.acted = true
+			ss.units[systemctl+"\x00"+n] = u
+		}
 	}
 }
 
@@ -118,7 +109,7 @@ func (ss *session) freshUnits(systemctl string, names []string) ([]map[string]st
 	out := make([]map[string]string, len(names))
 	for i, n := range names {
 		u, ok := ss.units[systemctl+"\x00"+n]
-		if !ok || time.Since(u.at) >= unitReuse {
+		if !ok || u.acted || time.Since(u.at) >= unitReuse {
 			return nil, false
 		}
 		out[i] = u.props
@@ -136,11 +127,14 @@ func (ss *session) noRestart(systemctl, unit string) (string, bool) {
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	u, ok := ss.restarts[systemctl+"\x00"+unit]
-	if !ok || time.Since(u.at) >= restartReuse || u.restart != "" && u.restart != "no" {
+	u, ok := ss.units[systemctl+"\x00"+unit]
+	if !ok {
 		return "", false
 	}
-	return u.restart, true
+	if r := u.props["Restart"]; time.Since(u.at) < restartReuse && (r == "" || r == "no") {
+		return r, true
+	}
+	return "", false
 }
 
 // sessionListing is one snapshot's listing and the GPU readings it was
