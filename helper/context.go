@@ -56,16 +56,17 @@ func (s *scanner) readMaps(path string) []string {
 		return nil
 	}
 	defer f.Close()
-	bp := mapsBufs.Get().(*[]byte)
-	defer mapsBufs.Put(bp)
-	data, _ := readAllInto((*bp)[:0], io.LimitReader(f, maxMapsBytes))
-	*bp = data
+	buf := mapsBufs.Get().(*bytes.Buffer)
+	defer mapsBufs.Put(buf)
+	buf.Reset()
+	_, _ = buf.ReadFrom(io.LimitReader(f, maxMapsBytes))
+	data := buf.Bytes()
 	var devs []string
 	// Every device node's path holds "/nvidia" (deviceOf): the whole text
 	// is searched for "nvidia" at once (rarer in it than '/', so fewer
 	// false starts), and only the lines it lands on after a '/' are
 	// looked at, not a CUDA process's thousands of library lines
-	// (BenchmarkReadMaps: 1.9x a plain read of the file, 21x before).
+	// (BenchmarkReadMaps: about 2x a plain read of the file, 21x before).
 	for {
 		j := bytes.Index(data, []byte("nvidia"))
 		if j < 0 {
@@ -95,24 +96,7 @@ func (s *scanner) readMaps(path string) []string {
 
 // mapsBufs are the buffers maps files are read into (a CUDA process's is
 // some hundred KiB).
-var mapsBufs = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
-
-// readAllInto is io.ReadAll appending to buf.
-func readAllInto(buf []byte, r io.Reader) ([]byte, error) {
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err != nil {
-			if err == io.EOF {
-				err = nil
-			}
-			return buf, err
-		}
-	}
-}
+var mapsBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // markMapped makes each holder that nvidia-smi does not list (listed) but
 // that maps an NVIDIA device an owner: of the GPUs whose /dev/nvidiaN it

@@ -559,17 +559,9 @@ func (unitKind) read(r *managerReader, ms []*Manager) []managerState {
 	props := map[string]map[string]string{}
 	systemctl, why := findSystemd(r.s.cfg)
 	if systemctl != "" {
-		all, ok := []map[string]string(nil), false
-		if r.reuseUnits {
-			all, ok = sessionOf(r.ctx).freshUnits(systemctl, names)
-		}
-		var err error
-		if !ok {
-			if all, err = showUnits(r.ctx, systemctl, managerReadTimeout, names); err != nil {
-				why = err.Error()
-			} else {
-				sessionOf(r.ctx).noteUnits(systemctl, names, all)
-			}
+		all, err := lookUnits(r.ctx, systemctl, managerReadTimeout, names, r.reuseUnits)
+		if err != nil {
+			why = err.Error()
 		}
 		for i, n := range names {
 			if err == nil {

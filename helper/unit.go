@@ -168,15 +168,9 @@ func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 	// Before an action the session's reading of the units will do when it
 	// is under unitReuse old (a free's snapshot read them just before);
 	// status always reads them now.
-	pre, fresh := []map[string]string(nil), false
-	if req.Action != UnitStatus {
-		pre, fresh = sessionOf(ctx).freshUnits(systemctl, names)
-	}
-	if !fresh {
-		if pre, err = showUnits(actCtx, systemctl, timeout, names); err != nil {
-			return nil, err
-		}
-		sessionOf(ctx).noteUnits(systemctl, names, pre)
+	pre, err := lookUnits(actCtx, systemctl, timeout, names, req.Action != UnitStatus)
+	if err != nil {
+		return nil, err
 	}
 	var known []*UnitResponse
 	for i, u := range units {
@@ -215,11 +209,10 @@ func Unit(ctx context.Context, req UnitRequest) (*UnitResponse, error) {
 		if err != nil {
 			actionErr, actionStderr = err, errb
 		}
-		post, err := showUnits(ctx, systemctl, unitAfterTimeout(req), knownNames)
+		post, err := lookUnits(ctx, systemctl, unitAfterTimeout(req), knownNames, false)
 		if err != nil {
 			return nil, err
 		}
-		sessionOf(ctx).noteUnits(systemctl, knownNames, post)
 		for i, u := range known {
 			u.fill(post[i])
 		}
@@ -363,6 +356,23 @@ func unitAfterTimeout(req UnitRequest) time.Duration {
 // the unit verb's and a unit manager's, so that one reading serves both
 // (session.freshUnits).
 var showProps = []string{"LoadState", "ActiveState", "SubState", "MainPID", "ControlGroup", "Restart", "KillMode", "RestartUSec", "NRestarts"}
+
+// lookUnits reads names as showUnits does and keeps the reading in ctx's
+// session; with reuse, the session's reading under unitReuse old that no
+// action of the session came after will do instead (freshUnits).
+func lookUnits(ctx context.Context, systemctl string, timeout time.Duration, names []string, reuse bool) ([]map[string]string, error) {
+	if reuse {
+		if all, ok := sessionOf(ctx).freshUnits(systemctl, names); ok {
+			return all, nil
+		}
+	}
+	all, err := showUnits(ctx, systemctl, timeout, names)
+	if err != nil {
+		return nil, err
+	}
+	sessionOf(ctx).noteUnits(systemctl, names, all)
+	return all, nil
+}
 
 // showUnits runs one `systemctl show -p ... -- name...` and parses its
 // blocks: systemctl prints one per unit, in the order given, separated by a
