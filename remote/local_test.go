@@ -136,7 +136,7 @@ func TestLocalHelperCallsShareASession(t *testing.T) {
 	smi := filepath.Join(dir, "nvidia-smi")
 	script := "#!/bin/sh\necho \"$$ ${1%%=*}\" >> '" + log + "'\n" +
 		"line='0, GPU-d7f963c5-cdb5-ba9d-c562-000000000000, NVIDIA H200, 00000000:18:00.0, 0, 143771'\n" +
-		"case $1 in\n-lms) while :; do echo \"$line\"; sleep 0.01; done ;;\n--query-gpu*) echo \"$line\" ;;\nesac\n"
+		"case $1 in\n-lms) while :; do echo \"$line\"; sleep 0.002; done ;;\n--query-gpu*) echo \"$line\" ;;\nesac\n"
 	if err := os.WriteFile(smi, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
