@@ -171,6 +171,16 @@ func runRun(c *cli.Context) error {
 	for results == nil {
 		select {
 		case results = <-ran:
+			// A second interrupt already delivered when the stop ended
+			// still quits: select chooses at random among ready cases.
+			if ctx.Err() != nil && c.Context.Err() == nil {
+				select {
+				case sig := <-sigs:
+					sigs <- sig
+					results = nil
+				default:
+				}
+			}
 		case <-sigs:
 			if ctx.Err() == nil {
 				cancel()
@@ -201,7 +211,11 @@ func runRun(c *cli.Context) error {
 				rs[i] = toReport(r, addrs[r.Host])
 			}
 			code := p.Finish(rs)
-			fmt.Fprintf(stderr, "gpush: quit at the second interrupt; unfinished: %s\n", inventory.FoldNodeSet(left))
+			if len(left) == 0 {
+				fmt.Fprintln(stderr, "gpush: quit at the second interrupt; every host had ended")
+			} else {
+				fmt.Fprintf(stderr, "gpush: quit at the second interrupt; unfinished: %s\n", inventory.FoldNodeSet(left))
+			}
 			return exitError{code}
 		}
 	}
